@@ -1,0 +1,1 @@
+"""Learning algorithms as pure functions over state pytrees (JAX)."""

@@ -1,0 +1,8 @@
+"""DDPG (Lillicrap et al., 2016): deterministic actor, Q critic, target networks."""
+
+from .config import DDPGConfig
+from .learning import TrainingState, act, init, make_update, make_update_many
+from .networks import DDPGNetworks, make_networks
+
+__all__ = ["DDPGConfig", "DDPGNetworks", "TrainingState", "act", "init", "make_networks",
+           "make_update", "make_update_many"]

@@ -1,0 +1,95 @@
+"""DDPG's state, update and action selection: pure functions, jit-compiled by the caller."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from ...hal.specs import ArraySpec, DictSpec
+from .config import DDPGConfig
+from .losses import make_losses
+from .networks import DDPGNetworks, make_networks
+
+
+class TrainingState(NamedTuple):
+    actor_params: dict
+    critic_params: dict
+    target_actor_params: dict
+    target_critic_params: dict
+    actor_opt_state: optax.OptState
+    critic_opt_state: optax.OptState
+    key: jax.Array
+    steps: jax.Array
+
+
+def _optimizers(config: DDPGConfig):
+    return optax.adam(config.actor_lr), optax.adam(config.critic_lr)
+
+
+def init(key: jax.Array, observation_spec: DictSpec, action_spec: ArraySpec,
+         config: DDPGConfig) -> tuple[DDPGNetworks, TrainingState]:
+    net_key, state_key = jax.random.split(key)
+    networks, actor, critic = make_networks(observation_spec, action_spec, config.hidden_sizes, net_key)
+    actor_opt, critic_opt = _optimizers(config)
+    state = TrainingState(
+        actor_params=actor, critic_params=critic,
+        target_actor_params=jax.tree.map(jnp.copy, actor),
+        target_critic_params=jax.tree.map(jnp.copy, critic),
+        actor_opt_state=actor_opt.init(actor), critic_opt_state=critic_opt.init(critic),
+        key=state_key, steps=jnp.zeros((), jnp.int32))
+    return networks, state
+
+
+def make_update(networks: DDPGNetworks, config: DDPGConfig):
+    """``update(state, batch) -> (state, metrics)``: one critic and one actor step."""
+    actor_opt, critic_opt = _optimizers(config)
+    critic_loss, actor_loss = make_losses(networks)
+
+    def update(state: TrainingState, batch) -> tuple[TrainingState, dict]:
+        (c_loss, c_aux), c_grads = jax.value_and_grad(critic_loss, has_aux=True)(
+            state.critic_params, state.target_actor_params, state.target_critic_params, batch)
+        c_updates, critic_opt_state = critic_opt.update(c_grads, state.critic_opt_state)
+        critic_params = optax.apply_updates(state.critic_params, c_updates)
+
+        a_loss, a_grads = jax.value_and_grad(actor_loss)(state.actor_params, critic_params, batch)
+        a_updates, actor_opt_state = actor_opt.update(a_grads, state.actor_opt_state)
+        actor_params = optax.apply_updates(state.actor_params, a_updates)
+
+        new_state = state._replace(
+            actor_params=actor_params, critic_params=critic_params,
+            target_actor_params=optax.incremental_update(actor_params, state.target_actor_params, config.tau),
+            target_critic_params=optax.incremental_update(critic_params, state.target_critic_params, config.tau),
+            actor_opt_state=actor_opt_state, critic_opt_state=critic_opt_state,
+            steps=state.steps + 1)
+        return new_state, {"critic_loss": c_loss, "actor_loss": a_loss, **c_aux}
+
+    return update
+
+
+def make_update_many(networks: DDPGNetworks, config: DDPGConfig):
+    """``update_many(state, batches)``: ``lax.scan`` of updates over the leading axis.
+
+    Metrics are averaged over the scanned updates.
+    """
+    update = make_update(networks, config)
+
+    def update_many(state: TrainingState, batches) -> tuple[TrainingState, dict]:
+        state, metrics = jax.lax.scan(update, state, batches)
+        return state, jax.tree.map(jnp.mean, metrics)
+
+    return update_many
+
+
+def act(networks: DDPGNetworks, config: DDPGConfig, actor_params, observation, key: jax.Array,
+        explore: bool = True) -> tuple[jax.Array, dict]:
+    """mu(o) plus Gaussian noise (when exploring), clipped to the bounds."""
+    action = networks.policy(actor_params, observation)
+    if explore:
+        noise = jax.random.normal(key, action.shape) * config.exploration_noise
+        action = action + noise * networks.scale.half_range
+    lo = networks.scale.center - networks.scale.half_range
+    hi = networks.scale.center + networks.scale.half_range
+    return jnp.clip(action, lo, hi), {}

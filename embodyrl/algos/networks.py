@@ -1,0 +1,54 @@
+"""Building blocks shared by the algorithms' networks (Flax NNX)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from ..hal.specs import ArraySpec, DictSpec
+
+
+class MLP(nnx.Module):
+    """Dense layers with ReLU between them; the last layer is linear."""
+
+    def __init__(self, in_size: int, hidden_sizes: Sequence[int], out_size: int, *, rngs: nnx.Rngs):
+        sizes = [in_size, *hidden_sizes, out_size]
+        self.layers = nnx.List([nnx.Linear(a, b, rngs=rngs) for a, b in zip(sizes[:-1], sizes[1:], strict=True)])
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        for layer in self.layers[:-1]:
+            x = jax.nn.relu(layer(x))
+        return self.layers[-1](x)
+
+
+def observation_size(spec: DictSpec) -> int:
+    return sum(s.size for s in spec.specs)
+
+
+def flatten_observation(observation: dict, spec: DictSpec) -> jax.Array:
+    """Concatenate the fields (in the spec's order) into float32 [..., features]."""
+    parts = []
+    for s in spec.specs:
+        x = jnp.asarray(observation[s.name], jnp.float32)
+        parts.append(x.reshape(*x.shape[: x.ndim - len(s.shape)], s.size))
+    return jnp.concatenate(parts, axis=-1)
+
+
+class ActionScale:
+    """Maps [-1, 1] to the action bounds and back (static numpy constants)."""
+
+    def __init__(self, spec: ArraySpec):
+        if not spec.bounded or not np.isfinite(spec.minimum).all() or not np.isfinite(spec.maximum).all():
+            raise ValueError(f"{spec.name}: continuous control needs finite action bounds")
+        self.center = ((spec.maximum + spec.minimum) / 2).astype(np.float32)
+        self.half_range = ((spec.maximum - spec.minimum) / 2).astype(np.float32)
+
+    def to_env(self, unit: jax.Array) -> jax.Array:
+        return unit * self.half_range + self.center
+
+    def to_unit(self, action: jax.Array) -> jax.Array:
+        return (action - self.center) / self.half_range

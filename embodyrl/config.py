@@ -1,0 +1,108 @@
+"""Typed configuration of a training run, saved verbatim into its run directory."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .algos.ddpg.config import DDPGConfig
+from .hal.actor import ActorConfig
+
+
+@dataclass(frozen=True)
+class LearnerConfig:
+    replay_capacity: int = 1_000_000
+    """Step rows kept in replay (a ring: the oldest go first)."""
+    min_replay: int = 1000
+    """Rows in replay before the first gradient step."""
+    updates_per_step: float = 1.0
+    """Gradient steps per step row inserted: the update-to-data ratio, held by credits."""
+    rate_tolerance: int = 1024
+    """Rows the inserts may run ahead of the ratio before actors wait for credit."""
+    credit_quantum: int = 256
+    """Credits granted to an actor at a time."""
+    updates_per_call: int = 16
+    """Gradient steps fused into one jitted ``lax.scan`` call."""
+    publish_every: int = 32
+    """Gradient steps between weight publications."""
+    log_every_s: float = 1.0
+    bind: str = "tcp://127.0.0.1:*"
+    """Where the learner listens; actors dial it."""
+    peer_timeout_s: float = 30.0
+
+    def __post_init__(self):
+        if self.rate_tolerance < 2 * self.credit_quantum:
+            raise ValueError("learner.rate_tolerance must be at least 2 * learner.credit_quantum")
+        if self.updates_per_step <= 0:
+            raise ValueError("learner.updates_per_step must be positive")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    task: str = "pendulum"
+    steps: int = 20_000
+    """Environment steps, summed over all actors."""
+    seed: int = 0
+    actors: int = 1
+    eval_episodes: int = 10
+    algo: DDPGConfig = field(default_factory=DDPGConfig)
+    learner: LearnerConfig = field(default_factory=LearnerConfig)
+    actor: ActorConfig = field(default_factory=ActorConfig)
+
+
+def to_dict(config) -> dict:
+    return dataclasses.asdict(config)
+
+
+def from_dict(cls, data: dict):
+    """Build dataclass ``cls`` from ``data``; unknown keys and wrong types name the key."""
+    return _build(cls, data, prefix="")
+
+
+def _build(cls, data, prefix):
+    if not isinstance(data, dict):
+        raise ValueError(f"{prefix or 'config'}: expected a mapping, got {type(data).__name__}")
+    hints = typing.get_type_hints(cls)
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ValueError(f"unknown config key {prefix}{unknown[0]}; known: {', '.join(sorted(known))}")
+    values = {}
+    for name, value in data.items():
+        hint = hints[name]
+        key = f"{prefix}{name}"
+        if dataclasses.is_dataclass(hint):
+            values[name] = _build(hint, value, key + ".")
+        else:
+            values[name] = _coerce(hint, value, key)
+    return cls(**values)
+
+
+def _coerce(hint, value, key):
+    origin = typing.get_origin(hint)
+    if origin is tuple:
+        if not isinstance(value, (list, tuple)):
+            raise ValueError(f"{key}: expected a list, got {value!r}")
+        (item, *_rest) = typing.get_args(hint)
+        return tuple(_coerce(item, v, key) for v in value)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in typing.get_args(hint):
+            return None
+        hint = next(a for a in typing.get_args(hint) if a is not type(None))
+    if hint is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if hint in (int, float, str, bool) and (type(value) is not hint):
+        raise ValueError(f"{key}: expected {hint.__name__}, got {value!r}")
+    return value
+
+
+def save(config: TrainConfig, path: Path) -> None:
+    path.write_text(json.dumps(to_dict(config), indent=2) + "\n")
+
+
+def load(path: Path) -> TrainConfig:
+    return from_dict(TrainConfig, json.loads(Path(path).read_text()))

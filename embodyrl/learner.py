@@ -1,0 +1,205 @@
+"""The learner service: ingest steps, train DDPG within a rate limit, publish weights.
+
+One loop, never waiting on any single actor::
+
+    poll the socket -> validated step batches -> replay.add -> ACK (+ credits)
+    if the samples-per-insert limit allows: sample K batches -> jitted scan of K updates
+    every ``publish_every`` updates: publish versioned weights
+    every ``log_every_s``: one line of metrics.jsonl
+
+Credits carry the update-to-data ratio to the actors: the learner grants
+rows only as fast as its updates allow (plus a tolerance), so a simulator
+cannot outrun the learner and a slow simulator does not stall it more than
+the ratio demands.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import jax
+import numpy as np
+
+from .algos import ddpg
+from .config import TrainConfig
+from .hal import params as flat_params
+from .hal.specs import ArraySpec, DictSpec
+from .hal.steps import PolicyVersion, new_incarnation
+from .hal.wire.protocol import DeviceInfo
+from .policy import save_policy
+from .replay import StepReplay
+from .transport import LearnerServer, ReceivedSteps
+
+
+@dataclass
+class Counters:
+    env_steps: int = 0
+    rows: int = 0
+    episodes: int = 0
+    updates: int = 0
+    publications: int = 0
+
+
+class Learner:
+    def __init__(self, config: TrainConfig, observation_spec: DictSpec, action_spec: ArraySpec,
+                 run_dir: Path):
+        self.config = config
+        self.observation_spec = observation_spec
+        self.action_spec = action_spec
+        self.run_dir = Path(run_dir)
+        self.incarnation = new_incarnation()
+        lc = config.learner
+        self.networks, self.state = ddpg.init(jax.random.key(config.seed), observation_spec,
+                                              action_spec, config.algo)
+        self._update_many = jax.jit(ddpg.make_update_many(self.networks, config.algo), donate_argnums=0)
+        self.replay = StepReplay(lc.replay_capacity, observation_spec, action_spec)
+        self.server = LearnerServer(lc.bind, run_id=self.run_dir.name, incarnation=self.incarnation,
+                                    admit=self._admit, peer_timeout_s=lc.peer_timeout_s)
+        self.rng = np.random.default_rng(config.seed)
+        self.counters = Counters()
+        self._credit: dict[bytes, int] = {}  # session identity -> outstanding rows
+        self._returns: dict[tuple[int, int, int], float] = {}
+        self._recent_returns: list[float] = []
+        self._metrics: dict[str, float] = {}
+        self._staleness: list[float] = []
+
+    @property
+    def endpoint(self) -> str:
+        return self.server.endpoint
+
+    @property
+    def version(self) -> PolicyVersion:
+        return PolicyVersion(self.incarnation, self.counters.publications)
+
+    def _admit(self, devices: list[DeviceInfo]) -> str | None:
+        for d in devices:
+            if d.observation_spec != self.observation_spec or d.action_spec != self.action_spec:
+                return f"device {d.name!r} has specs that differ from this learner's task"
+        return None
+
+    # -- the loop --------------------------------------------------------
+    def run(self, should_stop=lambda: False) -> Counters:
+        lc = self.config.learner
+        self.publish()
+        metrics_file = (self.run_dir / "metrics.jsonl").open("a")
+        start = last_log = last_beat = time.monotonic()
+        last_updates = 0
+        try:
+            while self.counters.env_steps < self.config.steps and not should_stop():
+                trainable = self._can_train()
+                for batch in self.server.poll(timeout_ms=0 if trainable else 10):
+                    self._ingest(batch)
+                self._grant_credits()
+                if trainable:
+                    self._train()
+                now = time.monotonic()
+                if now - last_beat >= 1.0:
+                    self.server.heartbeat()
+                    last_beat = now
+                if now - last_log >= lc.log_every_s:
+                    rate = (self.counters.updates - last_updates) / (now - last_log)
+                    self._log(metrics_file, now - start, rate)
+                    last_log, last_updates = now, self.counters.updates
+        finally:
+            self._log(metrics_file, time.monotonic() - start, 0.0)
+            metrics_file.close()
+            self.server.bye("training complete")
+            self.save()
+            self.server.close()
+        return self.counters
+
+    def _ingest(self, batch: ReceivedSteps) -> None:
+        steps = batch.steps
+        self.replay.add(steps)
+        c = self.counters
+        c.rows += len(steps)
+        c.env_steps += steps.env_steps
+        self._credit[batch.session.identity] = self._credit.get(batch.session.identity, 0) - len(steps)
+        self._track_returns(steps)
+        live = ~steps.final & (steps.policy_incarnation == self.incarnation)
+        if live.any():
+            self._staleness.append(float(np.mean(c.publications - steps.policy_count[live])))
+        self.server.ack(batch.session, batch.seq)
+
+    def _track_returns(self, steps) -> None:
+        for episode in np.unique(steps.episode_id):
+            rows = steps.episode_id == episode
+            key = (int(steps.actor_id[0]), int(steps.device_id[0]), int(episode))
+            total = self._returns.pop(key, 0.0) + float(steps.reward[rows & ~steps.final].sum())
+            if steps.final[rows].any():
+                self.counters.episodes += 1
+                self._recent_returns.append(total)
+            else:
+                self._returns[key] = total
+
+    def _allowed_rows(self) -> int:
+        """Rows the rate limit lets the actors have inserted by now."""
+        lc = self.config.learner
+        return lc.min_replay + math.ceil(self.counters.updates / lc.updates_per_step) + lc.rate_tolerance
+
+    def _can_train(self) -> bool:
+        lc = self.config.learner
+        if self.replay.size < lc.min_replay:
+            return False
+        allowed_updates = lc.updates_per_step * (self.counters.rows - lc.min_replay + lc.rate_tolerance)
+        return self.counters.updates + lc.updates_per_call <= allowed_updates
+
+    def _grant_credits(self) -> None:
+        lc = self.config.learner
+        sessions = self.server.sessions
+        for identity in list(self._credit):
+            if identity not in sessions:
+                del self._credit[identity]
+        for identity, session in sessions.items():
+            outstanding = sum(max(v, 0) for v in self._credit.values())
+            if self.counters.rows + outstanding + lc.credit_quantum > self._allowed_rows():
+                return
+            if self._credit.get(identity, 0) < lc.credit_quantum:
+                self._credit[identity] = self._credit.get(identity, 0) + lc.credit_quantum
+                self.server.grant(session, lc.credit_quantum)
+
+    def _train(self) -> None:
+        lc, algo = self.config.learner, self.config.algo
+        batches = [self.replay.sample(self.rng, algo.batch_size, algo.discount)
+                   for _ in range(lc.updates_per_call)]
+        stacked = jax.tree.map(lambda *xs: np.stack(xs), *batches)
+        self.state, metrics = self._update_many(self.state, stacked)
+        before = self.counters.updates
+        self.counters.updates += lc.updates_per_call
+        if self.counters.updates // lc.publish_every > before // lc.publish_every:
+            self.publish()
+            self._metrics = {k: float(v) for k, v in metrics.items()}
+
+    # -- weights ---------------------------------------------------------
+    def actor_weights(self) -> dict[str, np.ndarray]:
+        actor = jax.device_get(self.state.actor_params)
+        return flat_params.flatten({"actor": actor})
+
+    def publish(self) -> None:
+        self.counters.publications += 1
+        self.server.publish(self.version, self.actor_weights())
+
+    def save(self) -> None:
+        save_policy(self.run_dir / "policy", self.version, self.actor_weights(),
+                    self.observation_spec, self.action_spec, self.config.algo)
+
+    def _log(self, file, elapsed: float, updates_per_s: float) -> None:
+        c = self.counters
+        returns, self._recent_returns = self._recent_returns, []
+        staleness, self._staleness = self._staleness, []
+        record = {
+            "time": round(elapsed, 3), "env_steps": c.env_steps, "episodes": c.episodes,
+            "episode_return": float(np.mean(returns)) if returns else None,
+            "updates": c.updates, "updates_per_s": round(updates_per_s, 1),
+            "policy_version": c.publications, "replay_size": self.replay.size,
+            "actors": len(self.server.sessions),
+            "policy_lag": float(np.mean(staleness)) if staleness else None,
+            "rejected": sum(self.server.stats.rejected.values()),
+            **self._metrics,
+        }
+        file.write(json.dumps(record) + "\n")
+        file.flush()

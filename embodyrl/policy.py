@@ -1,0 +1,81 @@
+"""The learner's policy on the actor side: DDPG's ``act`` under ``jax.jit``.
+
+Implements the HAL's :class:`~embodyrl.hal.policy.Policy`. Exploration noise
+comes from a JAX key folded with a step counter inside the jitted call, so
+acting costs one dispatch per step.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import partial
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .algos import ddpg
+from .hal import params as flat_params
+from .hal.specs import ArraySpec, DictSpec
+from .hal.steps import NO_POLICY, PolicyVersion
+
+POLICY_FILE = "policy.json"
+WEIGHTS_FILE = "weights.npz"
+
+
+class JaxPolicy:
+    def __init__(self, observation_spec: DictSpec, action_spec: ArraySpec,
+                 config: ddpg.DDPGConfig, seed: int = 0):
+        self.observation_spec = observation_spec
+        self.action_spec = action_spec
+        self.config = config
+        networks, self.params, _ = ddpg.make_networks(
+            observation_spec, action_spec, config.hidden_sizes, jax.random.key(seed))
+        self.version: PolicyVersion = NO_POLICY
+        self._key = jax.random.key(seed + 1)
+        self._count = 0
+
+        @partial(jax.jit, static_argnames="explore")
+        def _act(params, observation, key, count, explore):
+            obs = jax.tree.map(lambda x: x[None], observation)
+            action, extras = ddpg.act(networks, config, params, obs,
+                                      jax.random.fold_in(key, count), explore)
+            return action[0], extras
+
+        self._act = _act
+
+    def act(self, observation, *, explore: bool = True):
+        self._count += 1
+        action, extras = self._act(self.params, observation, self._key, self._count, explore)
+        return np.asarray(action, self.action_spec.dtype), {k: float(v) for k, v in extras.items()}
+
+    def load_weights(self, version: PolicyVersion, arrays: dict[str, np.ndarray]) -> None:
+        actor = flat_params.subtree(arrays, "actor")
+        tree = flat_params.unflatten(actor)
+        expected = jax.tree.structure(self.params)
+        if jax.tree.structure(tree) != expected:
+            raise ValueError(f"weights {sorted(actor)} do not fit the actor network")
+        self.params = jax.tree.map(jnp.asarray, tree)
+        self.version = version
+
+
+def save_policy(directory: Path, version: PolicyVersion, weights: dict[str, np.ndarray],
+                observation_spec: DictSpec, action_spec: ArraySpec, config: ddpg.DDPGConfig) -> None:
+    """Write weights (npz, no pickle) and what is needed to rebuild the network."""
+    directory.mkdir(parents=True, exist_ok=True)
+    np.savez(directory / WEIGHTS_FILE, **weights)
+    meta = {"algo": "ddpg", "version": list(version),
+            "observation_spec": observation_spec.to_msg(), "action_spec": action_spec.to_msg(),
+            "hidden_sizes": list(config.hidden_sizes)}
+    (directory / POLICY_FILE).write_text(json.dumps(meta, indent=2) + "\n")
+
+
+def load_policy(directory: Path, config: ddpg.DDPGConfig, seed: int = 0) -> JaxPolicy:
+    meta = json.loads((Path(directory) / POLICY_FILE).read_text())
+    with np.load(Path(directory) / WEIGHTS_FILE, allow_pickle=False) as data:
+        weights = {k: data[k] for k in data.files}
+    policy = JaxPolicy(DictSpec.from_msg(meta["observation_spec"]),
+                       ArraySpec.from_msg(meta["action_spec"]), config, seed)
+    policy.load_weights(PolicyVersion(*meta["version"]), weights)
+    return policy

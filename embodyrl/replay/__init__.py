@@ -1,0 +1,5 @@
+"""Replay of the step stream."""
+
+from .memory import StepReplay
+
+__all__ = ["StepReplay"]

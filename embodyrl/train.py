@@ -1,0 +1,153 @@
+"""``embodyrl train``: a learner process and actor processes on this machine.
+
+The parent starts the learner, learns its endpoint, starts the actors
+pointed at it, shows progress from the learner's ``metrics.jsonl``, and on
+completion or Ctrl-C stops every child (SIGTERM, then SIGKILL after a grace
+period) so that no process or port outlives the run. It then evaluates the
+saved policy against a uniform random policy on the same seeded episodes
+and writes ``summary.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import sys
+import time
+from pathlib import Path
+
+from .config import TrainConfig, save, to_dict
+from .workers import actor_main, learner_main
+
+START_TIMEOUT_S = 180.0
+GRACE_S = 15.0
+
+
+class TrainingError(RuntimeError):
+    pass
+
+
+def _stop(processes, grace_s: float = GRACE_S) -> None:
+    processes = [p for p in processes if p.pid is not None]  # started ones
+    for p in processes:
+        if p.is_alive():
+            p.terminate()
+    deadline = time.monotonic() + grace_s
+    for p in processes:
+        p.join(max(0.0, deadline - time.monotonic()))
+        if p.is_alive():
+            p.kill()
+            p.join(5)
+
+
+class Progress:
+    """Prints the newest metrics line every few seconds (nothing when quiet)."""
+
+    def __init__(self, path: Path, total_steps: int, quiet: bool, every_s: float = 2.0):
+        self.path, self.total, self.quiet, self.every_s = path, total_steps, quiet, every_s
+        self._last = 0.0
+        self._return = None
+
+    def show(self, force: bool = False) -> None:
+        if self.quiet or (not force and time.monotonic() - self._last < self.every_s):
+            return
+        self._last = time.monotonic()
+        if not self.path.exists():
+            return
+        lines = self.path.read_text().splitlines()
+        if not lines:
+            return
+        m = json.loads(lines[-1])
+        for line in reversed(lines):
+            r = json.loads(line).get("episode_return")
+            if r is not None:
+                self._return = r
+                break
+        ret = "-" if self._return is None else f"{self._return:8.1f}"
+        print(f"[{m['time']:7.1f}s] steps {m['env_steps']:>8}/{self.total}  episodes {m['episodes']:>5}  "
+              f"return {ret}  updates {m['updates']:>8} ({m['updates_per_s']:.0f}/s)  "
+              f"version {m['policy_version']}  actors {m['actors']}", file=sys.stderr, flush=True)
+
+
+def train(config: TrainConfig, run_dir: Path, quiet: bool = False) -> dict:
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    save(config, run_dir / "config.json")
+    ctx = mp.get_context("spawn")
+    started = time.monotonic()
+    parent_conn, child_conn = ctx.Pipe(duplex=False)
+    learner = ctx.Process(target=learner_main, name="embodyrl-learner",
+                          args=(to_dict(config), str(run_dir), child_conn))
+    processes = [learner]
+    progress = Progress(run_dir / "metrics.jsonl", config.steps, quiet)
+    try:
+        learner.start()
+        child_conn.close()
+        endpoint = _expect(parent_conn, learner, "ready", START_TIMEOUT_S)
+        for i in range(config.actors):
+            actor = ctx.Process(target=actor_main, name=f"embodyrl-actor-{i}",
+                                args=(to_dict(config), endpoint, i))
+            actor.start()
+            processes.append(actor)
+        while not parent_conn.poll(0.2):
+            progress.show()
+            if not learner.is_alive():
+                raise TrainingError(f"learner exited with code {learner.exitcode}")
+            failed = [p for p in processes[1:] if p.exitcode not in (None, 0)]
+            if failed:
+                raise TrainingError(f"{failed[0].name} exited with code {failed[0].exitcode}")
+        _expect(parent_conn, learner, "done", 1.0)
+        progress.show(force=True)
+        learner.join(60)
+        for actor in processes[1:]:
+            actor.join(30)
+    finally:
+        _stop(processes)
+    wall_s = time.monotonic() - started
+    summary = {"env_steps": _last_metrics(run_dir)["env_steps"], "wall_s": round(wall_s, 1)}
+    summary.update(evaluate_run(config, run_dir))
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    return summary
+
+
+def _expect(conn, process, kind: str, timeout_s: float):
+    deadline = time.monotonic() + timeout_s
+    while not conn.poll(0.2):
+        if not process.is_alive():
+            raise TrainingError(f"{process.name} exited with code {process.exitcode} before '{kind}'")
+        if time.monotonic() > deadline:
+            raise TrainingError(f"{process.name} did not report '{kind}' within {timeout_s} s")
+    got, payload = conn.recv()
+    if got == "error":
+        raise TrainingError(f"{process.name} failed:\n{payload}")
+    if got != kind:
+        raise TrainingError(f"{process.name} reported {got!r} where {kind!r} was expected")
+    return payload
+
+
+def _last_metrics(run_dir: Path) -> dict:
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    return json.loads(lines[-1])
+
+
+def evaluate_run(config: TrainConfig, run_dir: Path) -> dict:
+    """The saved policy and a uniform random policy on the same seeded episodes."""
+    from . import envs
+    from .evaluate import evaluate
+    from .hal.policy import UniformRandomPolicy
+    from .policy import load_policy
+
+    device, task = envs.make(config.task)
+    seed = 10_000 + config.seed
+    policy = load_policy(run_dir / "policy", config.algo)
+    with device:
+        trained = evaluate(device, task, policy, config.eval_episodes, seed)
+        rand = evaluate(device, task, UniformRandomPolicy(device.action_spec, seed=seed),
+                        config.eval_episodes, seed)
+    out = {"eval_episodes": config.eval_episodes, "eval_return_mean": trained["return_mean"],
+           "random_return_mean": rand["return_mean"], "eval_returns": trained["returns"]}
+    for name, value in trained.items():
+        if name.endswith("_mean") and name != "return_mean":
+            out[f"eval_{name.removesuffix('_mean')}"] = value
+            out[f"random_{name.removesuffix('_mean')}"] = rand[name]
+    return out

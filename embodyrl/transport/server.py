@@ -1,0 +1,223 @@
+"""The learner's ROUTER socket: handshakes, step ingest, acks, credits, weights.
+
+The server never blocks on one actor. It decodes and validates everything it
+receives (against the limits and the specs each actor declared), counts what
+it refuses by reason, drops batches it has already committed, and sends each
+actor the newest weights once the actor has caught up with the last ones it
+was sent, so a slow actor never queues a backlog of stale weights.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import zmq
+
+from ..hal.specs import SpecError
+from ..hal.steps import PolicyVersion, Steps
+from ..hal.wire import protocol as P
+from ..hal.wire.codec import DEFAULT_LIMITS, PROTOCOL_VERSION, Limits, MessageError, decode, encode
+
+# Decides whether to admit an actor: returns None to accept or the reason to refuse.
+AdmitFn = Callable[[list[P.DeviceInfo]], str | None]
+
+
+@dataclass
+class ActorSession:
+    identity: bytes
+    name: str
+    actor_id: int
+    devices: dict[int, P.DeviceInfo]
+    committed_seq: int = 0
+    last_heard: float = 0.0
+    held: PolicyVersion | None = None
+    weights_sent: PolicyVersion | None = None
+    weights_sent_at: float = 0.0
+    rows: int = 0
+
+
+@dataclass(frozen=True)
+class ReceivedSteps:
+    session: ActorSession
+    seq: int
+    device_id: int
+    steps: Steps
+
+
+@dataclass
+class ServerStats:
+    messages_in: int = 0
+    bytes_in: int = 0
+    duplicates: int = 0
+    rejected: dict[str, int] = field(default_factory=dict)
+
+    def reject(self, reason: str) -> None:
+        self.rejected[reason] = self.rejected.get(reason, 0) + 1
+
+
+class LearnerServer:
+    def __init__(self, bind: str = "tcp://127.0.0.1:*", *, run_id: str, incarnation: int,
+                 admit: AdmitFn | None = None, limits: Limits = DEFAULT_LIMITS,
+                 peer_timeout_s: float = 30.0, weights_resend_s: float = 5.0,
+                 context: zmq.Context | None = None):
+        self.run_id = run_id
+        self.incarnation = incarnation
+        self.admit = admit
+        self.limits = limits
+        self.peer_timeout_s = peer_timeout_s
+        self.weights_resend_s = weights_resend_s
+        self._context = context or zmq.Context.instance()
+        sock = self._context.socket(zmq.ROUTER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        sock.setsockopt(zmq.MAXMSGSIZE, limits.max_message_bytes + limits.max_header_bytes)
+        sock.setsockopt(zmq.RCVHWM, 1024)
+        sock.setsockopt(zmq.SNDHWM, 1024)
+        sock.bind(bind)
+        self._socket = sock
+        self.endpoint: str = sock.getsockopt_string(zmq.LAST_ENDPOINT)
+        self.sessions: dict[bytes, ActorSession] = {}
+        self.stats = ServerStats()
+        self._weights: tuple[PolicyVersion, list] | None = None
+
+    def close(self) -> None:
+        if self._socket is not None:
+            self._socket.close(linger=0)
+            self._socket = None
+
+    # -- receiving -------------------------------------------------------
+    def poll(self, timeout_ms: int = 0, max_messages: int = 256) -> list[ReceivedSteps]:
+        """Handle up to ``max_messages`` arrivals; return the new step batches."""
+        received: list[ReceivedSteps] = []
+        if not self._socket.poll(timeout_ms, zmq.POLLIN):
+            self._expire_sessions()
+            return received
+        for _ in range(max_messages):
+            try:
+                frames = self._socket.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                break
+            self.stats.messages_in += 1
+            self.stats.bytes_in += sum(len(f) for f in frames)
+            identity, body = frames[0].bytes, frames[1:]
+            try:
+                batch = self._handle(identity, decode(body, self.limits))
+            except MessageError as err:
+                self.stats.reject(err.reason)
+                continue
+            if batch is not None:
+                received.append(batch)
+        self._expire_sessions()
+        return received
+
+    def _handle(self, identity: bytes, msg) -> ReceivedSteps | None:
+        session = self.sessions.get(identity)
+        if msg.kind == P.HELLO:
+            self._hello(identity, msg.fields)
+            return None
+        if session is None:
+            raise MessageError("unknown_peer", f"{msg.kind} before HELLO")
+        session.last_heard = time.monotonic()
+        if msg.kind == P.STEPS:
+            return self._steps(session, msg)
+        if msg.kind == P.BYE:
+            del self.sessions[identity]
+        elif msg.kind != P.HEARTBEAT:
+            raise MessageError("kind", f"unexpected {msg.kind!r} from an actor")
+        return None
+
+    def _hello(self, identity: bytes, f: dict) -> None:
+        devices = [P.DeviceInfo.from_msg(d) for d in P.field(f, "devices", list)]
+        name, actor_id = P.field(f, "actor", str), P.field(f, "actor_id", int)
+        reason = self.admit(devices) if self.admit else None
+        if reason is not None:
+            self._send(identity, P.REFUSED, {"reason": reason})
+            self.stats.reject("refused")
+            return
+        previous = next((s for s in self.sessions.values() if s.actor_id == actor_id), None)
+        session = ActorSession(identity, name, actor_id, {d.device_id: d for d in devices},
+                               last_heard=time.monotonic(), held=P.version_field(f, "held"))
+        if previous is not None:  # a reconnect: keep its place in the sequence
+            session.committed_seq = previous.committed_seq
+            self.sessions.pop(previous.identity, None)
+        self.sessions[identity] = session
+        self._send(identity, P.WELCOME, {"protocol": PROTOCOL_VERSION, "run_id": self.run_id,
+                                         "incarnation": self.incarnation, "credits": 0})
+        self._maybe_send_weights(session)
+
+    def _steps(self, session: ActorSession, msg) -> ReceivedSteps | None:
+        seq = P.field(msg.fields, "seq", int)
+        device_id = P.field(msg.fields, "device_id", int)
+        session.held = P.version_field(msg.fields, "held")
+        self._maybe_send_weights(session)
+        device = session.devices.get(device_id)
+        if device is None:
+            raise MessageError("device", f"device {device_id} was not declared in HELLO")
+        if seq <= session.committed_seq:
+            self.stats.duplicates += 1
+            self.ack(session, seq)
+            return None
+        try:
+            steps = Steps.from_arrays(msg.arrays, device.observation_spec, device.action_spec)
+        except SpecError as err:
+            raise MessageError("steps_invalid", str(err)) from None
+        if (steps.actor_id != session.actor_id).any() or (steps.device_id != device_id).any():
+            raise MessageError("steps_invalid", "actor or device ids differ from the session's")
+        return ReceivedSteps(session, seq, device_id, steps)
+
+    def _expire_sessions(self) -> None:
+        now = time.monotonic()
+        for identity, s in list(self.sessions.items()):
+            if now - s.last_heard > self.peer_timeout_s:
+                del self.sessions[identity]
+
+    # -- sending ---------------------------------------------------------
+    def ack(self, session: ActorSession, seq: int, credits: int = 0) -> None:
+        """Tell the actor its batches up to ``seq`` are committed; grant credits."""
+        session.committed_seq = max(session.committed_seq, seq)
+        self._send(session.identity, P.ACK, {"seq": session.committed_seq, "credits": credits})
+
+    def grant(self, session: ActorSession, credits: int) -> None:
+        self._send(session.identity, P.ACK, {"seq": session.committed_seq, "credits": credits})
+
+    def heartbeat(self) -> None:
+        for session in list(self.sessions.values()):
+            self._send(session.identity, P.HEARTBEAT, {"time": time.time()})
+
+    def publish(self, version: PolicyVersion, arrays: dict[str, np.ndarray]) -> None:
+        """Make ``arrays`` the current weights and send them to actors that are ready."""
+        self._weights = (version, encode(P.WEIGHTS, {"version": list(version), "encoding": "full"}, arrays))
+        for session in list(self.sessions.values()):
+            self._maybe_send_weights(session)
+
+    def _maybe_send_weights(self, session: ActorSession) -> None:
+        """Send the current weights unless the actor holds them or others are in flight."""
+        if self._weights is None:
+            return
+        version, frames = self._weights
+        if session.held == version:
+            return
+        now = time.monotonic()
+        in_flight = (session.weights_sent is not None and session.held != session.weights_sent
+                     and now - session.weights_sent_at < self.weights_resend_s)
+        if in_flight:
+            return
+        session.weights_sent = version
+        session.weights_sent_at = now
+        try:
+            self._socket.send_multipart([session.identity, *frames], zmq.NOBLOCK, copy=False)
+        except zmq.ZMQError:
+            self.stats.reject("send_failed")
+
+    def bye(self, reason: str) -> None:
+        for session in list(self.sessions.values()):
+            self._send(session.identity, P.BYE, {"reason": reason})
+
+    def _send(self, identity: bytes, kind: str, fields: dict) -> None:
+        try:
+            self._socket.send_multipart([identity, *encode(kind, fields)], zmq.NOBLOCK)
+        except zmq.ZMQError:  # peer gone (ROUTER_MANDATORY) or its queue full
+            self.stats.reject("send_failed")

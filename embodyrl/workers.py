@@ -1,0 +1,64 @@
+"""Process entry points for ``embodyrl train``: the learner and the actors.
+
+Started with the ``spawn`` method: each builds its own ZeroMQ context after
+it starts, never inheriting one across a fork.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import signal
+import traceback
+from pathlib import Path
+
+
+def _stop_on_signals():
+    """A flag set by SIGINT/SIGTERM, so the loops end cleanly and save."""
+    state = {"stop": False}
+
+    def handler(signum, frame):
+        state["stop"] = True
+
+    signal.signal(signal.SIGINT, handler)
+    signal.signal(signal.SIGTERM, handler)
+    return lambda: state["stop"]
+
+
+def learner_main(config_dict: dict, run_dir: str, conn) -> None:
+    should_stop = _stop_on_signals()
+    try:
+        from . import envs
+        from .config import TrainConfig, from_dict
+        from .learner import Learner
+
+        config = from_dict(TrainConfig, config_dict)
+        device, _ = envs.make(config.task)
+        learner = Learner(config, device.observation_spec, device.action_spec, Path(run_dir))
+        conn.send(("ready", learner.endpoint))
+        learner.run(should_stop)
+        conn.send(("done", dataclasses.asdict(learner.counters)))
+    except BaseException:
+        conn.send(("error", traceback.format_exc()))
+        raise
+    finally:
+        conn.close()
+
+
+def actor_main(config_dict: dict, endpoint: str, index: int) -> None:
+    should_stop = _stop_on_signals()
+    from . import envs
+    from .config import TrainConfig, from_dict
+    from .hal.actor import ActorLoop
+    from .hal.wire.client import LearnerLink
+    from .hal.wire.protocol import DeviceInfo
+    from .policy import JaxPolicy
+
+    config = from_dict(TrainConfig, config_dict)
+    actor_config = dataclasses.replace(config.actor, actor_id=index, seed=config.seed * 1000 + index)
+    device, task = envs.make(config.task)
+    policy = JaxPolicy(device.observation_spec, device.action_spec, config.algo, seed=actor_config.seed)
+    info = DeviceInfo(0, config.task, device.observation_spec, device.action_spec)
+    link = LearnerLink(endpoint, actor_name=f"actor-{index}", actor_id=index, devices=[info],
+                       peer_timeout_s=config.learner.peer_timeout_s)
+    with device, link:
+        ActorLoop(device, task, policy, link, actor_config).run(should_stop=should_stop)

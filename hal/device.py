@@ -1,0 +1,122 @@
+"""The device protocol: anything the actor loop can drive.
+
+A device is a robot, a simulation or a coupled model seen through one small
+interface. It knows its specs, resets, applies one action per control period
+and reports its health; it does not know rewards (those belong to the task,
+so one robot serves many tasks). The loop it expects::
+
+    with device:                      # connect() ... close()
+        obs = device.reset(seed)
+        while running:
+            obs = device.step(action) # one control period
+            if device.health().status == "faulted": ...
+
+An e-stop latches: once raised, ``step`` refuses to move the hardware until
+``clear_estop()`` is called explicitly.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from .specs import ArraySpec, DictSpec
+
+HealthStatus = Literal["ok", "degraded", "faulted"]
+
+
+@dataclass(frozen=True)
+class Health:
+    status: HealthStatus = "ok"
+    reason: str = ""
+
+
+class EStopError(RuntimeError):
+    """The device is e-stopped; it will not move until the e-stop is cleared."""
+
+
+class Device(abc.ABC):
+    """Base class of every driver. Subclasses implement the ``_``-prefixed hooks."""
+
+    observation_spec: DictSpec
+    action_spec: ArraySpec
+    control_period_s: float
+
+    def __init__(self) -> None:
+        self._estop_reason: str | None = None
+        self._connected = False
+
+    # -- lifecycle -------------------------------------------------------
+    def connect(self) -> None:
+        if not self._connected:
+            self._connect()
+            self._connected = True
+
+    def close(self) -> None:
+        if self._connected:
+            self._connected = False
+            self._close()
+
+    def __enter__(self) -> Device:
+        self.connect()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- control ---------------------------------------------------------
+    def reset(self, seed: int | None = None) -> dict[str, np.ndarray]:
+        """Bring the device to an initial state and return o_0."""
+        self._require_ready()
+        return self._reset(seed)
+
+    def step(self, action: np.ndarray) -> dict[str, np.ndarray]:
+        """Apply ``action`` for one control period and return the next observation."""
+        self._require_ready()
+        return self._step(action)
+
+    def health(self) -> Health:
+        if self._estop_reason is not None:
+            return Health("faulted", f"e-stop: {self._estop_reason}")
+        return self._health()
+
+    def estop(self, reason: str) -> None:
+        """Latch an emergency stop and command the device's safe state."""
+        if self._estop_reason is None:
+            self._estop_reason = reason
+            self._on_estop()
+
+    def clear_estop(self) -> None:
+        self._estop_reason = None
+
+    @property
+    def estopped(self) -> bool:
+        return self._estop_reason is not None
+
+    def _require_ready(self) -> None:
+        if not self._connected:
+            raise RuntimeError(f"{type(self).__name__} is not connected: call connect() first")
+        if self._estop_reason is not None:
+            raise EStopError(f"{type(self).__name__} is e-stopped ({self._estop_reason}); clear_estop() first")
+
+    # -- driver hooks ----------------------------------------------------
+    def _connect(self) -> None:
+        """Open the link to the hardware (default: nothing to do)."""
+
+    def _close(self) -> None:
+        """Release the hardware (default: nothing to do)."""
+
+    @abc.abstractmethod
+    def _reset(self, seed: int | None) -> dict[str, np.ndarray]: ...
+
+    @abc.abstractmethod
+    def _step(self, action: np.ndarray) -> dict[str, np.ndarray]: ...
+
+    def _health(self) -> Health:
+        return Health()
+
+    def _on_estop(self) -> None:
+        """Command the safe state (default: nothing; real drivers must override)."""

@@ -1,0 +1,1 @@
+"""Device drivers. Each imports its own library only when it is used."""

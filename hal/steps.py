@@ -1,0 +1,261 @@
+"""The step record: what actors stream and what the replay stores.
+
+Actors stream *steps*, as dm_env's time steps, not (s, a, r, s') rows. Row t
+of an episode holds the observation o_t, the action applied at t (after the
+safety layer), the action the policy proposed with its log-probability, the
+reward r_t and the ``terminated``/``truncated`` flags that followed the
+action, and the bookkeeping (episode id, step index, device, actor, the
+policy version that acted, the source). An episode ends with one extra row,
+``final``, that holds only its last observation. The next observation of row
+t is row t+1: an index, never a copy, so an image is stored once.
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass, fields
+from enum import IntEnum
+from typing import NamedTuple
+
+import numpy as np
+
+from .specs import ArraySpec, DictSpec, SpecError
+
+
+class Source(IntEnum):
+    """Where a step came from; replay can mix and retain by source."""
+
+    ONLINE = 0
+    DEMONSTRATION = 1
+    INTERVENTION = 2
+
+
+class PolicyVersion(NamedTuple):
+    """(learner incarnation, publication count).
+
+    A restarted learner draws a new incarnation, so versions never repeat;
+    staleness is only defined within one incarnation.
+    """
+
+    incarnation: int
+    count: int
+
+    def staleness(self, latest: PolicyVersion) -> int | None:
+        """Publications between this version and ``latest``; None across incarnations."""
+        if self.incarnation != latest.incarnation:
+            return None
+        return latest.count - self.count
+
+
+NO_POLICY = PolicyVersion(0, -1)
+"""The version of actions taken before any learner weights arrived."""
+
+
+def new_incarnation() -> int:
+    """A random non-zero 63-bit learner incarnation id."""
+    return secrets.randbits(63) | 1
+
+
+# Per-row scalar columns and their dtypes; observation and action columns
+# take their dtypes from the device's specs.
+SCALAR_COLUMNS: dict[str, np.dtype] = {
+    "log_prob": np.dtype(np.float32),
+    "reward": np.dtype(np.float32),
+    "terminated": np.dtype(np.bool_),
+    "truncated": np.dtype(np.bool_),
+    "final": np.dtype(np.bool_),
+    "episode_id": np.dtype(np.int64),
+    "step_index": np.dtype(np.int32),
+    "device_id": np.dtype(np.int32),
+    "actor_id": np.dtype(np.int32),
+    "policy_incarnation": np.dtype(np.int64),
+    "policy_count": np.dtype(np.int64),
+    "source": np.dtype(np.uint8),
+}
+OBSERVATION_PREFIX = "observation/"
+
+
+@dataclass(frozen=True)
+class Steps:
+    """A batch of consecutive rows of one (actor, device) stream, column-wise."""
+
+    observation: dict[str, np.ndarray]
+    action: np.ndarray
+    proposed_action: np.ndarray
+    log_prob: np.ndarray
+    reward: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+    final: np.ndarray
+    episode_id: np.ndarray
+    step_index: np.ndarray
+    device_id: np.ndarray
+    actor_id: np.ndarray
+    policy_incarnation: np.ndarray
+    policy_count: np.ndarray
+    source: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.reward.shape[0])
+
+    @property
+    def env_steps(self) -> int:
+        """Rows that carry an action (every row but the final ones)."""
+        return int(len(self) - np.count_nonzero(self.final))
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """Flat name -> column mapping, as the wire and the replay store it."""
+        flat = {OBSERVATION_PREFIX + name: value for name, value in self.observation.items()}
+        for f in fields(self):
+            if f.name != "observation":
+                flat[f.name] = getattr(self, f.name)
+        return flat
+
+    @classmethod
+    def from_arrays(
+        cls, arrays: dict[str, np.ndarray], observation_spec: DictSpec, action_spec: ArraySpec
+    ) -> Steps:
+        """Rebuild and validate a batch from flat columns (e.g. off the wire).
+
+        Every column must have its spec's dtype and a common length;
+        observations and actions must be finite and applied actions within
+        the action bounds; flags must be consistent. Raises :class:`SpecError`.
+        """
+        expected = {OBSERVATION_PREFIX + n for n in observation_spec} | set(SCALAR_COLUMNS)
+        expected |= {"action", "proposed_action"}
+        if set(arrays) != expected:
+            raise SpecError(
+                f"step columns: missing {sorted(expected - set(arrays))}, "
+                f"unexpected {sorted(set(arrays) - expected)}"
+            )
+        length = arrays["reward"].shape[0] if arrays["reward"].ndim == 1 else -1
+        if length < 1:
+            raise SpecError(f"reward: shape {arrays['reward'].shape}; expected a non-empty 1-d column")
+        for name, dtype in SCALAR_COLUMNS.items():
+            ArraySpec(name, (), dtype).validate_batch(arrays[name], length)
+        observation = {
+            name: spec.validate_batch(arrays[OBSERVATION_PREFIX + name], length)
+            for name, spec in observation_spec.items()
+        }
+        final = arrays["final"]
+        proposed = action_spec.validate_batch(arrays["proposed_action"], length)
+        action = action_spec.validate_batch(arrays["action"], length)
+        live = ~final
+        if action_spec.bounded:
+            action_spec.validate_batch(action[live], int(live.sum()), check_bounds=True)
+        if (final & (arrays["terminated"] | arrays["truncated"])).any():
+            raise SpecError("final rows must not carry terminated/truncated flags")
+        if (arrays["terminated"] & arrays["truncated"]).any():
+            raise SpecError("a step cannot be both terminated and truncated")
+        if int(arrays["source"].max()) > max(Source):
+            raise SpecError(f"source: unknown tag {int(arrays['source'].max())}")
+        scalars = {name: arrays[name] for name in SCALAR_COLUMNS}
+        return cls(observation=observation, action=action, proposed_action=proposed, **scalars)
+
+
+def new_episode_id() -> int:
+    """A random 62-bit episode id: unique across actor restarts without coordination."""
+    return secrets.randbits(62)
+
+
+class StepRecorder:
+    """Builds :class:`Steps` batches for one (actor, device) stream.
+
+    Call :meth:`add` once per control step with o_t and what followed it,
+    :meth:`add_final` with the last observation when the episode ends, and
+    :meth:`flush` to take the rows gathered so far. Rows are written into
+    preallocated columns, so recording costs a few array stores per step.
+    """
+
+    def __init__(self, observation_spec: DictSpec, action_spec: ArraySpec, *,
+                 actor_id: int, device_id: int, capacity: int = 256):
+        self.observation_spec = observation_spec
+        self.action_spec = action_spec
+        self.actor_id = actor_id
+        self.device_id = device_id
+        self.capacity = capacity
+        self._rows = 0
+        self._episode_id = new_episode_id()
+        self._step_index = 0
+        self._allocate()
+
+    def _allocate(self) -> None:
+        n = self.capacity
+        self._obs = {k: np.zeros((n, *s.shape), s.dtype) for k, s in self.observation_spec.items()}
+        self._action = np.zeros((n, *self.action_spec.shape), self.action_spec.dtype)
+        self._proposed = np.zeros_like(self._action)
+        self._cols = {name: np.zeros(n, dtype) for name, dtype in SCALAR_COLUMNS.items()}
+
+    def __len__(self) -> int:
+        return self._rows
+
+    @property
+    def episode_id(self) -> int:
+        return self._episode_id
+
+    @property
+    def step_index(self) -> int:
+        return self._step_index
+
+    def _next_row(self) -> int:
+        if self._rows == self.capacity:
+            raise RuntimeError("StepRecorder is full: flush() before adding more rows")
+        row = self._rows
+        self._rows += 1
+        return row
+
+    def _write_row(self, row: int, observation: dict[str, np.ndarray]) -> None:
+        for name, column in self._obs.items():
+            column[row] = observation[name]
+        c = self._cols
+        c["episode_id"][row] = self._episode_id
+        c["step_index"][row] = self._step_index
+        c["device_id"][row] = self.device_id
+        c["actor_id"][row] = self.actor_id
+
+    def add(self, observation, action, proposed_action, reward: float, terminated: bool,
+            truncated: bool, version: PolicyVersion, *, log_prob: float = 0.0,
+            source: Source = Source.ONLINE) -> None:
+        """Record row t: o_t, the applied and proposed actions, and what followed."""
+        row = self._next_row()
+        self._write_row(row, observation)
+        self._action[row] = action
+        self._proposed[row] = proposed_action
+        c = self._cols
+        c["log_prob"][row] = log_prob
+        c["reward"][row] = reward
+        c["terminated"][row] = terminated
+        c["truncated"][row] = truncated
+        c["final"][row] = False
+        c["policy_incarnation"][row] = version.incarnation
+        c["policy_count"][row] = version.count
+        c["source"][row] = source
+        self._step_index += 1
+
+    def add_final(self, observation) -> None:
+        """Close the episode with the row that holds only its last observation."""
+        row = self._next_row()
+        self._write_row(row, observation)
+        self._action[row] = 0
+        self._proposed[row] = 0
+        c = self._cols
+        for name in ("log_prob", "reward", "terminated", "truncated",
+                     "policy_incarnation", "policy_count", "source"):
+            c[name][row] = 0
+        c["final"][row] = True
+        self._episode_id = new_episode_id()
+        self._step_index = 0
+
+    def flush(self) -> Steps | None:
+        """Take the rows recorded since the last flush (None if there are none)."""
+        if self._rows == 0:
+            return None
+        n = self._rows
+        steps = Steps(
+            observation={k: v[:n].copy() for k, v in self._obs.items()},
+            action=self._action[:n].copy(),
+            proposed_action=self._proposed[:n].copy(),
+            **{k: v[:n].copy() for k, v in self._cols.items()},
+        )
+        self._rows = 0
+        return steps

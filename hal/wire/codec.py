@@ -1,0 +1,141 @@
+"""Messages as a small msgpack header plus raw little-endian array frames.
+
+A message is a ZeroMQ multipart ``[header, frame_0, ..., frame_n]``. The
+header is a msgpack map ``{"p": protocol, "k": kind, "f": fields, "a":
+[[name, dtype, shape], ...]}`` describing each following frame. Nothing is
+ever unpickled: dtypes travel by name (see :mod:`..dtypes`), and
+:func:`decode` checks every size, count and shape against :class:`Limits`
+before it builds an array, so a malformed or hostile message costs one
+:class:`MessageError` and nothing else. Decoded arrays are read-only views
+of the received frames (no copy).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import msgpack
+import numpy as np
+
+from ..dtypes import dtype_from_name, dtype_name
+
+PROTOCOL_VERSION = 1
+
+
+class MessageError(ValueError):
+    """A message was refused; ``reason`` is a short tag for counting."""
+
+    def __init__(self, reason: str, detail: str):
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Upper bounds a receiver enforces before it allocates anything."""
+
+    max_header_bytes: int = 64 * 1024
+    max_arrays: int = 512
+    max_ndim: int = 8
+    max_name_chars: int = 256
+    max_frame_bytes: int = 1 << 30
+    max_message_bytes: int = 1 << 30
+
+
+DEFAULT_LIMITS = Limits()
+
+
+@dataclass(frozen=True)
+class Message:
+    kind: str
+    fields: dict = field(default_factory=dict)
+    arrays: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+def _wire_array(array: np.ndarray) -> tuple[list, np.ndarray]:
+    array = np.asarray(array)
+    name = dtype_name(array.dtype)
+    little = array.dtype.newbyteorder("<")
+    flat = np.ascontiguousarray(array, dtype=little).reshape(-1).view(np.uint8)
+    return [name, list(array.shape)], flat
+
+
+def encode(kind: str, fields: dict | None = None,
+           arrays: dict[str, np.ndarray] | None = None) -> list:
+    """Frames for ``socket.send_multipart(frames, copy=False)``.
+
+    Large frames go out without a copy; pyzmq copies those below its
+    ``copy_threshold`` (64 KiB), where zero-copy costs more than it saves.
+    """
+    descriptors, frames = [], []
+    for name, array in (arrays or {}).items():
+        (dtype, shape), flat = _wire_array(array)
+        descriptors.append([name, dtype, shape])
+        frames.append(flat)
+    header = {"p": PROTOCOL_VERSION, "k": kind, "f": fields or {}, "a": descriptors}
+    return [msgpack.packb(header, use_bin_type=True), *frames]
+
+
+def _buffer(frame) -> memoryview:
+    buf = getattr(frame, "buffer", None)  # zmq.Frame
+    return buf if buf is not None else memoryview(frame)
+
+
+def decode(frames: list, limits: Limits = DEFAULT_LIMITS) -> Message:
+    """Parse and validate one multipart message; raise :class:`MessageError`."""
+    if not frames:
+        raise MessageError("empty", "message has no frames")
+    header_buf = _buffer(frames[0])
+    if header_buf.nbytes > limits.max_header_bytes:
+        raise MessageError("header_size", f"header of {header_buf.nbytes} bytes exceeds {limits.max_header_bytes}")
+    try:
+        # unpackb bounds every container by the (already checked) buffer size
+        header = msgpack.unpackb(header_buf, raw=False, strict_map_key=True)
+    except Exception as err:  # msgpack raises several unrelated types
+        raise MessageError("header_malformed", f"header is not valid msgpack ({type(err).__name__})") from None
+    if not isinstance(header, dict) or set(header) != {"p", "k", "f", "a"}:
+        raise MessageError("header_malformed", "header must be a map with keys p, k, f, a")
+    if header["p"] != PROTOCOL_VERSION:
+        raise MessageError("protocol", f"protocol {header['p']!r}; this side speaks {PROTOCOL_VERSION}")
+    kind, fields, descriptors = header["k"], header["f"], header["a"]
+    if not isinstance(kind, str) or not isinstance(fields, dict) or not isinstance(descriptors, list):
+        raise MessageError("header_malformed", "kind must be a string, fields a map, arrays a list")
+    if len(descriptors) > limits.max_arrays:
+        raise MessageError("too_many_arrays", f"{len(descriptors)} arrays exceed {limits.max_arrays}")
+    if len(descriptors) != len(frames) - 1:
+        raise MessageError("frame_count", f"header describes {len(descriptors)} arrays, message has {len(frames) - 1} frames")
+    arrays: dict[str, np.ndarray] = {}
+    total = 0
+    for descriptor, frame in zip(descriptors, frames[1:], strict=True):
+        name, dtype, shape = _check_descriptor(descriptor, limits)
+        if name in arrays:
+            raise MessageError("array_malformed", f"array {name!r} appears twice")
+        nbytes = math.prod(shape) * dtype.itemsize
+        if nbytes > limits.max_frame_bytes:
+            raise MessageError("frame_size", f"{name}: {nbytes} bytes exceed {limits.max_frame_bytes}")
+        buf = _buffer(frame)
+        if buf.nbytes != nbytes:
+            raise MessageError("frame_size", f"{name}: frame has {buf.nbytes} bytes, {dtype_name(dtype)}{list(shape)} needs {nbytes}")
+        total += nbytes
+        if total > limits.max_message_bytes:
+            raise MessageError("message_size", f"message exceeds {limits.max_message_bytes} bytes")
+        arrays[name] = np.frombuffer(buf, dtype=dtype.newbyteorder("<")).reshape(shape)
+    return Message(kind, fields, arrays)
+
+
+def _check_descriptor(descriptor, limits: Limits):
+    if not isinstance(descriptor, list) or len(descriptor) != 3:
+        raise MessageError("array_malformed", f"array descriptor {descriptor!r} is not [name, dtype, shape]")
+    name, dtype, shape = descriptor
+    if not isinstance(name, str) or not 0 < len(name) <= limits.max_name_chars:
+        raise MessageError("array_malformed", f"array name {name!r} is not a short string")
+    try:
+        np_dtype = dtype_from_name(dtype)
+    except ValueError as err:
+        raise MessageError("dtype", f"{name}: {err}") from None
+    if not isinstance(shape, list) or len(shape) > limits.max_ndim:
+        raise MessageError("array_malformed", f"{name}: shape {shape!r} is not a list of at most {limits.max_ndim} dims")
+    if not all(type(d) is int and d >= 0 for d in shape):  # msgpack ints are 64-bit at most
+        raise MessageError("array_malformed", f"{name}: shape {shape!r} has a bad dimension")
+    return name, np_dtype, tuple(shape)

@@ -1,0 +1,80 @@
+"""The actor <-> learner conversation, on top of :mod:`.codec`.
+
+::
+
+    actor -> learner   HELLO(actor name and id, devices with specs, last acked seq)
+    learner -> actor   WELCOME(run id, incarnation, credits)  or  REFUSED(reason)
+    actor -> learner   STEPS(seq, device id, steps as array frames)
+    learner -> actor   ACK(seq committed, credits granted)
+    learner -> actor   WEIGHTS(version, encoding, parameter frames)
+    both ways          HEARTBEAT(time); BYE(reason)
+
+Actors dial out over DEALER and the learner binds a ROUTER, so a robot
+behind NAT needs no inbound port. Credits count step rows: an actor sends
+only what it has credit for, which is how the learner's samples-per-insert
+limit reaches the actors. ``ACK(seq)`` means the replay holds every batch up
+to ``seq``; the learner drops a batch whose seq it has already committed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..specs import ArraySpec, DictSpec, SpecError
+from ..steps import PolicyVersion
+from .codec import MessageError
+
+HELLO = "HELLO"
+WELCOME = "WELCOME"
+REFUSED = "REFUSED"
+STEPS = "STEPS"
+ACK = "ACK"
+WEIGHTS = "WEIGHTS"
+HEARTBEAT = "HEARTBEAT"
+BYE = "BYE"
+KINDS = frozenset({HELLO, WELCOME, REFUSED, STEPS, ACK, WEIGHTS, HEARTBEAT, BYE})
+
+
+def field(fields: dict, name: str, kind: type | tuple[type, ...]):
+    """``fields[name]`` if present and of ``kind``; else a MessageError."""
+    if name not in fields:
+        raise MessageError("field_missing", f"field {name!r} is missing")
+    value = fields[name]
+    if isinstance(value, bool) and bool not in (kind if isinstance(kind, tuple) else (kind,)):
+        raise MessageError("field_type", f"field {name!r} is a bool")
+    if not isinstance(value, kind):
+        raise MessageError("field_type", f"field {name!r} is {type(value).__name__}")
+    return value
+
+
+def version_field(fields: dict, name: str = "version") -> PolicyVersion:
+    value = field(fields, name, list)
+    if len(value) != 2 or not all(type(v) is int for v in value):
+        raise MessageError("field_type", f"field {name!r} must be [incarnation, count]")
+    return PolicyVersion(*value)
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """What an actor declares about each device it drives."""
+
+    device_id: int
+    name: str
+    observation_spec: DictSpec
+    action_spec: ArraySpec
+
+    def to_msg(self) -> dict:
+        return {"device_id": self.device_id, "name": self.name,
+                "observation_spec": self.observation_spec.to_msg(),
+                "action_spec": self.action_spec.to_msg()}
+
+    @classmethod
+    def from_msg(cls, msg) -> DeviceInfo:
+        if not isinstance(msg, dict):
+            raise MessageError("field_type", "device entry must be a map")
+        try:
+            return cls(field(msg, "device_id", int), field(msg, "name", str),
+                       DictSpec.from_msg(field(msg, "observation_spec", list)),
+                       ArraySpec.from_msg(field(msg, "action_spec", dict)))
+        except SpecError as err:
+            raise MessageError("spec", str(err)) from None

@@ -1,0 +1,104 @@
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from embodyrl.algos import ddpg
+from embodyrl.algos.ddpg.losses import td_target
+from embodyrl.hal.specs import ArraySpec, DictSpec
+
+OBS = DictSpec.of(ArraySpec("pos", (2,), np.float32), ArraySpec("vel", (1,), np.float32))
+ACT = ArraySpec("action", (2,), np.float32, [-2.0, 0.0], [2.0, 1.0])
+CONFIG = ddpg.DDPGConfig(hidden_sizes=(32, 32), batch_size=64)
+
+
+def make_batch(key, n=64, discount=0.9):
+    k = jax.random.split(key, 5)
+    return {
+        "observation": {"pos": jax.random.normal(k[0], (n, 2)), "vel": jax.random.normal(k[1], (n, 1))},
+        "action": jax.random.uniform(k[2], (n, 2), minval=ACT.minimum, maxval=ACT.maximum),
+        "reward": jax.random.normal(k[3], (n,)),
+        "discount": jnp.full((n,), discount),
+        "next_observation": {"pos": jax.random.normal(k[4], (n, 2)), "vel": jnp.zeros((n, 1))},
+    }
+
+
+@pytest.fixture(scope="module")
+def setup():
+    return ddpg.init(jax.random.key(0), OBS, ACT, CONFIG)
+
+
+def test_update_lowers_critic_loss_on_a_fixed_batch(setup):
+    networks, state = setup
+    update = jax.jit(ddpg.make_update(networks, CONFIG))
+    batch = make_batch(jax.random.key(1))
+    losses = []
+    for _ in range(200):
+        state, metrics = update(state, batch)
+        losses.append(float(metrics["critic_loss"]))
+    assert np.mean(losses[-20:]) < 0.3 * np.mean(losses[:20])
+    assert int(state.steps) == 200
+
+
+def test_terminal_targets_do_not_bootstrap_and_truncated_ones_do(setup):
+    networks, state = setup
+    batch = make_batch(jax.random.key(2))
+    q_next = networks.q_value(state.target_critic_params, batch["next_observation"],
+                              networks.policy(state.target_actor_params, batch["next_observation"]))
+    terminal = dict(batch, discount=jnp.zeros(64))
+    np.testing.assert_allclose(td_target(networks, state.target_actor_params, state.target_critic_params, terminal),
+                               batch["reward"], rtol=1e-6)
+    truncated = dict(batch, discount=jnp.full(64, 0.9))
+    np.testing.assert_allclose(td_target(networks, state.target_actor_params, state.target_critic_params, truncated),
+                               batch["reward"] + 0.9 * q_next, rtol=1e-5)
+
+
+def test_actions_respect_bounds_even_with_large_noise(setup):
+    networks, state = setup
+    noisy = ddpg.DDPGConfig(hidden_sizes=(32, 32), exploration_noise=10.0)
+    obs = make_batch(jax.random.key(3), n=1000)["observation"]
+    action, _ = ddpg.act(networks, noisy, state.actor_params, obs, jax.random.key(4))
+    assert (action >= ACT.minimum).all() and (action <= ACT.maximum).all()
+    assert (action == ACT.maximum).any()  # the noise really pushed some to the bound
+    greedy = networks.policy(state.actor_params, obs)
+    assert (greedy >= ACT.minimum).all() and (greedy <= ACT.maximum).all()
+
+
+def test_scan_of_updates_equals_a_loop_of_updates(setup):
+    networks, state = setup
+    batches = [make_batch(jax.random.key(10 + i)) for i in range(4)]
+    update = jax.jit(ddpg.make_update(networks, CONFIG))
+    looped = state
+    for b in batches:
+        looped, _ = update(looped, b)
+    stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *batches)
+    scanned, _ = jax.jit(ddpg.make_update_many(networks, CONFIG))(state, stacked)
+    for a, b in zip(jax.tree.leaves(looped._replace(key=0)), jax.tree.leaves(scanned._replace(key=0)),
+                    strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_update_is_traced_once(setup):
+    networks, state = setup
+    traces = []
+    update_many = ddpg.make_update_many(networks, CONFIG)
+
+    def counted(s, b):
+        traces.append(1)
+        return update_many(s, b)
+
+    step = jax.jit(counted, donate_argnums=0)
+    state = jax.tree.map(jnp.copy, state)
+    for i in range(3):
+        batches = jax.tree.map(lambda *xs: np.stack(xs), *[jax.device_get(make_batch(jax.random.key(i)))] * 2)
+        state, _ = step(state, batches)
+    assert len(traces) == 1
+
+
+def test_target_networks_move_by_tau(setup):
+    networks, state = setup
+    new_state, _ = jax.jit(ddpg.make_update(networks, CONFIG))(state, make_batch(jax.random.key(5)))
+    for old_t, new_t, new_p in zip(jax.tree.leaves(state.target_critic_params),
+                                   jax.tree.leaves(new_state.target_critic_params),
+                                   jax.tree.leaves(new_state.critic_params), strict=True):
+        np.testing.assert_allclose(new_t, (1 - CONFIG.tau) * old_t + CONFIG.tau * new_p, rtol=1e-5, atol=1e-7)
