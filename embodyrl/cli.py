@@ -13,13 +13,13 @@ def _train(args) -> int:
     import dataclasses
 
     from . import envs
-    from .config import TrainConfig
+    from .config import default_config
     from .train import TrainingError, train
 
     if args.task not in envs.names():
         print(f"embodyrl: unknown task {args.task!r}; known: {', '.join(envs.names())}", file=sys.stderr)
         return 2
-    config = TrainConfig(task=args.task)
+    config = default_config(args.task)
     changes = {k: v for k, v in {"steps": args.steps, "seed": args.seed, "actors": args.actors}.items()
                if v is not None}
     config = dataclasses.replace(config, **changes)

@@ -84,6 +84,7 @@ def train(config: TrainConfig, run_dir: Path, quiet: bool = False) -> dict:
         learner.start()
         child_conn.close()
         endpoint = _expect(parent_conn, learner, "ready", START_TIMEOUT_S)
+        (run_dir / "learner.json").write_text(json.dumps({"endpoint": endpoint}) + "\n")
         for i in range(config.actors):
             actor = ctx.Process(target=actor_main, name=f"embodyrl-actor-{i}",
                                 args=(to_dict(config), endpoint, i))

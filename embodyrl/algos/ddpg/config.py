@@ -7,7 +7,7 @@ from dataclasses import dataclass
 class DDPGConfig:
     hidden_sizes: tuple[int, ...] = (256, 256)
     """Widths of the actor's and the critic's hidden layers."""
-    actor_lr: float = 1e-3
+    actor_lr: float = 3e-4
     critic_lr: float = 1e-3
     discount: float = 0.99
     """gamma; the replay's per-step discount is 0 at termination, 1 at truncation."""

@@ -1,0 +1,106 @@
+"""``embodyrl train`` end to end in a subprocess, on a tiny budget."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+
+def _embodyrl(*args):
+    return [sys.executable, "-m", "embodyrl.cli", *args]
+
+
+def _group_gone(pgid: int, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def _port_free(endpoint: str) -> bool:
+    port = int(endpoint.rsplit(":", 1)[1])
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def test_train_writes_the_run_directory(tmp_path):
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen(_embodyrl("train", "pendulum", "--steps", "1500", "--run-dir", str(run_dir), "--quiet"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 0, err
+    assert _group_gone(proc.pid, 10), "a child process outlived the run"
+    summary = json.loads((run_dir / "summary.json").read_text())
+    for key in ("env_steps", "wall_s", "eval_return_mean", "eval_upright_fraction", "random_return_mean"):
+        assert key in summary
+    assert summary["env_steps"] >= 1500
+    assert json.loads(out) == summary
+    lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    for key in ("time", "env_steps", "episodes", "episode_return", "updates", "policy_version"):
+        assert key in lines[-1]
+    assert lines[-1]["updates"] > 0 and lines[-1]["policy_version"] > 1
+    assert lines[-1]["episodes"] >= 7  # 1500 steps of 200-step episodes
+    config = json.loads((run_dir / "config.json").read_text())
+    assert config["steps"] == 1500 and config["task"] == "pendulum"
+    assert (run_dir / "policy" / "weights.npz").exists()
+    assert _port_free(json.loads((run_dir / "learner.json").read_text())["endpoint"])
+
+
+def test_ctrl_c_stops_every_process_and_frees_the_port(tmp_path):
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen(_embodyrl("train", "pendulum", "--steps", "1000000", "--run-dir", str(run_dir)),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        metrics = run_dir / "metrics.jsonl"
+        while not (metrics.exists() and '"updates": 0,' not in metrics.read_text()):
+            assert proc.poll() is None, proc.communicate()[1]
+            assert time.monotonic() < deadline, "training never started"
+            time.sleep(0.5)
+        os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, err
+    assert "interrupted" in err
+    assert _group_gone(proc.pid, 10), "a child process outlived Ctrl-C"
+    assert _port_free(json.loads((run_dir / "learner.json").read_text())["endpoint"])
+    assert (run_dir / "policy" / "weights.npz").exists(), "the learner saves its weights on the way out"
+
+
+def test_unknown_task_is_a_clear_error():
+    out = subprocess.run(_embodyrl("train", "cartwheel"), capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2
+    assert "unknown task 'cartwheel'" in out.stderr
+
+
+@pytest.mark.slow
+def test_default_pendulum_run_holds_the_pole_upright(tmp_path):
+    """The issue's must-show: the default budget within 15 minutes, upright >= 80%."""
+    run_dir = tmp_path / "run"
+    out = subprocess.run(_embodyrl("train", "pendulum", "--run-dir", str(run_dir), "--quiet"),
+                         capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stderr
+    summary = json.loads(Path(run_dir / "summary.json").read_text())
+    assert summary["wall_s"] < 900
+    assert summary["eval_upright_fraction"] >= 0.8
+    assert summary["random_upright_fraction"] < 0.2
