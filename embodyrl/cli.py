@@ -37,6 +37,23 @@ def _train(args) -> int:
     return 0
 
 
+def _bench(args) -> int:
+    from . import bench
+
+    try:
+        result = bench.run(args.name, quick=args.quick)
+    except KeyError as err:
+        print(f"embodyrl: {err.args[0]}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(result))
+    else:
+        width = max(len(k) for k in result)
+        for key, value in result.items():
+            print(f"{key:<{width}}  {value}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="embodyrl", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -48,6 +65,11 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--actors", type=int, help="number of actor processes")
     t.add_argument("--quiet", action="store_true", help="no progress lines")
     t.set_defaults(func=_train)
+    b = sub.add_parser("bench", help="run a shipped benchmark against its baseline")
+    b.add_argument("name", help="benchmark name (hal, replay, ...)")
+    b.add_argument("--json", action="store_true", help="print one JSON object")
+    b.add_argument("--quick", action="store_true", help="small sizes, for smoke tests")
+    b.set_defaults(func=_bench)
     return parser
 
 

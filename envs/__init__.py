@@ -12,6 +12,7 @@ from importlib import import_module
 # tasks does not import MuJoCo.
 _REGISTRY: dict[str, str] = {
     "pendulum": "embodyrl.envs.pendulum:make",
+    "arm_reach": "embodyrl.envs.arm:make",
 }
 
 

@@ -23,7 +23,7 @@ from typing import Literal
 
 import numpy as np
 
-from .specs import ArraySpec, DictSpec
+from .specs import ArraySpec, DictSpec, SpecError
 
 HealthStatus = Literal["ok", "degraded", "faulted"]
 
@@ -71,12 +71,23 @@ class Device(abc.ABC):
     def reset(self, seed: int | None = None) -> dict[str, np.ndarray]:
         """Bring the device to an initial state and return o_0."""
         self._require_ready()
-        return self._reset(seed)
+        return self.observation_spec.validate(self._reset(seed))
 
-    def step(self, action: np.ndarray) -> dict[str, np.ndarray]:
-        """Apply ``action`` for one control period and return the next observation."""
+    def step(self, action) -> dict[str, np.ndarray]:
+        """Apply ``action`` for one control period and return the next observation.
+
+        The action must have the spec's shape and be finite (it is cast to the
+        spec's dtype); the observation the driver returns is validated too, so
+        a driver fault surfaces as a :class:`SpecError` naming the field.
+        """
         self._require_ready()
-        return self._step(action)
+        spec = self.action_spec
+        action = np.asarray(action)
+        if action.shape != spec.shape:
+            raise SpecError(f"{spec.name}: shape {action.shape} where {spec.shape} was expected")
+        if action.dtype.kind not in "biuf" or not np.isfinite(action).all():
+            raise SpecError(f"{spec.name}: non-finite or non-numeric value in {action.tolist()}")
+        return self.observation_spec.validate(self._step(action.astype(spec.dtype, copy=False)))
 
     def health(self) -> Health:
         if self._estop_reason is not None:

@@ -87,7 +87,7 @@ def test_sensor_observation_fields_are_named_by_sensor():
     from embodyrl.hal.drivers.mujoco import load_model, sensor_observation
 
     spec, observe = sensor_observation(load_model(pendulum.ASSET))
-    assert list(spec) == ["angle", "angular_velocity"]
+    assert list(spec) == ["angle", "angular_velocity", "qpos", "qvel"]
 
 
 def test_pendulum_must_swing_up():
@@ -116,3 +116,27 @@ def test_pendulum_upright_fraction_uses_the_second_half():
     up = {"orientation": np.array([1.0, 0.0], np.float32), "angular_velocity": np.zeros(1, np.float32)}
     assert task.episode_metrics([down] * 10 + [up] * 10)["upright_fraction"] == 1.0
     assert task.episode_metrics([up] * 10 + [down] * 10)["upright_fraction"] == 0.0
+
+
+from embodyrl.hal.testing import DeviceConformance  # noqa: E402
+
+
+class TestPendulumConformance(DeviceConformance):
+    @pytest.fixture
+    def device(self):
+        with envs.make("pendulum")[0] as d:
+            yield d
+
+
+class TestArmConformance(DeviceConformance):
+    @pytest.fixture
+    def device(self):
+        with envs.make("arm_reach")[0] as d:
+            yield d
+
+
+class TestGenericModelConformance(DeviceConformance):
+    @pytest.fixture
+    def device(self):
+        with MujocoDevice(TWO_JOINTS, control_substeps=5) as d:
+            yield d

@@ -1,8 +1,7 @@
 """Any MJCF model as a :class:`~embodyrl.hal.device.Device`.
 
-The observation is one field per MJCF sensor (named by the sensor), or
-``qpos``/``qvel`` when the model has no sensors, or whatever an
-``observation_fn`` builds. The action drives the actuators, clipped to their
+The observation is the joint state (``qpos``, ``qvel``) plus one field per
+MJCF sensor (named by the sensor), or whatever an ``observation_fn`` builds. The action drives the actuators, clipped to their
 control ranges. One control period is ``control_substeps`` physics steps.
 """
 
@@ -15,7 +14,7 @@ import mujoco
 import numpy as np
 
 from ..device import Device
-from ..specs import ArraySpec, DictSpec, SpecError
+from ..specs import ArraySpec, DictSpec
 
 ObservationFn = Callable[[mujoco.MjModel, mujoco.MjData], dict[str, np.ndarray]]
 ResetFn = Callable[[mujoco.MjModel, mujoco.MjData, np.random.Generator], None]
@@ -41,19 +40,26 @@ def actuator_spec(model: mujoco.MjModel) -> ArraySpec:
 
 
 def sensor_observation(model: mujoco.MjModel) -> tuple[DictSpec, ObservationFn]:
-    """One float32 field per sensor; qpos and qvel for a model without sensors."""
-    if model.nsensor == 0:
-        spec = DictSpec.of(ArraySpec("qpos", (model.nq,), np.float32),
-                           ArraySpec("qvel", (model.nv,), np.float32))
-        return spec, lambda m, d: {"qpos": d.qpos.astype(np.float32),
-                                   "qvel": d.qvel.astype(np.float32)}
-    slices = {}
+    """Joint state (``qpos``, ``qvel``) plus one float32 field per MJCF sensor."""
+    slices = {"qpos": None, "qvel": None}
     for i in range(model.nsensor):
         name = mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_SENSOR, i) or f"sensor_{i}"
+        if name in slices:
+            raise ValueError(f"sensor name {name!r} clashes with another observation field")
         start = int(model.sensor_adr[i])
         slices[name] = slice(start, start + int(model.sensor_dim[i]))
-    spec = DictSpec(tuple(ArraySpec(n, (s.stop - s.start,), np.float32) for n, s in slices.items()))
-    return spec, lambda m, d: {n: d.sensordata[s].astype(np.float32) for n, s in slices.items()}
+    sizes = {"qpos": model.nq, "qvel": model.nv}
+    spec = DictSpec(tuple(ArraySpec(n, (sizes[n] if s is None else s.stop - s.start,), np.float32)
+                          for n, s in slices.items()))
+    sensors = {n: s for n, s in slices.items() if s is not None}
+
+    def observe(m, d):
+        obs = {"qpos": d.qpos.astype(np.float32), "qvel": d.qvel.astype(np.float32)}
+        for n, s in sensors.items():
+            obs[n] = d.sensordata[s].astype(np.float32)
+        return obs
+
+    return spec, observe
 
 
 class MujocoDevice(Device):
@@ -95,11 +101,6 @@ class MujocoDevice(Device):
         return self._observe(self.model, self.data)
 
     def _step(self, action: np.ndarray) -> dict[str, np.ndarray]:
-        action = np.asarray(action)
-        if action.shape != self.action_spec.shape:
-            raise SpecError(f"action: shape {action.shape} where {self.action_spec.shape} was expected")
-        if not np.isfinite(action).all():
-            raise SpecError(f"action: non-finite value in {action.tolist()}")
         self.data.ctrl[:] = np.clip(action, self._low, self._high)
         mujoco.mj_step(self.model, self.data, nstep=self.control_substeps)
         return self._observe(self.model, self.data)
