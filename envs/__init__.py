@@ -13,6 +13,7 @@ from importlib import import_module
 _REGISTRY: dict[str, str] = {
     "pendulum": "embodyrl.envs.pendulum:make",
     "arm_reach": "embodyrl.envs.arm:make",
+    "pendulum_pixels": "embodyrl.envs.pixels:make",
 }
 
 

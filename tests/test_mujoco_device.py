@@ -140,3 +140,86 @@ class TestGenericModelConformance(DeviceConformance):
     def device(self):
         with MujocoDevice(TWO_JOINTS, control_substeps=5) as d:
             yield d
+
+
+# -- domain randomisation ---------------------------------------------------
+from embodyrl.hal.drivers.mujoco import Randomization  # noqa: E402
+
+
+def _randomized(**ranges):
+    return MujocoDevice(TWO_JOINTS, control_substeps=5, randomization=Randomization(**ranges))
+
+
+def test_randomization_scales_from_nominal_at_every_reset_without_drift():
+    with _randomized(mass_scale=(0.5, 2.0), friction_scale=(0.2, 0.4),
+                     actuator_gain_scale=(1.5, 3.0)) as d:
+        mass, friction, gain = d.model.body_mass.copy(), d.model.geom_friction.copy(), d.model.actuator_gainprm[:, 0].copy()
+        draws = []
+        for seed in range(40):
+            d.reset(seed=seed)
+            m = d.model.body_mass[1:] / mass[1:]
+            f = d.model.geom_friction / friction
+            g = d.model.actuator_gainprm[:, 0] / gain
+            assert ((m >= 0.5) & (m <= 2.0)).all() and ((f >= 0.2) & (f <= 0.4)).all()
+            assert ((g >= 1.5) & (g <= 3.0)).all()
+            draws.append(m[0])
+        assert np.std(draws) > 0.1  # resampled each reset, not drawn once
+        first = d.reset(seed=7) and d.model.body_mass.copy()
+        d.reset(seed=8)
+        d.reset(seed=7)
+        np.testing.assert_array_equal(d.model.body_mass, first)
+
+
+def test_randomized_gain_changes_behaviour():
+    def swing(device):
+        with device:
+            device.reset(seed=0)
+            for _ in range(20):
+                obs = device.step(np.array([1.0, 0.0], np.float32))
+            return obs["qpos"][0]
+
+    nominal = swing(MujocoDevice(TWO_JOINTS, control_substeps=5))
+    strong = swing(_randomized(actuator_gain_scale=(2.0, 2.0)))
+    heavy = swing(_randomized(mass_scale=(3.0, 3.0)))
+    assert abs(strong) > 1.5 * abs(nominal) and abs(heavy) < abs(nominal)
+
+
+def test_observation_noise_perturbs_float_fields():
+    with MujocoDevice(TWO_JOINTS) as clean, _randomized(observation_noise_std=0.01) as noisy:
+        a, b = clean.reset(seed=0), noisy.reset(seed=0)
+        diff = np.abs(a["qvel"] - b["qvel"])
+        assert (diff > 0).all() and (diff < 0.1).all()
+
+
+def test_action_latency_delays_the_command_by_whole_control_steps():
+    with _randomized(action_latency_steps=(2, 2)) as d:
+        d.reset(seed=0)
+        assert d.action_latency_steps == 2
+        commands = [np.array([0.1 * (i + 1), 0.0], np.float32) for i in range(5)]
+        applied = []
+        for action in commands:
+            d.step(action)
+            applied.append(d.data.ctrl[0])
+        np.testing.assert_allclose(applied, [0.0, 0.0, 0.1, 0.2, 0.3], atol=1e-6)
+    with _randomized(action_latency_steps=(0, 3)) as d:
+        assert {d.reset(seed=s) and d.action_latency_steps for s in range(30)} == {0, 1, 2, 3}
+
+
+@pytest.mark.parametrize("bad", [dict(mass_scale=(0.0, 1.0)), dict(friction_scale=(2.0, 1.0)),
+                                 dict(action_latency_steps=(0.5, 1)), dict(observation_noise_std=-1.0)])
+def test_bad_randomization_names_the_field(bad):
+    with pytest.raises(ValueError, match=next(iter(bad))):
+        Randomization(**bad)
+
+
+class TestRandomizedArmConformance(DeviceConformance):
+    @pytest.fixture
+    def device(self):
+        from embodyrl.envs import arm
+
+        device = arm.make_device()
+        device.randomization = Randomization(mass_scale=(0.8, 1.2), friction_scale=(0.5, 1.5),
+                                             actuator_gain_scale=(0.9, 1.1), observation_noise_std=0.01,
+                                             action_latency_steps=(0, 2))
+        with device as d:
+            yield d
