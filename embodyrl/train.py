@@ -87,7 +87,7 @@ def train(config: TrainConfig, run_dir: Path, quiet: bool = False) -> dict:
         (run_dir / "learner.json").write_text(json.dumps({"endpoint": endpoint}) + "\n")
         for i in range(config.actors):
             actor = ctx.Process(target=actor_main, name=f"embodyrl-actor-{i}",
-                                args=(to_dict(config), endpoint, i))
+                                args=(to_dict(config), endpoint, i, str(run_dir)))
             actor.start()
             processes.append(actor)
         while not parent_conn.poll(0.2):

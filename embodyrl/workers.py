@@ -7,7 +7,9 @@ it starts, never inheriting one across a fork.
 from __future__ import annotations
 
 import dataclasses
+import json
 import signal
+import time
 import traceback
 from pathlib import Path
 
@@ -44,21 +46,35 @@ def learner_main(config_dict: dict, run_dir: str, conn) -> None:
         conn.close()
 
 
-def actor_main(config_dict: dict, endpoint: str, index: int) -> None:
+def actor_main(config_dict: dict, endpoint: str, index: int, run_dir: str | None = None) -> None:
+    """Run actor ``index``; with ``run_dir``, append its stats to ``actor-<index>.jsonl`` each second."""
     should_stop = _stop_on_signals()
     from . import envs
     from .config import TrainConfig, from_dict
     from .hal.actor import ActorLoop
+    from .hal.safety import SafeDevice, SafetyConfig
     from .hal.wire.client import LearnerLink
     from .hal.wire.protocol import DeviceInfo
     from .policy import JaxPolicy
 
     config = from_dict(TrainConfig, config_dict)
     actor_config = dataclasses.replace(config.actor, actor_id=index, seed=config.seed * 1000 + index)
-    device, task = envs.make(config.task)
+    raw_device, task = envs.make(config.task)
+    device = SafeDevice(raw_device, SafetyConfig())  # clipping to the spec, counted
     policy = JaxPolicy(device.observation_spec, device.action_spec, config.algo, seed=actor_config.seed)
     info = DeviceInfo(0, config.task, device.observation_spec, device.action_spec)
     link = LearnerLink(endpoint, actor_name=f"actor-{index}", actor_id=index, devices=[info],
                        peer_timeout_s=config.learner.peer_timeout_s)
-    with device, link:
-        ActorLoop(device, task, policy, link, actor_config).run(should_stop=should_stop)
+    log = open(Path(run_dir) / f"actor-{index}.jsonl", "a") if run_dir else None  # noqa: SIM115
+
+    def report(snapshot: dict) -> None:
+        log.write(json.dumps({"time": time.time(), "actor": index, **snapshot}) + "\n")
+        log.flush()
+
+    try:
+        with device, link:
+            ActorLoop(device, task, policy, link, actor_config).run(
+                should_stop=should_stop, report=report if log else None)
+    finally:
+        if log:
+            log.close()

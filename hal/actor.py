@@ -1,19 +1,36 @@
-"""The actor loop: drive a device with a policy and stream steps to the learner.
+"""The actor loop: drive devices with policies and stream steps to the learner.
 
 The loop acts with the newest weights it holds, records every step with the
 policy version that produced it, and sends batches as its credits allow.
 Against a simulator it waits for credit when it has none: that is the
-learner's samples-per-insert limit reaching the simulation.
+learner's samples-per-insert limit reaching the simulation. Each step::
+
+    proposed = policy.act(o_t)                        (uniform random during warm-up)
+    command  = intervention.poll(o_t) or proposed     (a person may override)
+    o_t+1    = device.step(command)                   (the safety layer filters it)
+    record(o_t, applied, proposed, r_t, source)       (applied: what the device got)
+
+One loop drives one device, or every member of a :class:`DeviceGroup`
+(:meth:`ActorLoop.for_group`), each with its own policy, task and recorder,
+so each device's rows go to the learner tagged with its device id in their
+own STEPS messages. With ``realtime=True`` a :class:`RateClock` paces the
+loop at the (slowest) device's control rate.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+import numpy as np
+
+from .clock import RateClock
 from .device import Device
+from .group import DeviceGroup
+from .intervention import InterventionSource
 from .policy import Policy, UniformRandomPolicy
-from .steps import StepRecorder
+from .steps import Source, StepRecorder, Steps
 from .task import Task
 from .wire.client import LearnerLink, LinkError
 
@@ -29,6 +46,8 @@ class ActorConfig:
     seed: int = 0
     credit_timeout_s: float = 120.0
     """Longest wait for credit before the learner is declared stuck."""
+    realtime: bool = False
+    """Pace the loop with a RateClock at the control rate (real hardware); off for simulators."""
 
 
 @dataclass
@@ -37,68 +56,169 @@ class ActorStats:
     episodes: int = 0
     batches_sent: int = 0
     weight_updates: int = 0
+    interventions: int = 0
+    """Steps a person overrode (recorded with source INTERVENTION)."""
+    safety: dict[str, int] = field(default_factory=dict)
+    """Safety-layer interventions by kind, summed over the loop's devices."""
+    clock: dict[str, float] = field(default_factory=dict)
+    """RateClock figures (ticks, missed, p50/p99/max ms) when paced."""
     returns: list[float] = field(default_factory=list)
+
+    def snapshot(self) -> dict:
+        """A JSON-able summary (the latest return rather than all of them)."""
+        return {"env_steps": self.env_steps, "episodes": self.episodes,
+                "batches_sent": self.batches_sent, "weight_updates": self.weight_updates,
+                "interventions": self.interventions, "safety": dict(self.safety),
+                "clock": dict(self.clock),
+                "last_return": self.returns[-1] if self.returns else None}
+
+
+@dataclass
+class _Lane:
+    """One device stream: its device, task, policy, recorder and episode state."""
+
+    device_id: int
+    device: Device
+    task: Task
+    policy: Policy
+    warmup: UniformRandomPolicy
+    recorder: StepRecorder
+    intervention: InterventionSource | None = None
+    observation: dict[str, np.ndarray] | None = None
+    episode_return: float = 0.0
+    t: int = 0
 
 
 class ActorLoop:
     def __init__(self, device: Device, task: Task, policy: Policy, link: LearnerLink,
-                 config: ActorConfig = ActorConfig(), device_id: int = 0):
-        self.device = device
-        self.task = task
-        self.policy = policy
+                 config: ActorConfig = ActorConfig(), device_id: int = 0,
+                 intervention: InterventionSource | None = None,
+                 tap: Callable[[int, Steps], None] | None = None):
+        self._setup(link, config, tap, [(device_id, device, task, policy, intervention)])
+        self.device, self.task, self.policy = device, task, policy
+        self.recorder = self.lanes[0].recorder
+
+    @classmethod
+    def for_group(cls, group: DeviceGroup, tasks: Mapping[str, Task], policies: Mapping[str, Policy],
+                  link: LearnerLink, config: ActorConfig = ActorConfig(),
+                  interventions: Mapping[str, InterventionSource] | None = None,
+                  tap: Callable[[int, Steps], None] | None = None) -> ActorLoop:
+        """Drive every member of a connected ``group`` with its own task and policy (by member name)."""
+        names = [m.name for m in group.members]
+        for what, given in (("tasks", tasks), ("policies", policies)):
+            if set(given) != set(names):
+                raise ValueError(f"{what}: keys {sorted(given)} differ from the group's {sorted(names)}")
+        interventions = interventions or {}
+        loop = cls.__new__(cls)
+        loop._setup(link, config, tap, [(m.device_id, m.device, tasks[m.name], policies[m.name],
+                                         interventions.get(m.name)) for m in group.members])
+        loop.device, loop.task, loop.policy, loop.recorder = group, None, None, None
+        return loop
+
+    def _setup(self, link, config, tap, lanes) -> None:
         self.link = link
         self.config = config
-        self.device_id = device_id
         self.stats = ActorStats()
-        self._warmup = UniformRandomPolicy(device.action_spec, seed=config.seed)
-        self.recorder = StepRecorder(device.observation_spec, device.action_spec,
-                                     actor_id=config.actor_id, device_id=device_id,
-                                     capacity=config.send_every + 2)
+        self.tap = tap
+        """Called with (device_id, batch) for every batch sent (e.g. a DemoWriter)."""
+        self.lanes = [self._lane(*lane) for lane in lanes]
 
-    def run(self, max_steps: int | None = None, should_stop=lambda: False) -> ActorStats:
-        """Run until the learner says goodbye, ``max_steps`` or ``should_stop()``."""
-        cfg, device, task = self.config, self.device, self.task
-        observation = device.reset(seed=cfg.seed)
-        episode_return, t = 0.0, 0
-        while (self.link.bye_reason is None and not should_stop()
-               and (max_steps is None or self.stats.env_steps < max_steps)):
-            self.link.poll(0)
+    def _lane(self, device_id, device, task, policy, intervention) -> _Lane:
+        cfg = self.config
+        return _Lane(device_id, device, task, policy,
+                     UniformRandomPolicy(device.action_spec, seed=cfg.seed + device_id),
+                     StepRecorder(device.observation_spec, device.action_spec, actor_id=cfg.actor_id,
+                                  device_id=device_id, capacity=cfg.send_every + 2),
+                     intervention)
+
+    def run(self, max_steps: int | None = None, should_stop=lambda: False,
+            report: Callable[[dict], None] | None = None, report_every_s: float = 1.0) -> ActorStats:
+        """Run until the learner says goodbye, ``max_steps`` (per device) or ``should_stop()``.
+
+        ``report`` is called with :meth:`ActorStats.snapshot` about every
+        ``report_every_s`` seconds and once at the end.
+        """
+        cfg, link = self.config, self.link
+        for lane in self.lanes:
+            lane.observation = lane.device.reset(seed=cfg.seed + lane.device_id)
+        period = max(lane.device.control_period_s for lane in self.lanes)
+        clock = RateClock(1.0 / period) if cfg.realtime else None
+        next_report = time.monotonic() + report_every_s
+        steps = 0
+        while link.bye_reason is None and not should_stop() and (max_steps is None or steps < max_steps):
+            link.poll(0)
             self._refresh_weights()
-            warm = self.stats.env_steps < cfg.random_steps
-            policy = self._warmup if warm else self.policy
-            proposed, extras = policy.act(observation, explore=True)
-            applied = device.action_spec.clip(proposed)
-            next_observation = device.step(applied)
-            reward = task.reward(observation, applied, next_observation)
-            terminated = task.terminated(next_observation)
-            t += 1
-            truncated = not terminated and task.max_episode_steps is not None and t >= task.max_episode_steps
-            self.recorder.add(observation, applied, proposed, reward, terminated, truncated,
-                              policy.version, log_prob=extras.get("log_prob", 0.0))
-            self.stats.env_steps += 1
-            episode_return += reward
-            if terminated or truncated:
-                self.recorder.add_final(next_observation)
-                self.stats.episodes += 1
-                self.stats.returns.append(episode_return)
-                observation, episode_return, t = device.reset(), 0.0, 0
-            else:
-                observation = next_observation
-            if len(self.recorder) >= cfg.send_every:
-                self._send()
-        if self.link.bye_reason is None:
-            self._send()
+            warm = steps < cfg.random_steps
+            for lane in self.lanes:
+                self._step(lane, warm)
+            steps += 1
+            if clock is not None:
+                clock.tick()
+            if report is not None and time.monotonic() >= next_report:
+                next_report += report_every_s
+                report(self._collect(clock).snapshot())
+        if link.bye_reason is None:
+            for lane in self.lanes:
+                self._send(lane)
+        self._collect(clock)
+        if report is not None:
+            report(self.stats.snapshot())
+        return self.stats
+
+    def _step(self, lane: _Lane, warm: bool) -> None:
+        policy = lane.warmup if warm else lane.policy
+        observation, device, task = lane.observation, lane.device, lane.task
+        proposed, extras = policy.act(observation, explore=True)
+        command, source = proposed, Source.ONLINE
+        if lane.intervention is not None:
+            human = lane.intervention.poll(observation)
+            if human is not None:
+                command, source = human, Source.INTERVENTION
+                self.stats.interventions += 1
+        next_observation = device.step(command)
+        applied = getattr(device, "last_applied", None)
+        if applied is None:  # a bare device: the loop clips, as the device's own driver would
+            applied = device.action_spec.clip(command)
+        reward = task.reward(observation, applied, next_observation)
+        terminated = task.terminated(next_observation)
+        lane.t += 1
+        truncated = (not terminated and task.max_episode_steps is not None
+                     and lane.t >= task.max_episode_steps)
+        lane.recorder.add(observation, applied, proposed, reward, terminated, truncated,
+                          policy.version, log_prob=extras.get("log_prob", 0.0), source=source)
+        self.stats.env_steps += 1
+        lane.episode_return += reward
+        if terminated or truncated:
+            lane.recorder.add_final(next_observation)
+            self.stats.episodes += 1
+            self.stats.returns.append(lane.episode_return)
+            lane.observation, lane.episode_return, lane.t = device.reset(), 0.0, 0
+        else:
+            lane.observation = next_observation
+        if len(lane.recorder) >= self.config.send_every:
+            self._send(lane)
+
+    def _collect(self, clock: RateClock | None) -> ActorStats:
+        safety: dict[str, int] = {}
+        for lane in self.lanes:
+            for kind, n in getattr(lane.device, "interventions", {}).items():
+                safety[kind] = safety.get(kind, 0) + n
+        self.stats.safety = safety
+        if clock is not None:
+            self.stats.clock = clock.stats().to_dict()
         return self.stats
 
     def _refresh_weights(self) -> None:
         weights = self.link.take_weights()
-        if weights is not None:
-            self.policy.load_weights(*weights)
-            self.link.held_version = weights[0]
-            self.stats.weight_updates += 1
+        if weights is None:
+            return
+        for policy in {id(lane.policy): lane.policy for lane in self.lanes}.values():
+            policy.load_weights(*weights)
+        self.link.held_version = weights[0]
+        self.stats.weight_updates += 1
 
-    def _send(self) -> None:
-        rows = len(self.recorder)
+    def _send(self, lane: _Lane) -> None:
+        rows = len(lane.recorder)
         if rows == 0:
             return
         deadline = time.monotonic() + self.config.credit_timeout_s
@@ -108,5 +228,8 @@ class ActorLoop:
             if time.monotonic() > deadline:
                 raise LinkError(f"no credit from the learner for {self.config.credit_timeout_s} s")
             self.link.poll(50)
-        self.link.send_steps(self.device_id, self.recorder.flush())
+        steps = lane.recorder.flush()
+        self.link.send_steps(lane.device_id, steps)
+        if self.tap is not None:
+            self.tap(lane.device_id, steps)
         self.stats.batches_sent += 1

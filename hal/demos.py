@@ -1,0 +1,156 @@
+"""Recorded demonstrations: an on-disk format, a writer and a loader.
+
+Format (version 1): one ``.npz`` file (numpy's zip of ``.npy`` arrays, no
+pickle) per recording, holding the step-record columns exactly as
+:meth:`Steps.arrays` names them (``observation/<field>``, ``action``,
+``proposed_action``, ``reward``, ``terminated``, ``truncated``, ``final``,
+``episode_id``, ...), each with one row per step, plus ``meta``: a unicode
+string array holding JSON ``{"format": "embodyrl.demos", "version": 1,
+"observation_spec": [...], "action_spec": {...}}`` (specs as on the wire).
+Episodes are complete: each ends with its ``final`` row. Files are read
+with ``np.load(allow_pickle=False)``; an object array is refused.
+
+Loaded demonstrations are :class:`Steps` batches with
+``source=Source.DEMONSTRATION``, re-tagged with the sender's actor and
+device ids, which an actor sends to the learner like online steps
+(:func:`send_demonstrations`); give them a device id of their own in the
+HELLO so their rows never interleave with an online stream.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import zipfile
+from pathlib import Path
+
+import numpy as np
+
+from .specs import ArraySpec, DictSpec, SpecError
+from .steps import SCALAR_COLUMNS, Source, Steps
+
+FORMAT = "embodyrl.demos"
+VERSION = 1
+
+
+class DemoWriter:
+    """Collects :class:`Steps` batches of one device and writes them as one file.
+
+    Use it as the actor loop's ``tap`` (it is called with every batch the
+    loop sends) while a person teleoperates, or feed it batches yourself.
+    ``close()`` writes atomically (temporary file, then rename).
+    """
+
+    def __init__(self, path: str | Path, observation_spec: DictSpec, action_spec: ArraySpec):
+        self.path = Path(path)
+        self.observation_spec = observation_spec
+        self.action_spec = action_spec
+        self._batches: list[Steps] = []
+
+    def __call__(self, device_id: int, steps: Steps) -> None:
+        self.add(steps)
+
+    def add(self, steps: Steps) -> None:
+        self._batches.append(steps)
+
+    @property
+    def rows(self) -> int:
+        return sum(len(b) for b in self._batches)
+
+    def close(self) -> Path:
+        """Write every complete episode gathered; rows of an unfinished one are dropped."""
+        if not self._batches:
+            raise ValueError(f"{self.path}: no steps to write")
+        columns = {k: np.concatenate([b.arrays()[k] for b in self._batches])
+                   for k in self._batches[0].arrays()}
+        finals = np.flatnonzero(columns["final"])
+        if finals.size == 0:
+            raise ValueError(f"{self.path}: no complete episode (no final row) to write")
+        end = int(finals[-1]) + 1
+        columns = {k: v[:end] for k, v in columns.items()}
+        meta = {"format": FORMAT, "version": VERSION,
+                "observation_spec": self.observation_spec.to_msg(),
+                "action_spec": self.action_spec.to_msg(), "written": time.time()}
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        with open(tmp, "wb") as f:
+            np.savez(f, meta=np.array(json.dumps(meta)), **columns)
+        os.replace(tmp, self.path)
+        self._batches.clear()
+        return self.path
+
+
+def read_specs(path: str | Path) -> tuple[DictSpec, ArraySpec]:
+    """The observation and action specs a demonstration file was recorded with."""
+    with _open(path) as data:
+        return _specs(path, data)
+
+
+def load_demonstrations(path: str | Path, *, batch_rows: int = 256, actor_id: int = 0,
+                        device_id: int = 0, observation_spec: DictSpec | None = None,
+                        action_spec: ArraySpec | None = None) -> list[Steps]:
+    """Load a demonstration file as validated :class:`Steps` batches.
+
+    Rows are re-tagged with ``actor_id`` and ``device_id`` (the stream they
+    will be sent on) and ``source=DEMONSTRATION``. Given specs must equal
+    the file's; a mismatch, a missing column or a malformed value raises
+    :class:`SpecError` naming it.
+    """
+    if batch_rows < 1:
+        raise ValueError(f"batch_rows: must be >= 1, got {batch_rows}")
+    with _open(path) as data:
+        obs_spec, act_spec = _specs(path, data)
+        for given, stored, what in ((observation_spec, obs_spec, "observation"),
+                                    (action_spec, act_spec, "action")):
+            if given is not None and given != stored:
+                raise SpecError(f"{path}: {what} spec {stored!r} differs from the expected {given!r}")
+        columns = {k: data[k] for k in data.files if k != "meta"}
+    try:
+        steps = Steps.from_arrays(columns, obs_spec, act_spec)
+    except SpecError as err:
+        raise SpecError(f"{path}: {err}") from None
+    n = len(steps)
+    columns = steps.arrays()
+    columns["source"] = np.full(n, Source.DEMONSTRATION, SCALAR_COLUMNS["source"])
+    columns["actor_id"] = np.full(n, actor_id, SCALAR_COLUMNS["actor_id"])
+    columns["device_id"] = np.full(n, device_id, SCALAR_COLUMNS["device_id"])
+    return [Steps.from_arrays({k: v[i:i + batch_rows] for k, v in columns.items()}, obs_spec, act_spec)
+            for i in range(0, n, batch_rows)]
+
+
+def send_demonstrations(link, device_id: int, batches: list[Steps], *, timeout_s: float = 60.0) -> int:
+    """Send batches over a connected ``LearnerLink`` as credits allow; return rows sent."""
+    sent = 0
+    deadline = time.monotonic() + timeout_s
+    for steps in batches:
+        while link.credits < len(steps):
+            if link.bye_reason is not None:
+                return sent
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no credit for demonstrations within {timeout_s} s ({sent} rows sent)")
+            link.poll(50)
+        link.send_steps(device_id, steps)
+        sent += len(steps)
+    return sent
+
+
+def _open(path):
+    try:
+        return np.load(path, allow_pickle=False)
+    except (OSError, ValueError, zipfile.BadZipFile) as err:
+        raise SpecError(f"{path}: not a readable demonstration file ({err})") from None
+
+
+def _specs(path, data) -> tuple[DictSpec, ArraySpec]:
+    if "meta" not in data.files:
+        raise SpecError(f"{path}: missing 'meta' (not an {FORMAT} file)")
+    try:
+        meta = json.loads(str(data["meta"]))
+    except (ValueError, TypeError) as err:
+        raise SpecError(f"{path}: meta is not JSON ({err})") from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise SpecError(f"{path}: meta.format is not {FORMAT!r}")
+    if meta.get("version") != VERSION:
+        raise SpecError(f"{path}: meta.version {meta.get('version')!r}; this reader knows {VERSION}")
+    return DictSpec.from_msg(meta.get("observation_spec")), ArraySpec.from_msg(meta.get("action_spec"))

@@ -1,0 +1,82 @@
+"""Human intervention: an input hook through which a person overrides the policy.
+
+The actor loop asks its :class:`InterventionSource` once per step, with the
+current observation, *after* the policy has proposed its action::
+
+    proposed = policy.act(o_t)
+    human = intervention.poll(o_t)          # None: no override this step
+    command = proposed if human is None else human
+    applied = device.step(command)          # the safety layer still applies
+
+An overridden step is recorded with ``source=Source.INTERVENTION``, the
+policy's action as ``proposed_action`` and the human's action (after the
+safety layer) as ``action``, so learners can tell the two apart (HIL-SERL
+style). Sources here: a scripted one for tests and replays, and
+:class:`HeldCommand`, a thread-safe slot that any input reader (keyboard,
+spacemouse, a GUI) sets from its own thread.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+
+@runtime_checkable
+class InterventionSource(Protocol):
+    def poll(self, observation: dict[str, np.ndarray]) -> np.ndarray | None:
+        """The person's action for this step, or None to let the policy act."""
+
+
+class ScriptedIntervention:
+    """Overrides at given step numbers (counted from 0 over every poll) or by a rule.
+
+    ``ScriptedIntervention({3: a, 4: a})`` overrides steps 3 and 4;
+    ``ScriptedIntervention(rule=lambda t, o: ...)`` asks ``rule`` each step.
+    """
+
+    def __init__(self, actions: Mapping[int, np.ndarray] | None = None, *,
+                 rule: Callable[[int, dict[str, np.ndarray]], np.ndarray | None] | None = None):
+        if (actions is None) == (rule is None):
+            raise ValueError("give exactly one of actions and rule")
+        self._actions = {int(t): np.asarray(a) for t, a in (actions or {}).items()}
+        self._rule = rule
+        self.polls = 0
+        self.overrides = 0
+
+    def poll(self, observation):
+        t = self.polls
+        self.polls += 1
+        action = self._rule(t, observation) if self._rule is not None else self._actions.get(t)
+        if action is not None:
+            self.overrides += 1
+        return action
+
+
+class HeldCommand:
+    """The latest command of a human input device, held until released.
+
+    An input thread calls :meth:`hold` with the action the person commands
+    (e.g. on each spacemouse event while a button is pressed) and
+    :meth:`release` when they let go; the actor loop polls it each step.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._action: np.ndarray | None = None
+
+    def hold(self, action) -> None:
+        action = np.array(action, copy=True)
+        with self._lock:
+            self._action = action
+
+    def release(self) -> None:
+        with self._lock:
+            self._action = None
+
+    def poll(self, observation):
+        with self._lock:
+            return self._action
