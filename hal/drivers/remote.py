@@ -1,0 +1,177 @@
+"""A robot on another machine, driven as a normal device over ZeroMQ.
+
+``RemoteDevice(endpoint)`` talks to a :class:`~embodyrl.hal.robot_server.RobotServer`
+running on the robot's controller box (protocol documented there). The specs
+come from the server in the ``connect()`` handshake. Every request has a
+deadline (``timeout_s`` per attempt) and is retried up to ``retries`` times
+under the same sequence number, which the server answers from its cache, so
+a lost reply neither wedges the socket (DEALER, not REQ) nor steps the robot
+twice. When every attempt fails the call raises :class:`RemoteTimeout`; by
+then the server's watchdog has stopped the robot on its own.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import zmq
+
+from ..device import Device, EStopError, Health
+from ..robot_server import BYE, CLEAR, ERROR, ESTOP, HELLO, OBS, REFUSED, RESET, SPECS, STATUS, STEP
+from ..specs import ArraySpec, DictSpec, SpecError
+from ..wire.codec import DEFAULT_LIMITS, Limits, Message, decode, encode
+
+
+class RemoteError(RuntimeError):
+    """The robot server refused a request; ``reason`` is its short tag."""
+
+    def __init__(self, reason: str, detail: str):
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+
+
+class RemoteTimeout(RemoteError):
+    """No reply within every attempt's deadline."""
+
+
+class RemoteDevice(Device):
+    """The actor's side of a remote robot."""
+
+    def __init__(self, endpoint: str, *, timeout_s: float = 0.5, retries: int = 3, backoff: float = 2.0,
+                 limits: Limits = DEFAULT_LIMITS, context: zmq.Context | None = None):
+        """``timeout_s``: deadline of the first attempt; each retry (same seq) waits
+        ``backoff`` times longer than the one before, so a slow link is not flooded."""
+        super().__init__()
+        if not timeout_s > 0 or retries < 0 or backoff < 1:
+            raise ValueError(f"need timeout_s > 0, retries >= 0, backoff >= 1; got {timeout_s}, {retries}, {backoff}")
+        self.backoff = backoff
+        self.endpoint = endpoint
+        self.timeout_s = timeout_s
+        self.retries = retries
+        self.limits = limits
+        self._context = context or zmq.Context.instance()
+        self._socket: zmq.Socket | None = None
+        self._seq = 0
+        self._last_health = Health()
+        self.watchdog_s: float | None = None
+        self.attempts_retried = 0
+        """Attempts that timed out and were sent again (lost or late replies)."""
+        self.stale_replies = 0
+        """Replies to an earlier seq (a late answer to a retried request), discarded."""
+
+    # -- lifecycle -------------------------------------------------------
+    def _connect(self) -> None:
+        self._socket = self._context.socket(zmq.DEALER)
+        self._socket.linger = 0
+        self._socket.connect(self.endpoint)
+        try:
+            reply = self._request(HELLO, expect=SPECS)
+            self.observation_spec = DictSpec.from_msg(reply.fields["observation_spec"])
+            self.action_spec = ArraySpec.from_msg(reply.fields["action_spec"])
+            self.control_period_s = float(reply.fields["control_period_s"])
+            self.watchdog_s = float(reply.fields["watchdog_s"])
+        except (KeyError, TypeError, ValueError) as err:
+            self._drop_socket()
+            raise RemoteError("handshake", f"{self.endpoint} sent malformed specs: {err!r}") from err
+        except BaseException:
+            self._drop_socket()
+            raise
+
+    def _close(self) -> None:
+        try:
+            self._request(BYE, attempts=1)
+        except RemoteError:
+            pass  # the server releases a silent session after its watchdog period anyway
+        finally:
+            self._drop_socket()
+
+    def _drop_socket(self) -> None:
+        if self._socket is not None:
+            self._socket.close()
+            self._socket = None
+
+    # -- control ---------------------------------------------------------
+    def _reset(self, seed: int | None) -> dict[str, np.ndarray]:
+        fields = {"seed": None if seed is None else int(seed)}
+        try:
+            return self._observation(self._request(RESET, fields))
+        except RemoteError as err:
+            if err.reason != "no_session":
+                raise
+        self._request(HELLO, expect=SPECS)  # the link was down past the watchdog: rejoin
+        return self._observation(self._request(RESET, fields))
+
+    def _step(self, action: np.ndarray) -> dict[str, np.ndarray]:
+        return self._observation(self._request(STEP, arrays={"action": action}))
+
+    def _on_estop(self) -> None:
+        if self._socket is not None:
+            try:
+                self._request(ESTOP, {"reason": self._estop_reason or "e-stop"})
+            except RemoteError:
+                self._last_health = Health("faulted", "e-stop not confirmed by the robot server")
+
+    def clear_estop(self) -> None:
+        """Clear the e-stop here and on the server (which latches its own)."""
+        if self._socket is not None:
+            self._request(CLEAR)
+        super().clear_estop()
+
+    def _health(self) -> Health:
+        return self._last_health
+
+    def server_status(self) -> dict:
+        """The server's counters (requests, replays, watchdog trips, ...)."""
+        return dict(self._request(STATUS).fields)
+
+    def _observation(self, reply: Message) -> dict[str, np.ndarray]:
+        self._last_health = Health(reply.fields.get("health", "ok"), reply.fields.get("reason", ""))
+        return dict(reply.arrays)
+
+    # -- request / reply -------------------------------------------------
+    def _request(self, kind: str, fields: dict | None = None, arrays: dict | None = None,
+                 expect: str | None = None, attempts: int | None = None) -> Message:
+        if self._socket is None:
+            raise RuntimeError(f"{type(self).__name__} is not connected: call connect() first")
+        self._seq += 1
+        seq = self._seq
+        frames = encode(kind, {**(fields or {}), "seq": seq}, arrays)
+        attempts = 1 + self.retries if attempts is None else attempts
+        for attempt in range(attempts):
+            if attempt:
+                self.attempts_retried += 1
+            self._socket.send_multipart(frames)
+            reply = self._await(seq, self.timeout_s * self.backoff**attempt)
+            if reply is not None:
+                return self._check(kind, reply, expect)
+        self._last_health = Health("degraded", f"{kind}: no reply from {self.endpoint}")
+        waited = sum(self.timeout_s * self.backoff**a for a in range(attempts))
+        raise RemoteTimeout("timeout", f"{kind} seq {seq}: no reply from {self.endpoint} "
+                                       f"in {attempts} attempts ({waited:.3g} s)")
+
+    def _await(self, seq: int, timeout_s: float) -> Message | None:
+        deadline = time.monotonic() + timeout_s
+        while (left := deadline - time.monotonic()) > 0:
+            if not self._socket.poll(left * 1000):
+                return None
+            reply = decode(self._socket.recv_multipart(copy=False), self.limits)
+            if reply.fields.get("seq") == seq:
+                return reply
+            self.stale_replies += 1
+        return None
+
+    def _check(self, kind: str, reply: Message, expect: str | None) -> Message:
+        if reply.kind == ERROR:
+            reason, detail = str(reply.fields.get("reason")), str(reply.fields.get("detail"))
+            if reason == "estopped":
+                raise EStopError(f"robot server: {detail}")
+            if reason == "bad_action":
+                raise SpecError(f"robot server refused the action: {detail}")
+            raise RemoteError(reason, f"{kind} refused by {self.endpoint}: {detail}")
+        if reply.kind == REFUSED:
+            raise RemoteError("refused", f"{self.endpoint}: {reply.fields.get('reason')}")
+        wanted = expect or (OBS if kind in (RESET, STEP) else "OK")
+        if reply.kind != wanted:
+            raise RemoteError("protocol", f"{kind}: expected {wanted}, got {reply.kind}")
+        return reply

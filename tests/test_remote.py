@@ -1,0 +1,238 @@
+"""The remote robot: RemoteDevice against the simulated arm server over real sockets.
+
+Servers run in spawned processes (the MuJoCo arm behind a RobotServer) with
+injected latency and dropped replies; one test kills a real client process
+and checks that the server's watchdog stopped the arm.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import signal
+import threading
+import time
+
+import numpy as np
+import pytest
+import zmq
+
+from embodyrl.envs import arm, pendulum
+from embodyrl.hal.drivers.remote import RemoteDevice, RemoteError, RemoteTimeout
+from embodyrl.hal.robot_server import DeviceDriver, Faults, RobotServer, serve_process
+from embodyrl.hal.testing import DeviceConformance
+from embodyrl.hal.wire.codec import decode, encode
+
+ARM = "embodyrl.envs.arm:make_device"
+
+
+def _start_server(watchdog_s: float, faults: Faults):
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    process = ctx.Process(target=serve_process, args=(ARM, "tcp://127.0.0.1:*", queue, watchdog_s, faults),
+                          daemon=True)
+    process.start()
+    return process, queue.get(timeout=60)
+
+
+def _stop(process) -> None:
+    if process.is_alive():
+        process.terminate()
+        process.join(10)
+    if process.is_alive():
+        process.kill()
+        process.join(5)
+
+
+@pytest.fixture(scope="module")
+def lossy_server():
+    """The simulated arm, 2 ms reply latency, 20% of replies dropped."""
+    process, endpoint = _start_server(1.0, Faults(latency_s=0.002, drop_probability=0.2, seed=1))
+    yield endpoint
+    _stop(process)
+
+
+@pytest.fixture
+def server_factory():
+    started = []
+
+    def start(watchdog_s=1.0, faults=None):
+        process, endpoint = _start_server(watchdog_s, faults or Faults())
+        started.append(process)
+        return endpoint
+
+    yield start
+    for process in started:
+        _stop(process)
+
+
+class TestRemoteArmConformance(DeviceConformance):
+    @pytest.fixture
+    def device(self, lossy_server):
+        with RemoteDevice(lossy_server, timeout_s=0.05, retries=20, backoff=1.0) as d:
+            yield d
+
+
+def _trajectory(device, seed: int, actions) -> list[dict]:
+    observations = [device.reset(seed=seed)]
+    observations += [device.step(a) for a in actions]
+    return observations
+
+
+def _actions(n: int):
+    rng = np.random.default_rng(0)
+    spec = arm.make_device().action_spec
+    return [spec.sample_uniform(rng) for _ in range(n)]
+
+
+def _assert_same(local, remote):
+    for a, b in zip(local, remote, strict=True):
+        for name in a:
+            np.testing.assert_array_equal(a[name], b[name], err_msg=name)
+
+
+def test_lost_replies_are_retried_without_stepping_twice(lossy_server):
+    actions = _actions(40)
+    with arm.make_device() as local:
+        expected = _trajectory(local, 5, actions)
+    with RemoteDevice(lossy_server, timeout_s=0.05, retries=20, backoff=1.0) as remote:
+        before = remote.server_status()
+        got = _trajectory(remote, 5, actions)
+        after = remote.server_status()
+        retried = remote.attempts_retried
+    _assert_same(expected, got)  # one physics step per action: no replayed request stepped again
+    assert after["steps"] - before["steps"] == 40
+    assert after["dropped_replies"] > before["dropped_replies"] and after["replays"] > before["replays"]
+    assert retried >= after["dropped_replies"] - before["dropped_replies"] - 1
+
+
+def test_replies_later_than_the_deadline_are_retried_and_stale_ones_discarded(server_factory):
+    endpoint = server_factory(faults=Faults(latency_s=0.04))
+    actions = _actions(8)
+    with arm.make_device() as local:
+        expected = _trajectory(local, 2, actions)
+    with RemoteDevice(endpoint, timeout_s=0.025, retries=10) as remote:
+        got = _trajectory(remote, 2, actions)
+        status = remote.server_status()
+        assert remote.attempts_retried >= 9 and remote.stale_replies > 0  # each request: one retry at least
+    _assert_same(expected, got)
+    assert status["steps"] == 8
+
+
+def _drive_forever(endpoint: str, queue) -> None:
+    """Child process: take control and step with full torque until killed."""
+    device = RemoteDevice(endpoint, timeout_s=1.0, retries=3)
+    with device:
+        device.reset(seed=0)
+        full = device.action_spec.maximum.astype(np.float32)
+        for i in range(1_000_000):
+            device.step(full)
+            if i == 5:
+                queue.put("stepping")
+
+
+def test_watchdog_stops_the_arm_when_the_actor_dies(server_factory):
+    endpoint = server_factory(watchdog_s=0.3)
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    child = ctx.Process(target=_drive_forever, args=(endpoint, queue), daemon=True)
+    child.start()
+    try:
+        assert queue.get(timeout=60) == "stepping"
+        with RemoteDevice(endpoint, timeout_s=1.0, retries=1) as probe:
+            pytest.fail("a second actor took control of a robot in use")
+    except RemoteError as err:
+        assert err.reason == "refused"
+    finally:
+        os.kill(child.pid, signal.SIGKILL)
+        child.join(10)
+    status = None
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        time.sleep(0.4)  # past the watchdog period: the dead actor's session expires
+        try:
+            with RemoteDevice(endpoint, timeout_s=1.0, retries=1) as probe:
+                status = probe.server_status()
+                break
+        except RemoteError:
+            continue
+    assert status is not None, "the dead actor's session never expired"
+    assert status["watchdog_trips"] == 1
+    assert status["steps"] >= 6
+    assert status["last_action"] == [0.0] * 7  # the safe action, not the dead actor's full torque
+
+
+@pytest.fixture
+def pendulum_server():
+    """A RobotServer on a thread in this process (fast): the pendulum, watchdog 0.2 s."""
+    server = RobotServer(DeviceDriver(pendulum.make_device()), watchdog_s=0.2)
+    stop = threading.Event()
+    thread = threading.Thread(target=server.serve, args=(stop,), daemon=True)
+    thread.start()
+    yield server
+    stop.set()
+    thread.join(5)
+    server.close()
+
+
+def test_watchdog_refuses_steps_after_a_stall_until_reset(pendulum_server):
+    with RemoteDevice(pendulum_server.endpoint, timeout_s=1.0, retries=1) as device:
+        device.reset(seed=0)
+        device.step(np.array([2.0], np.float32))
+        time.sleep(0.5)  # the actor stalls past the watchdog
+        with pytest.raises(RemoteError, match="watchdog") as err:
+            device.step(np.array([2.0], np.float32))
+        assert err.value.reason == "watchdog"
+        assert pendulum_server.stats.watchdog_trips == 1
+        np.testing.assert_array_equal(pendulum_server.last_action, [0.0])
+        device.reset(seed=0)
+        device.step(np.array([2.0], np.float32))
+
+
+def test_estop_latches_on_the_server(pendulum_server):
+    with RemoteDevice(pendulum_server.endpoint, timeout_s=1.0) as device:
+        device.reset(seed=0)
+        device.step(np.array([2.0], np.float32))
+        device.estop("operator")
+        assert pendulum_server.estop_reason == "operator"
+        np.testing.assert_array_equal(pendulum_server.last_action, [0.0])
+        device.clear_estop()
+        assert pendulum_server.estop_reason is None
+        device.step(np.array([1.0], np.float32))
+
+
+def test_malformed_requests_get_a_named_error_and_the_server_keeps_serving(pendulum_server):
+    raw = zmq.Context.instance().socket(zmq.DEALER)
+    raw.linger = 0
+    raw.connect(pendulum_server.endpoint)
+    try:
+        for frames, reason in [([b"\xc1 not msgpack"], "header_malformed"),
+                               (encode("STEP", {"seq": "one"}), "bad_seq"),
+                               (encode("STEP", {"seq": 1}, {"action": np.zeros(1, np.float32)}), "no_session")]:
+            raw.send_multipart(frames)
+            assert raw.poll(2000)
+            reply = decode(raw.recv_multipart())
+            assert reply.kind == "ERROR" and reply.fields["reason"] == reason
+        raw.send_multipart(encode("HELLO", {"seq": 1}))
+        assert raw.poll(2000) and decode(raw.recv_multipart()).kind == "SPECS"
+        raw.send_multipart(encode("STEP", {"seq": 2}, {"action": np.zeros(3, np.float32)}))
+        assert raw.poll(2000)
+        reply = decode(raw.recv_multipart())
+        assert reply.fields["reason"] == "bad_action" and "shape" in reply.fields["detail"]
+        raw.send_multipart(encode("BYE", {"seq": 3}))
+        assert raw.poll(2000)
+    finally:
+        raw.close()
+    with RemoteDevice(pendulum_server.endpoint, timeout_s=1.0) as device:
+        device.reset(seed=0)
+        device.step(np.zeros(1, np.float32))
+    assert pendulum_server.stats.steps == 1
+
+
+def test_an_unreachable_server_times_out_within_the_deadline():
+    device = RemoteDevice("tcp://127.0.0.1:9", timeout_s=0.05, retries=2, backoff=1.0)
+    start = time.monotonic()
+    with pytest.raises(RemoteTimeout, match="3 attempts"):
+        device.connect()
+    assert time.monotonic() - start < 10.0  # bounded, not hung
+    assert not device._connected
