@@ -54,6 +54,14 @@ def _bench(args) -> int:
     return 0
 
 
+def _keys(args) -> int:
+    from .hal.wire.security import generate_keys
+
+    public, secret = generate_keys(args.directory, args.name)
+    print(f"public key (share it): {public}\nsecret key (keep it):  {secret}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="embodyrl", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -70,6 +78,10 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--json", action="store_true", help="print one JSON object")
     b.add_argument("--quick", action="store_true", help="small sizes, for smoke tests")
     b.set_defaults(func=_bench)
+    k = sub.add_parser("keys", help="generate a CurveZMQ key pair for a learner or an actor")
+    k.add_argument("directory", help="where to write NAME.key and NAME.key_secret")
+    k.add_argument("name", help="who the keys are for, e.g. learner or robot-3")
+    k.set_defaults(func=_keys)
     return parser
 
 

@@ -20,6 +20,7 @@ from ..hal.specs import SpecError
 from ..hal.steps import PolicyVersion, Steps
 from ..hal.wire import protocol as P
 from ..hal.wire.codec import DEFAULT_LIMITS, PROTOCOL_VERSION, Limits, MessageError, decode, encode
+from ..hal.wire.security import ServerKeys, check_endpoint, secure_server
 
 # Decides whether to admit an actor: returns None to accept or the reason to refuse.
 AdmitFn = Callable[[list[P.DeviceInfo]], str | None]
@@ -62,6 +63,7 @@ class LearnerServer:
     def __init__(self, bind: str = "tcp://127.0.0.1:*", *, run_id: str, incarnation: int,
                  admit: AdmitFn | None = None, limits: Limits = DEFAULT_LIMITS,
                  peer_timeout_s: float = 30.0, weights_resend_s: float = 5.0,
+                 keys: ServerKeys | None = None, allow_insecure: bool = False,
                  context: zmq.Context | None = None):
         self.run_id = run_id
         self.incarnation = incarnation
@@ -69,13 +71,17 @@ class LearnerServer:
         self.limits = limits
         self.peer_timeout_s = peer_timeout_s
         self.weights_resend_s = weights_resend_s
-        self._context = context or zmq.Context.instance()
+        # CurveZMQ's ZAP handler is one per context: a secured server gets its own.
+        self._own_context = context is None and keys is not None
+        self._context = context or (zmq.Context() if keys is not None else zmq.Context.instance())
         sock = self._context.socket(zmq.ROUTER)
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
         sock.setsockopt(zmq.MAXMSGSIZE, limits.max_message_bytes + limits.max_header_bytes)
         sock.setsockopt(zmq.RCVHWM, 1024)
         sock.setsockopt(zmq.SNDHWM, 1024)
+        check_endpoint(bind, keys is not None, allow_insecure)
+        self._auth = secure_server(sock, keys) if keys is not None else None
         sock.bind(bind)
         self._socket = sock
         self.endpoint: str = sock.getsockopt_string(zmq.LAST_ENDPOINT)
@@ -87,6 +93,12 @@ class LearnerServer:
         if self._socket is not None:
             self._socket.close(linger=0)
             self._socket = None
+        if self._auth is not None:
+            self._auth.stop()
+            self._auth = None
+        if self._own_context:
+            self._context.term()
+            self._own_context = False
 
     # -- receiving -------------------------------------------------------
     def poll(self, timeout_ms: int = 0, max_messages: int = 256) -> list[ReceivedSteps]:

@@ -17,6 +17,7 @@ import zmq
 from ..steps import NO_POLICY, PolicyVersion, Steps
 from . import protocol as P
 from .codec import DEFAULT_LIMITS, PROTOCOL_VERSION, Limits, MessageError, decode, encode
+from .security import ClientKeys, check_endpoint, secure_client
 
 
 class LinkError(RuntimeError):
@@ -27,7 +28,9 @@ class LearnerLink:
     def __init__(self, endpoint: str, *, actor_name: str, actor_id: int,
                  devices: list[P.DeviceInfo], context: zmq.Context | None = None,
                  handshake_timeout_s: float = 60.0, heartbeat_s: float = 1.0,
-                 peer_timeout_s: float = 30.0, limits: Limits = DEFAULT_LIMITS):
+                 peer_timeout_s: float = 30.0, limits: Limits = DEFAULT_LIMITS,
+                 keys: ClientKeys | None = None, allow_insecure: bool = False):
+        check_endpoint(endpoint, keys is not None, allow_insecure)
         self.endpoint = endpoint
         self.actor_name = actor_name
         self.actor_id = actor_id
@@ -37,6 +40,7 @@ class LearnerLink:
         self.heartbeat_s = heartbeat_s
         self.peer_timeout_s = peer_timeout_s
         self.limits = limits
+        self.keys = keys
         self._socket: zmq.Socket | None = None
         self.credits = 0
         self.run_id: str | None = None
@@ -60,6 +64,8 @@ class LearnerLink:
         sock.setsockopt(zmq.MAXMSGSIZE, self.limits.max_message_bytes + self.limits.max_header_bytes)
         sock.setsockopt(zmq.SNDHWM, 64)
         sock.setsockopt(zmq.RCVHWM, 64)
+        if self.keys is not None:
+            secure_client(sock, self.keys)
         sock.connect(self.endpoint)
         self._socket = sock
         self._send(P.HELLO, {
@@ -72,7 +78,8 @@ class LearnerLink:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 self.close(send_bye=False)
-                raise LinkError(f"no WELCOME from {self.endpoint} within {self.handshake_timeout_s} s")
+                hint = " (is our key authorised there?)" if self.keys is not None else ""
+                raise LinkError(f"no WELCOME from {self.endpoint} within {self.handshake_timeout_s} s{hint}")
             self._receive(timeout_ms=int(min(remaining, 0.1) * 1000))
             if self.bye_reason is not None:
                 self.close(send_bye=False)

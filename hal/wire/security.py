@@ -1,0 +1,110 @@
+"""CurveZMQ keys: encryption and authentication for links that leave the machine.
+
+``embodyrl keys DIR NAME`` writes ``NAME.key`` (public, share it) and
+``NAME.key_secret`` (keep it). The learner holds its secret key and a
+directory of the public keys of the actors it accepts; an actor holds its own
+secret key and the learner's public key. A peer without an authorised key
+never completes the handshake. Plain TCP is refused on anything but loopback
+unless explicitly allowed.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+from pathlib import Path
+
+import zmq
+import zmq.auth
+from zmq.auth.thread import ThreadAuthenticator
+
+
+class SecurityError(RuntimeError):
+    pass
+
+
+def generate_keys(directory: str | Path, name: str) -> tuple[Path, Path]:
+    """Write a key pair; returns (public key file, secret key file)."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    public, secret = zmq.auth.create_certificates(str(directory), name)
+    Path(secret).chmod(0o600)
+    return Path(public), Path(secret)
+
+
+def load_keys(path: str | Path) -> tuple[bytes, bytes | None]:
+    """(public, secret) from a key file; secret is None for a public-only file."""
+    path = Path(path)
+    if not path.exists():
+        raise SecurityError(f"key file {path} does not exist")
+    try:
+        return zmq.auth.load_certificate(str(path))
+    except (ValueError, OSError) as err:
+        raise SecurityError(f"{path} is not a CurveZMQ key file: {err}") from None
+
+
+def is_loopback(endpoint: str) -> bool:
+    """Whether ``endpoint`` stays on this machine (ipc, inproc, or a loopback address)."""
+    if endpoint.startswith(("ipc://", "inproc://")):
+        return True
+    if not endpoint.startswith("tcp://"):
+        return False
+    host = endpoint[len("tcp://"):].rsplit(":", 1)[0].strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a host name or an interface name: not known to be local
+
+
+@dataclass(frozen=True)
+class ServerKeys:
+    secret_key_file: Path
+    """The learner's ``.key_secret`` file."""
+    authorized_dir: Path
+    """A directory of the public ``.key`` files of accepted actors."""
+
+
+@dataclass(frozen=True)
+class ClientKeys:
+    secret_key_file: Path
+    """This actor's ``.key_secret`` file."""
+    server_key_file: Path
+    """The learner's public ``.key`` file."""
+
+
+def check_endpoint(endpoint: str, secured: bool, allow_insecure: bool) -> None:
+    if not secured and not allow_insecure and not is_loopback(endpoint):
+        raise SecurityError(
+            f"refusing plain TCP on {endpoint}: give CurveZMQ keys (embodyrl keys) or allow insecure links explicitly")
+
+
+def secure_server(socket: zmq.Socket, keys: ServerKeys) -> ThreadAuthenticator:
+    """Make ``socket`` a CURVE server that admits only the authorised keys.
+
+    Call before ``bind``; stop the returned authenticator when closing.
+    """
+    public, secret = load_keys(keys.secret_key_file)
+    if secret is None:
+        raise SecurityError(f"{keys.secret_key_file} holds no secret key")
+    if not Path(keys.authorized_dir).is_dir():
+        raise SecurityError(f"authorised keys directory {keys.authorized_dir} does not exist")
+    auth = ThreadAuthenticator(socket.context)
+    auth.start()
+    auth.configure_curve(domain="*", location=str(keys.authorized_dir))
+    socket.curve_secretkey = secret
+    socket.curve_publickey = public
+    socket.curve_server = True
+    return auth
+
+
+def secure_client(socket: zmq.Socket, keys: ClientKeys) -> None:
+    """Make ``socket`` a CURVE client of the server whose public key is given. Call before connect."""
+    public, secret = load_keys(keys.secret_key_file)
+    if secret is None:
+        raise SecurityError(f"{keys.secret_key_file} holds no secret key")
+    server_public, _ = load_keys(keys.server_key_file)
+    socket.curve_secretkey = secret
+    socket.curve_publickey = public
+    socket.curve_serverkey = server_public
