@@ -1,5 +1,14 @@
-"""Replay of the step stream."""
+"""Replay of the step stream: the persistent, cache-aware buffer and its parts.
 
+``PersistentReplay`` is the learner's default (rows durable on disk, group
+commits, reopen without copying, n-step returns, sequences, per-source
+mixing, priorities); ``StepReplay`` is the small in-memory ring it grew from.
+"""
+
+from .limiter import RateLimiter
 from .memory import StepReplay
+from .persistent import PersistentReplay
+from .prefetch import Prefetcher
+from .ring import ChunkRing, ReplayFullError
 
-__all__ = ["StepReplay"]
+__all__ = ["ChunkRing", "PersistentReplay", "Prefetcher", "RateLimiter", "ReplayFullError", "StepReplay"]

@@ -1,0 +1,84 @@
+"""The RAM budget for hot data: which chunks the page cache should hold, and release.
+
+Data pages are file-backed (the kernel's page cache), so the buffer's own
+anonymous memory stays small whatever the data size; the budget bounds how
+much of the page cache this buffer *keeps* of its own data. The policy:
+
+1. the most recent chunks (by generation) are always hot, as many as half
+   the budget holds (at least the one being written);
+2. then retained chunks (demonstrations), most recent first, while the
+   budget lasts: source mixing samples them far more often than their share;
+3. every other chunk is read on demand when a sample needs it, and its
+   pages are released (``MADV_DONTNEED`` + ``POSIX_FADV_DONTNEED``) every
+   ``release_every`` samples, so cold reads never grow the cache past budget.
+
+A chunk that leaves the hot set is released at once.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .store import ChunkStore
+
+
+class CachePolicy:
+    def __init__(self, store: ChunkStore, budget_bytes: int, release_every: int = 64):
+        self.store = store
+        self.chunk_bytes = store.layout.chunk_rows * store.row_bytes
+        self.budget_chunks = max(1, int(budget_bytes // self.chunk_bytes))
+        self.release_every = release_every
+        self.hot = np.zeros(store.layout.chunks, bool)
+        self._touched = np.zeros(store.layout.chunks, bool)
+        self._samples = 0
+        self._generation_seen = -1
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Recompute the hot set after the ring moved on; release chunks that left it."""
+        ring = self.store.ring
+        if ring.next_generation == self._generation_seen:
+            return
+        self._generation_seen = ring.next_generation
+        stored = np.flatnonzero(ring.generation >= 0)
+        by_recency = stored[np.argsort(-ring.generation[stored])]
+        recent = by_recency[:max(1, self.budget_chunks // 2)]
+        hot = np.zeros_like(self.hot)
+        hot[recent] = True
+        room = self.budget_chunks - len(recent)
+        retained = [c for c in by_recency if ring.pinned[c] and not hot[c]][:max(0, room)]
+        hot[retained] = True
+        room -= len(retained)
+        if room > 0:  # budget left: keep the next most recent too
+            rest = [c for c in by_recency if not hot[c]][:room]
+            hot[rest] = True
+        for chunk in np.flatnonzero(self.hot & ~hot):
+            self.store.release(int(chunk))
+        self.hot = hot
+
+    def touched(self, slots: np.ndarray) -> None:
+        """Note chunks a sample read; release the cold ones every ``release_every`` samples."""
+        self._touched[slots // self.store.layout.chunk_rows] = True
+        self._samples += 1
+        if self._samples % self.release_every == 0:
+            for chunk in np.flatnonzero(self._touched & ~self.hot):
+                self.store.release(int(chunk))
+            self._touched[:] = False
+
+    def is_cold(self, slots: np.ndarray) -> np.ndarray:
+        return ~self.hot[slots // self.store.layout.chunk_rows]
+
+    def chunk_weights(self, hot_weight: float) -> np.ndarray:
+        """Chunk draw weights for the cache-preferring mode: hot rows ``hot_weight`` x as likely."""
+        fill = self.store.ring.fill.astype(np.float64)
+        return fill * np.where(self.hot, hot_weight, 1.0)
+
+    def tv_from_uniform(self, hot_weight: float) -> float:
+        """Exact total-variation distance between the cache-preferring and the uniform row draw."""
+        fill = self.store.ring.fill.astype(np.float64)
+        if fill.sum() == 0:
+            return 0.0
+        w = self.chunk_weights(hot_weight)
+        p_row = np.where(fill > 0, w / w.sum() / np.maximum(fill, 1), 0.0)
+        q_row = 1.0 / fill.sum()
+        return float(0.5 * np.sum(fill * np.abs(p_row - q_row)))

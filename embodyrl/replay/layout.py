@@ -1,0 +1,105 @@
+"""The on-disk record: one fixed-size row per step, every field of the step record in it.
+
+The data file is one array of rows of a numpy structured dtype (row-major):
+a uniform random gather is one fancy-index over that array, after which
+every field is a view. Rows of the same stream are usually adjacent, so a
+row and its successor share a page and a cold gather reads about one page
+per sampled row, not one page per field (a file per field reads ~17 pages
+per row, a separate array per chunk makes hot gathers ~10x slower).
+
+``next_index`` (the successor's row slot, -1 until it arrives or for final
+rows) sits in the row too: the learner patches it in place when the
+successor arrives, which is why the next observation is an index, never a
+copy.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..hal.specs import ArraySpec, DictSpec
+from ..hal.steps import OBSERVATION_PREFIX, SCALAR_COLUMNS, Steps
+
+FORMAT_VERSION = 1
+META_FILE = "meta.json"
+DATA_FILE = "data.bin"
+INDEX_FILE = "index.json"
+NEXT_INDEX = "next_index"
+
+
+def row_dtype(observation_spec: DictSpec, action_spec: ArraySpec) -> np.dtype:
+    """The structured dtype of one stored row, 8-byte aligned so patches are aligned."""
+    fields: list[tuple] = [(NEXT_INDEX, np.int64)]
+    for name, spec in observation_spec.items():
+        fields.append((OBSERVATION_PREFIX + name, np.dtype(spec.dtype), tuple(spec.shape)))
+    fields.append(("action", np.dtype(action_spec.dtype), tuple(action_spec.shape)))
+    fields.append(("proposed_action", np.dtype(action_spec.dtype), tuple(action_spec.shape)))
+    fields.extend((name, dtype) for name, dtype in SCALAR_COLUMNS.items())
+    dtype = np.dtype(fields, align=True)
+    pad = -dtype.itemsize % 8
+    if pad:
+        dtype = np.dtype({"names": dtype.names, "formats": [dtype.fields[n][0] for n in dtype.names],
+                          "offsets": [dtype.fields[n][1] for n in dtype.names],
+                          "itemsize": dtype.itemsize + pad})
+    return dtype
+
+
+def to_rows(steps: Steps, dtype: np.dtype) -> np.ndarray:
+    """Pack a batch of steps into rows (``next_index`` left at -1)."""
+    rows = np.zeros(len(steps), dtype)
+    rows[NEXT_INDEX] = -1
+    for name, column in steps.arrays().items():
+        rows[name] = column
+    return rows
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What a replay directory holds; written once at creation, checked at every reopen."""
+
+    capacity: int
+    """Row slots in the data file."""
+    chunk_rows: int
+    """Rows per chunk: the unit of commits, eviction and cache policy."""
+    observation_spec: DictSpec
+    action_spec: ArraySpec
+
+    @property
+    def chunks(self) -> int:
+        return self.capacity // self.chunk_rows
+
+    @property
+    def dtype(self) -> np.dtype:
+        return row_dtype(self.observation_spec, self.action_spec)
+
+    def to_json(self) -> str:
+        return json.dumps({
+            "format": FORMAT_VERSION, "capacity": self.capacity, "chunk_rows": self.chunk_rows,
+            "observation_spec": self.observation_spec.to_msg(), "action_spec": self.action_spec.to_msg(),
+            "row_bytes": self.dtype.itemsize,
+        }, indent=1)
+
+    @classmethod
+    def from_json(cls, text: str, where: str) -> Layout:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{where}: not valid JSON ({err})") from None
+        if data.get("format") != FORMAT_VERSION:
+            raise ValueError(f"{where}: format {data.get('format')!r}; this code reads {FORMAT_VERSION}")
+        layout = cls(int(data["capacity"]), int(data["chunk_rows"]),
+                     DictSpec.from_msg(data["observation_spec"]), ArraySpec.from_msg(data["action_spec"]))
+        if layout.dtype.itemsize != data["row_bytes"]:
+            raise ValueError(f"{where}: row_bytes {data['row_bytes']} differ from this code's "
+                             f"{layout.dtype.itemsize}")
+        return layout
+
+    def validate(self) -> None:
+        if self.chunk_rows < 2:
+            raise ValueError(f"chunk_rows must be at least 2, got {self.chunk_rows}")
+        if self.capacity % self.chunk_rows or self.capacity < 2 * self.chunk_rows:
+            raise ValueError(f"capacity {self.capacity} must be a multiple of chunk_rows "
+                             f"{self.chunk_rows} and hold at least two chunks")

@@ -1,0 +1,259 @@
+"""The persistent, cache-aware replay: durable rows on disk, batches by index.
+
+Wraps a :class:`ChunkStore` (durable rows, group commits, reopen), a
+:class:`CachePolicy` (the RAM budget) and, optionally, a :class:`SumTree`
+(proportional priorities), and serves:
+
+* ``sample``: transitions with n-step returns, uniform over valid starts (or
+  per-source mixing in set proportions, or by priority), optionally only
+  rows acted by a recent policy (``max_staleness``);
+* ``sample_sequences``: fixed-length runs of one episode's rows.
+
+Uniform means i.i.d. uniform over stored rows, rejecting those that are not
+valid transition starts (final rows, rows whose successor has not arrived or
+was overwritten); see docs/replay.md for exactly how each mode differs.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import numpy as np
+
+from ..hal.specs import ArraySpec, DictSpec
+from ..hal.steps import OBSERVATION_PREFIX, PolicyVersion, Source, Steps
+from .cache import CachePolicy
+from .layout import Layout
+from .sampling import draw_stored, n_step_return, sequences, successor
+from .store import ChunkStore
+from .sumtree import SumTree
+
+_MAX_ROUNDS = 64
+
+
+class PersistentReplay:
+    def __init__(self, directory: Path, observation_spec: DictSpec | None = None,
+                 action_spec: ArraySpec | None = None, *, capacity: int = 1 << 20, chunk_rows: int = 4096,
+                 ram_budget_bytes: int = 256 << 20, retained: tuple[int, ...] = (Source.DEMONSTRATION,),
+                 prioritized: bool = False, priority_exponent: float = 0.6, release_every: int = 64):
+        """Open the replay in ``directory``, creating it from the specs if it holds none."""
+        layout = None
+        if observation_spec is not None and action_spec is not None:
+            layout = Layout(capacity, chunk_rows, observation_spec, action_spec)
+        self.reopened = (Path(directory) / "meta.json").exists()
+        self.store = ChunkStore(Path(directory), layout, retained=retained)
+        self.observation_spec = self.store.layout.observation_spec
+        self.action_spec = self.store.layout.action_spec
+        self.capacity = self.store.layout.capacity
+        self.cache = CachePolicy(self.store, ram_budget_bytes, release_every)
+        self.lock = threading.RLock()
+        self.priorities = SumTree(self.capacity) if prioritized else None
+        self.priority_exponent = priority_exponent
+        self._max_priority = 1.0
+        if self.priorities is not None:  # not persisted: stored rows restart at the max priority
+            ring = self.store.ring
+            for c in np.flatnonzero(ring.fill):
+                self.priorities.set_range(int(c) * ring.chunk_rows, int(ring.fill[c]), 1.0)
+        self._obs_names = [OBSERVATION_PREFIX + k for k in self.observation_spec]
+
+    # -- state -------------------------------------------------------------------
+    @property
+    def size(self) -> int:
+        return self.store.ring.size
+
+    @property
+    def rows_added(self) -> int:
+        return self.store.rows_added
+
+    @property
+    def committed_seqs(self) -> dict[int, int]:
+        """actor id -> the last wire sequence number whose rows are durable."""
+        return dict(self.store.committed_seqs)
+
+    @property
+    def commits(self) -> int:
+        return self.store.commits
+
+    # -- writing ---------------------------------------------------------------
+    def add(self, steps: Steps, seq: int | None = None) -> np.ndarray:
+        """Append one stream's consecutive rows (durable at the next commit); returns slots."""
+        with self.lock:
+            slots = self.store.add(steps, seq, on_evict=self._evicted)
+            if self.priorities is not None:
+                self.priorities.set(slots, np.where(steps.final, 0.0, self._max_priority))
+            self.cache.refresh()
+            return slots
+
+    def _evicted(self, chunk: int) -> None:
+        if self.priorities is not None:
+            rows = self.store.layout.chunk_rows
+            self.priorities.set_range(chunk * rows, rows, 0.0)
+
+    def commit(self) -> None:
+        with self.lock:
+            self.store.commit()
+
+    def maybe_commit(self, interval_s: float) -> bool:
+        """Group commit if rows have waited ``interval_s`` or fill a chunk; True if committed."""
+        with self.lock:
+            if not self.store.commit_due(interval_s):
+                return False
+            self.store.commit()
+            return True
+
+    def close(self) -> None:
+        with self.lock:
+            self.store.close()
+
+    # -- drawing valid starts ----------------------------------------------------
+    def _draw(self, rng, n: int, source: int | None, max_staleness: int | None,
+              latest: PolicyVersion | None, hot_weight: float | None) -> tuple[np.ndarray, np.ndarray]:
+        ring, rows = self.store.ring, self.store.rows
+        if max_staleness is not None and latest is None:
+            raise ValueError("max_staleness needs latest, the newest policy version")
+        weights = None
+        if source is not None:
+            weights = ring.source_rows[:, source].astype(np.float64)
+            if weights.sum() == 0:
+                raise RuntimeError(f"replay holds no rows of source {Source(source).name}")
+        elif hot_weight is not None:
+            weights = self.cache.chunk_weights(hot_weight)
+        starts, nexts = [], []
+        need, rate = n, 1.0
+        for _ in range(_MAX_ROUNDS):
+            m = int(need / max(rate, 0.02) * 1.25) + 8
+            if self.priorities is not None:
+                cand = self.priorities.sample(rng, m)
+            else:
+                cand = draw_stored(rng, ring, m, weights)
+            cold = self.cache.is_cold(cand)
+            if cold.any():
+                self.store.will_need(cand[cold])
+                self.cache.touched(cand)
+            nxt, ok = successor(rows, ring, cand)
+            ok &= ring.row_valid(cand)
+            if self.priorities is not None:  # final rows never become valid: stop drawing them
+                dead = ring.row_valid(cand) & rows["final"][np.where(ring.row_valid(cand), cand, 0)]
+                self.priorities.set(cand[dead], np.zeros(int(dead.sum())))
+            if source is not None:
+                ok &= rows["source"][cand] == source
+            if max_staleness is not None:
+                ok &= rows["policy_incarnation"][cand] == latest.incarnation
+                ok &= latest.count - rows["policy_count"][cand] <= max_staleness
+            rate = max(float(ok.mean()), 1.0 / m)
+            good = np.flatnonzero(ok)[:need]
+            starts.append(cand[good])
+            nexts.append(nxt[good])
+            need -= len(good)
+            if need == 0:
+                return np.concatenate(starts), np.concatenate(nexts)
+        raise RuntimeError(f"replay of {self.size} rows has too few complete transitions to sample "
+                           f"(source={source}, max_staleness={max_staleness})")
+
+    def sample_indices(self, rng: np.random.Generator, batch_size: int, *,
+                       mix: dict[int, float] | None = None, max_staleness: int | None = None,
+                       latest: PolicyVersion | None = None,
+                       hot_weight: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(start slots, successor slots) of ``batch_size`` valid transitions."""
+        if mix is None:
+            return self._draw(rng, batch_size, None, max_staleness, latest, hot_weight)
+        counts = _split(batch_size, mix)
+        parts = [self._draw(rng, k, int(s), max_staleness, latest, None) for s, k in counts.items() if k]
+        return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+
+    # -- batches -----------------------------------------------------------------
+    def sample(self, rng: np.random.Generator, batch_size: int, discount: float, n_step: int = 1, *,
+               mix: dict[int, float] | None = None, max_staleness: int | None = None,
+               latest: PolicyVersion | None = None, hot_weight: float | None = None,
+               keys: bool = False) -> dict:
+        """Transitions: o, a, n-step return, discount (gamma^k, 0 after termination), o'.
+
+        ``mix`` maps sources to batch fractions (e.g. {DEMONSTRATION: .5,
+        ONLINE: .5}); ``max_staleness`` keeps rows acted by ``latest`` or at
+        most that many publications before it; ``hot_weight`` > 1 prefers
+        chunks in the RAM budget (not uniform: see ``cache.tv_from_uniform``).
+        ``keys`` adds ``slot`` and ``generation`` for priority updates.
+        """
+        if n_step < 1:
+            raise ValueError(f"n_step must be at least 1, got {n_step}")
+        with self.lock:
+            idx, nxt = self.sample_indices(rng, batch_size, mix=mix, max_staleness=max_staleness,
+                                           latest=latest, hot_weight=hot_weight)
+            rows, ring = self.store.rows, self.store.ring
+            if n_step == 1:
+                reward = rows["reward"][idx]
+                disc = np.where(rows["terminated"][idx], 0.0, discount).astype(np.float32)
+                end = nxt
+            else:
+                reward, disc, end = n_step_return(rows, ring, idx, nxt, discount, n_step)
+            batch = {
+                "observation": {k[len(OBSERVATION_PREFIX):]: rows[k][idx] for k in self._obs_names},
+                "action": rows["action"][idx].astype(np.float32, copy=False),
+                "reward": reward,
+                "discount": disc,
+                "next_observation": {k[len(OBSERVATION_PREFIX):]: rows[k][end] for k in self._obs_names},
+            }
+            if keys:
+                batch["slot"] = idx
+                batch["generation"] = ring.generation[idx // ring.chunk_rows]
+                if self.priorities is not None:
+                    batch["probability"] = self.priorities.get(idx) / self.priorities.total
+            return batch
+
+    def sample_sequences(self, rng: np.random.Generator, batch_size: int, length: int) -> dict:
+        """``batch_size`` runs of ``length`` consecutive rows of one episode each ([B, L, ...]).
+
+        Starts are uniform over stored rows, rejecting those whose episode
+        has fewer than ``length`` rows from there (a final row may end a run).
+        """
+        with self.lock:
+            rows, ring = self.store.rows, self.store.ring
+            chosen, need = [], batch_size
+            for _ in range(_MAX_ROUNDS):
+                slots, ok = sequences(rows, ring, draw_stored(rng, ring, 2 * need + 8), length)
+                chosen.append(slots[ok][:need])
+                need -= len(chosen[-1])
+                if need == 0:
+                    slots = np.concatenate(chosen)
+                    out = {name: rows[name][slots] for name in (
+                        "action", "reward", "terminated", "truncated", "final", "log_prob",
+                        "policy_incarnation", "policy_count", "source", "episode_id", "step_index")}
+                    out["observation"] = {k[len(OBSERVATION_PREFIX):]: rows[k][slots] for k in self._obs_names}
+                    return out
+            raise RuntimeError(f"replay of {self.size} rows has too few runs of {length} rows to sample")
+
+    # -- priorities ----------------------------------------------------------------
+    def update_priorities(self, slots: np.ndarray, generations: np.ndarray, priorities: np.ndarray) -> int:
+        """Set priorities (|TD error|) of sampled rows; rows overwritten since are ignored.
+
+        Returns how many were applied.
+        """
+        if self.priorities is None:
+            raise RuntimeError("this replay was opened without prioritized=True")
+        with self.lock:
+            ring = self.store.ring
+            slots = np.asarray(slots, np.int64)
+            live = ring.generation[slots // ring.chunk_rows] == np.asarray(generations)
+            live &= ring.row_valid(slots)
+            p = (np.abs(np.asarray(priorities, np.float64)[live]) + 1e-6) ** self.priority_exponent
+            self.priorities.set(slots[live], p)
+            if len(p):
+                self._max_priority = max(self._max_priority, float(p.max()))
+            return int(live.sum())
+
+    def drop_page_cache(self) -> None:
+        self.store.drop_page_cache()
+
+
+
+def _split(batch_size: int, mix: dict[int, float]) -> dict[int, int]:
+    """Batch rows per source for fractions ``mix`` (largest remainder, exact total)."""
+    total = sum(mix.values())
+    if total <= 0 or any(f < 0 for f in mix.values()):
+        raise ValueError(f"mix fractions must be non-negative with a positive sum, got {mix}")
+    exact = {s: batch_size * f / total for s, f in mix.items()}
+    counts = {s: int(v) for s, v in exact.items()}
+    for s in sorted(exact, key=lambda s: counts[s] - exact[s])[:batch_size - sum(counts.values())]:
+        counts[s] += 1
+    return counts

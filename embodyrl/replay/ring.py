@@ -1,0 +1,124 @@
+"""Index arithmetic of the ring over chunks: where rows go, which chunk is evicted.
+
+Pure bookkeeping in RAM (no files), so it can be tested exhaustively. The
+ring is FIFO over chunks: when the chunk being written is full, the next one
+is an empty chunk if any, else the oldest chunk (by generation) that holds no
+retained row. A chunk holding any row of a retained source (demonstrations)
+is pinned and never evicted.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..hal.steps import Source
+
+SOURCES = max(Source) + 1
+
+
+class ReplayFullError(RuntimeError):
+    """Every chunk is pinned by retained sources: nothing may be evicted."""
+
+
+class ChunkRing:
+    def __init__(self, chunks: int, chunk_rows: int, retained: tuple[int, ...] = (Source.DEMONSTRATION,)):
+        self.chunk_rows = chunk_rows
+        self.retained = tuple(int(s) for s in retained)
+        self.generation = np.full(chunks, -1, np.int64)  # -1: empty
+        self.fill = np.zeros(chunks, np.int64)
+        self.pinned = np.zeros(chunks, bool)
+        self.source_rows = np.zeros((chunks, SOURCES), np.int64)
+        self.current = -1
+        self.next_generation = 0
+
+    @property
+    def chunks(self) -> int:
+        return len(self.fill)
+
+    @property
+    def size(self) -> int:
+        return int(self.fill.sum())
+
+    def row_valid(self, slots: np.ndarray) -> np.ndarray:
+        """Slots that hold a stored row (negative slots are invalid)."""
+        chunk = slots // self.chunk_rows
+        ok = (slots >= 0) & (chunk < self.chunks)
+        safe = np.where(ok, chunk, 0)
+        return ok & (slots - safe * self.chunk_rows < self.fill[safe])
+
+    def _pick_next(self, exclude: set[int]) -> int:
+        empty = np.flatnonzero(self.generation < 0)
+        empty = [int(c) for c in empty if int(c) not in exclude]
+        if empty:
+            return empty[0]
+        candidates = [c for c in range(self.chunks)
+                      if not self.pinned[c] and c not in exclude and c != self.current]
+        if not candidates:
+            raise ReplayFullError(
+                f"replay full: all {self.chunks} chunks are pinned by retained sources {self.retained} "
+                "or in use; raise the capacity or retain fewer sources")
+        return min(candidates, key=lambda c: self.generation[c])
+
+    def plan(self, n: int) -> tuple[list[tuple[int, int, int]], list[int]]:
+        """Where ``n`` rows go: ([(chunk, first offset, count)], chunks to evict first).
+
+        Does not change the ring; :meth:`apply` does. Raises
+        :class:`ReplayFullError` when the rows cannot be placed.
+        """
+        segments: list[tuple[int, int, int]] = []
+        evict: list[int] = []
+        chunk = self.current
+        offset = int(self.fill[chunk]) if chunk >= 0 else self.chunk_rows
+        used = {chunk} if chunk >= 0 else set()
+        while n > 0:
+            if offset == self.chunk_rows:
+                chunk = self._pick_next(used)
+                used.add(chunk)
+                offset = 0
+                if self.generation[chunk] >= 0:
+                    evict.append(chunk)
+            count = min(n, self.chunk_rows - offset)
+            segments.append((chunk, offset, count))
+            offset += count
+            n -= count
+        return segments, evict
+
+    def evict(self, chunk: int) -> None:
+        self.generation[chunk] = -1
+        self.fill[chunk] = 0
+        self.pinned[chunk] = False
+        self.source_rows[chunk] = 0
+
+    def apply(self, segments: list[tuple[int, int, int]], sources: np.ndarray) -> np.ndarray:
+        """Record rows written per ``segments``; ``sources`` per row. Returns their slots."""
+        slots = np.empty(len(sources), np.int64)
+        i = 0
+        for chunk, offset, count in segments:
+            if chunk != self.current:
+                self.generation[chunk] = self.next_generation
+                self.next_generation += 1
+                self.current = chunk
+            src = sources[i:i + count]
+            slots[i:i + count] = chunk * self.chunk_rows + offset + np.arange(count)
+            self.fill[chunk] = offset + count
+            self.source_rows[chunk] += np.bincount(src, minlength=SOURCES)[:SOURCES]
+            if any(self.source_rows[chunk, s] for s in self.retained):
+                self.pinned[chunk] = True
+            i += count
+        return slots
+
+    # -- persistence (the index file holds this state) ---------------------------
+    def state(self) -> dict:
+        return {"generation": self.generation.tolist(), "fill": self.fill.tolist(),
+                "pinned": self.pinned.tolist(), "source_rows": self.source_rows.tolist(),
+                "current": self.current, "next_generation": self.next_generation}
+
+    def load(self, state: dict) -> None:
+        self.generation[:] = state["generation"]
+        self.fill[:] = state["fill"]
+        self.pinned[:] = state["pinned"]
+        self.source_rows[:] = state["source_rows"]
+        self.current = int(state["current"])
+        self.next_generation = int(state["next_generation"])
+        if (self.fill > self.chunk_rows).any() or (self.fill < 0).any():
+            raise ValueError("index: a chunk fill lies outside [0, chunk_rows]")

@@ -1,0 +1,87 @@
+"""What a sample is, computed from stored rows by index: transitions, n-step returns, sequences.
+
+Everything here reads the row array through fancy indexes (one per field
+needed) and the ring's chunk fills; nothing is copied ahead of time, so an
+image is stored once and gathered only when a batch needs it.
+
+A row t is a valid transition start when it is not final and its successor
+link points at a stored row of the same episode with step index t+1 (a slot
+overwritten since fails that check). The n-step target from t is
+
+    R = sum_{i<k} gamma^i r_{t+i},   discount = gamma^k (0 if the episode
+    terminated within those k rows),  o' = o_{t+k}
+
+with k = n, or fewer where the episode ended earlier (termination: discount
+0; truncation: bootstrap from the final observation) or where the successor
+has not arrived yet (bootstrap from the last observation present).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .layout import NEXT_INDEX
+from .ring import ChunkRing
+
+
+def draw_stored(rng: np.random.Generator, ring: ChunkRing, n: int,
+                chunk_weights: np.ndarray | None = None) -> np.ndarray:
+    """``n`` slots, uniform over stored rows (or over chunks by ``chunk_weights``, then rows)."""
+    fill = ring.fill
+    weights = fill if chunk_weights is None else chunk_weights
+    cum = np.cumsum(weights)
+    total = int(cum[-1]) if chunk_weights is None else float(cum[-1])
+    if total <= 0:
+        return np.empty(0, np.int64)
+    if chunk_weights is None:
+        u = rng.integers(0, total, n)
+        chunk = np.searchsorted(cum, u, side="right")
+        offset = u - (cum[chunk] - fill[chunk])
+    else:
+        chunk = np.searchsorted(cum, rng.random(n) * total, side="right")
+        chunk = np.minimum(chunk, len(fill) - 1)
+        offset = (rng.random(n) * fill[chunk]).astype(np.int64)
+    return chunk * ring.chunk_rows + offset
+
+
+def successor(rows: np.ndarray, ring: ChunkRing, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(successor slot, whether it is this row's true, stored successor) for each slot."""
+    nxt = rows[NEXT_INDEX][slots]
+    ok = ~rows["final"][slots] & ring.row_valid(nxt)
+    safe = np.where(ok, nxt, slots)
+    ok &= rows["episode_id"][safe] == rows["episode_id"][slots]
+    ok &= rows["step_index"][safe] == rows["step_index"][slots] + 1
+    return safe, ok
+
+
+def n_step_return(rows: np.ndarray, ring: ChunkRing, start: np.ndarray, first_next: np.ndarray,
+           gamma: float, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(return, discount, slot of o') for valid starts whose successors are ``first_next``."""
+    terminated = rows["terminated"][start]
+    ret = rows["reward"][start].astype(np.float32)
+    discount = np.where(terminated, 0.0, gamma).astype(np.float32)
+    end = first_next
+    alive = ~terminated
+    for k in range(1, n):
+        if not alive.any():
+            break
+        nxt, ok = successor(rows, ring, end)
+        extend = alive & ok
+        reward, term = rows["reward"][end], rows["terminated"][end]
+        ret += np.where(extend, np.float32(gamma ** k) * reward, np.float32(0))
+        discount = np.where(extend, np.where(term, 0.0, gamma ** (k + 1)), discount).astype(np.float32)
+        end = np.where(extend, nxt, end)
+        alive = extend & ~term
+    return ret, discount, end
+
+
+def sequences(rows: np.ndarray, ring: ChunkRing, start: np.ndarray, length: int) -> tuple[np.ndarray, np.ndarray]:
+    """(slots [B, length], ok [B]): ``length`` consecutive rows of one episode from each start."""
+    slots = np.empty((len(start), length), np.int64)
+    slots[:, 0] = start
+    ok = ring.row_valid(start)
+    for k in range(1, length):
+        nxt, good = successor(rows, ring, slots[:, k - 1])
+        ok &= good
+        slots[:, k] = nxt
+    return slots, ok
