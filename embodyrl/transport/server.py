@@ -64,10 +64,13 @@ class LearnerServer:
                  admit: AdmitFn | None = None, limits: Limits = DEFAULT_LIMITS,
                  peer_timeout_s: float = 30.0, weights_resend_s: float = 5.0,
                  keys: ServerKeys | None = None, allow_insecure: bool = False,
+                 committed_seq: Callable[[int], int] | None = None,
                  context: zmq.Context | None = None):
         self.run_id = run_id
         self.incarnation = incarnation
         self.admit = admit
+        self.committed_seq = committed_seq
+        """actor id -> last seq the replay holds (durable across learner restarts)."""
         self.limits = limits
         self.peer_timeout_s = peer_timeout_s
         self.weights_resend_s = weights_resend_s
@@ -155,9 +158,12 @@ class LearnerServer:
         if previous is not None:  # a reconnect: keep its place in the sequence
             session.committed_seq = previous.committed_seq
             self.sessions.pop(previous.identity, None)
+        if self.committed_seq is not None:
+            session.committed_seq = max(session.committed_seq, self.committed_seq(actor_id))
         self.sessions[identity] = session
         self._send(identity, P.WELCOME, {"protocol": PROTOCOL_VERSION, "run_id": self.run_id,
-                                         "incarnation": self.incarnation, "credits": 0})
+                                         "incarnation": self.incarnation, "credits": 0,
+                                         "committed_seq": session.committed_seq})
         self._maybe_send_weights(session)
 
     def _steps(self, session: ActorSession, msg) -> ReceivedSteps | None:
