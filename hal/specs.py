@@ -10,6 +10,7 @@ serialise to plain msgpack-able dicts for the wire handshake.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
@@ -57,6 +58,7 @@ class ArraySpec:
             raise SpecError(f"{self.name}: minimum exceeds maximum")
         object.__setattr__(self, "minimum", lo)
         object.__setattr__(self, "maximum", hi)
+        object.__setattr__(self, "_float", is_float(self.dtype))  # cached: validate is per step
 
     @property
     def bounded(self) -> bool:
@@ -95,7 +97,10 @@ class ArraySpec:
     def _check(self, array: np.ndarray, shape: tuple[int, ...], check_bounds: bool) -> np.ndarray:
         if array.shape != shape:
             raise SpecError(f"{self.name}: shape {array.shape} where {shape} was expected")
-        if is_float(self.dtype):
+        # A small array's finiteness is cheaper to test in Python (NaN and inf
+        # propagate through the sum) than with a numpy reduction; a non-finite
+        # sum (also a finite overflow) falls through to the exact test.
+        if self._float and not (array.size <= 64 and math.isfinite(sum(array.ravel().tolist()))):
             finite = np.isfinite(array)
             if not finite.all():
                 bad = int(np.flatnonzero(~finite.reshape(-1))[0])
@@ -185,16 +190,17 @@ class DictSpec(Mapping):
         if len(set(names)) != len(names):
             raise SpecError(f"duplicate field names in {names}")
         object.__setattr__(self, "specs", specs)
+        object.__setattr__(self, "_by_name", {s.name: s for s in specs})  # O(1) lookups per step
 
     @classmethod
     def of(cls, *specs: ArraySpec) -> DictSpec:
         return cls(tuple(specs))
 
     def __getitem__(self, name: str) -> ArraySpec:
-        for spec in self.specs:
-            if spec.name == name:
-                return spec
-        raise KeyError(name)
+        return self._by_name[name]
+
+    def __contains__(self, name) -> bool:
+        return name in self._by_name
 
     def __iter__(self) -> Iterator[str]:
         return (s.name for s in self.specs)
@@ -206,9 +212,9 @@ class DictSpec(Mapping):
         """Validate a dict of arrays; missing or unexpected fields are errors."""
         if not isinstance(value, Mapping):
             raise SpecError(f"expected a dict of arrays with fields {list(self)}, got {type(value).__name__}")
-        missing = [name for name in self if name not in value]
-        extra = [name for name in value if name not in self]
-        if missing or extra:
+        if value.keys() != self._by_name.keys():
+            missing = [name for name in self if name not in value]
+            extra = [name for name in value if name not in self]
             raise SpecError(f"observation fields: missing {missing}, unexpected {extra}")
         return {s.name: s.validate(value[s.name], check_bounds=check_bounds) for s in self.specs}
 
