@@ -1,0 +1,66 @@
+"""Export the learner's policy for the numpy runtime (:mod:`embodyrl.hal.runtime`).
+
+The export is a JSON layer graph plus a flat ``name -> array`` map (format
+documented in :mod:`embodyrl.hal.runtime`). Array names are the learner's
+published weight names (``actor/layers/0/kernel``...), so a numpy actor
+loads an export once and then follows the learner's WEIGHTS messages.
+
+Covered networks: DDPG's actor (:class:`~embodyrl.algos.networks.MLP`,
+ReLU between dense layers, tanh, scaled to the action bounds). A network
+added later gets an ``export_*`` here and passes ``tests/test_runtime.py``'s
+parity test.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import jax
+import numpy as np
+from flax import nnx
+
+from .algos import ddpg
+from .algos.networks import MLP
+from .hal import params as flat_params
+from .hal import runtime
+from .hal.steps import NO_POLICY, PolicyVersion
+
+
+def export_ddpg(networks: ddpg.DDPGNetworks, actor_params, config: ddpg.DDPGConfig,
+                version: PolicyVersion = NO_POLICY) -> tuple[dict, dict[str, np.ndarray]]:
+    """(graph, arrays) of DDPG's deterministic policy plus its Gaussian exploration."""
+    actor = nnx.merge(networks.actor_graph, actor_params)
+    if type(actor) is not MLP:
+        raise NotImplementedError(f"export covers the MLP actor, not {type(actor).__name__}")
+    arrays = flat_params.flatten({"actor": jax.device_get(actor_params)})
+    n_layers = len(actor.layers)
+    graph: list[dict] = [{"op": "concat", "fields": list(networks.observation_spec)}]
+    for i in range(n_layers):
+        graph.append({"op": "dense", "kernel": f"actor/layers/{i}/kernel", "bias": f"actor/layers/{i}/bias"})
+        graph.append({"op": "relu" if i < n_layers - 1 else "tanh"})
+    graph.append({"op": "scale", "center": "scale/center", "half_range": "scale/half_range"})
+    arrays["scale/center"] = np.asarray(networks.scale.center, np.float32)
+    arrays["scale/half_range"] = np.asarray(networks.scale.half_range, np.float32)
+    meta = {"format": runtime.FORMAT, "format_version": runtime.FORMAT_VERSION, "algo": "ddpg",
+            "policy_version": list(version),
+            "observation_spec": networks.observation_spec.to_msg(),
+            "action_spec": networks.action_spec.to_msg(),
+            "exploration": {"kind": "gaussian", "std": float(config.exploration_noise)},
+            "graph": graph}
+    return meta, {k: np.asarray(v, np.float32) for k, v in arrays.items()}
+
+
+def export_saved_policy(policy_dir: str | Path, out: str | Path,
+                        config: ddpg.DDPGConfig | None = None) -> tuple[Path, Path]:
+    """Turn a run's saved ``policy/`` directory (see :mod:`embodyrl.policy`) into an export."""
+    import json
+
+    from .policy import load_policy
+
+    meta = json.loads((Path(policy_dir) / "policy.json").read_text())
+    config = config or ddpg.DDPGConfig(hidden_sizes=tuple(meta["hidden_sizes"]))
+    policy = load_policy(Path(policy_dir), config)
+    networks, _, _ = ddpg.make_networks(policy.observation_spec, policy.action_spec,
+                                        config.hidden_sizes, jax.random.key(0))
+    graph, arrays = export_ddpg(networks, policy.params, config, policy.version)
+    return runtime.save(out, graph, arrays)

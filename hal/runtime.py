@@ -1,0 +1,183 @@
+"""A learner's policy as a numpy-only forward pass: acting without JAX.
+
+An actor on a small robot PC, or an MPI rank of a scientific model, loads an
+export written by :mod:`embodyrl.export` and acts with numpy alone. The
+export format (version 1) is two files with the same stem:
+
+``policy.json``::
+
+    {"format": "embodyrl.policy", "format_version": 1, "algo": "ddpg",
+     "policy_version": [incarnation, count],
+     "observation_spec": [...], "action_spec": {...},      # as on the wire
+     "exploration": {"kind": "gaussian", "std": 0.1},      # std in half action ranges
+     "graph": [                                            # applied in order
+        {"op": "concat", "fields": ["angular_velocity", "orientation"]},
+        {"op": "dense", "kernel": "actor/layers/0/kernel", "bias": "actor/layers/0/bias"},
+        {"op": "relu"},
+        ...
+        {"op": "tanh"},
+        {"op": "scale", "center": "scale/center", "half_range": "scale/half_range"}]}
+
+``policy.npz``: the arrays the graph names (flat ``name -> array``, float32,
+loaded with ``allow_pickle=False``). ``concat`` flattens each named
+observation field to float32 and concatenates them; ``dense`` is ``x @ kernel
++ bias`` (kernel ``[in, out]``); ``scale`` maps [-1, 1] to ``center +
+half_range * x``. Weight names are the learner's (``actor/...``), so
+:meth:`NumpyPolicy.load_weights` follows the weights it publishes. A new
+network extends ``OPS`` and passes the same parity test against JAX.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+
+from .specs import ArraySpec, DictSpec
+from .steps import NO_POLICY, PolicyVersion
+
+FORMAT = "embodyrl.policy"
+FORMAT_VERSION = 1
+
+
+class ExportError(ValueError):
+    """An export (graph or arrays) is malformed; the message names the op or array."""
+
+
+OPS = ("concat", "dense", "relu", "tanh", "scale")
+
+
+class NumpyPolicy:
+    """Implements the HAL :class:`~embodyrl.hal.policy.Policy` with numpy."""
+
+    def __init__(self, graph: Mapping, arrays: Mapping[str, np.ndarray], seed: int | None = None):
+        if graph.get("format") != FORMAT or graph.get("format_version") != FORMAT_VERSION:
+            raise ExportError(f"not an {FORMAT} v{FORMAT_VERSION} export: format "
+                              f"{graph.get('format')!r} v{graph.get('format_version')!r}")
+        self.graph = dict(graph)
+        self.observation_spec = DictSpec.from_msg(graph["observation_spec"])
+        self.action_spec = ArraySpec.from_msg(graph["action_spec"])
+        self.ops = list(graph["graph"])
+        exploration = graph.get("exploration", {"kind": "gaussian", "std": 0.0})
+        if exploration.get("kind") != "gaussian":
+            raise ExportError(f"exploration kind {exploration.get('kind')!r} is not supported")
+        self.exploration_std = float(exploration["std"])
+        self._check_graph()
+        self.arrays = self._checked_arrays(arrays, require_all=True)
+        self.version = PolicyVersion(*graph.get("policy_version", NO_POLICY))
+        self.rng = np.random.default_rng(seed)
+
+    # -- the Policy protocol ----------------------------------------------
+    def act(self, observation: Mapping[str, np.ndarray], *, explore: bool = True) -> tuple[np.ndarray, dict]:
+        """mu(o), plus Gaussian noise from this policy's own RNG when exploring, clipped."""
+        action = self.mean_action(observation)
+        if explore and self.exploration_std > 0:
+            half_range = (self.action_spec.maximum - self.action_spec.minimum) / 2
+            action = action + self.rng.normal(0.0, self.exploration_std, action.shape) * half_range
+        return self.action_spec.clip(action), {}
+
+    def load_weights(self, version: PolicyVersion, arrays: Mapping[str, np.ndarray]) -> None:
+        """Take the learner's published weights: every ``actor/...`` array the graph reads
+        must be there (others, like the action scale, stay from the export; extra names
+        are ignored). Nothing changes unless all of them fit."""
+        missing = sorted(n for n in self._names() if n.startswith("actor/") and n not in arrays)
+        if missing:
+            raise ExportError(f"published weights lack arrays {missing}")
+        merged = {**self.arrays, **{n: arrays[n] for n in self._names() if n in arrays}}
+        self.arrays = self._checked_arrays(merged, require_all=True)
+        self.version = PolicyVersion(*version)
+
+    # -- the forward pass --------------------------------------------------
+    def mean_action(self, observation: Mapping[str, np.ndarray]) -> np.ndarray:
+        """The deterministic action; fields may carry leading batch dimensions."""
+        x = None
+        for op in self.ops:
+            kind = op["op"]
+            if kind == "concat":
+                parts = []
+                for name in op["fields"]:
+                    if name not in observation:
+                        raise KeyError(f"observation lacks field {name!r} (the policy reads {op['fields']})")
+                    spec = self.observation_spec[name]
+                    value = np.asarray(observation[name], np.float32)
+                    parts.append(value.reshape(*value.shape[: value.ndim - len(spec.shape)], spec.size))
+                x = np.concatenate(parts, axis=-1)
+            elif kind == "dense":
+                x = x @ self.arrays[op["kernel"]] + self.arrays[op["bias"]]
+            elif kind == "relu":
+                x = np.maximum(x, 0.0)
+            elif kind == "tanh":
+                x = np.tanh(x)
+            elif kind == "scale":
+                x = x * self.arrays[op["half_range"]] + self.arrays[op["center"]]
+        return x.astype(self.action_spec.dtype, copy=False)
+
+    # -- validation ----------------------------------------------------------
+    def _names(self) -> dict[str, str]:
+        """Array name -> the role it plays, for every array the graph reads."""
+        names = {}
+        for op in self.ops:
+            for role in ("kernel", "bias", "center", "half_range"):
+                if role in op:
+                    names[op[role]] = role
+        return names
+
+    def _check_graph(self) -> None:
+        for i, op in enumerate(self.ops):
+            if not isinstance(op, Mapping) or op.get("op") not in OPS:
+                raise ExportError(f"graph op {i}: {op!r} is not one of {OPS}")
+        if not self.ops or self.ops[0]["op"] != "concat":
+            raise ExportError("graph must start with a concat of observation fields")
+        unknown = [f for f in self.ops[0]["fields"] if f not in self.observation_spec]
+        if unknown:
+            raise ExportError(f"concat reads fields {unknown} missing from the observation spec")
+
+    def _checked_arrays(self, arrays: Mapping[str, np.ndarray], require_all: bool) -> dict[str, np.ndarray]:
+        needed = self._names()
+        missing = sorted(n for n in needed if n not in arrays)
+        if require_all and missing:
+            raise ExportError(f"weights lack arrays {missing}")
+        out = {n: np.asarray(arrays[n], np.float32) for n in needed if n in arrays}
+        width = sum(self.observation_spec[f].size for f in self.ops[0]["fields"])
+        for op in self.ops:
+            if op["op"] == "dense":
+                kernel, bias = out[op["kernel"]], out[op["bias"]]
+                if kernel.ndim != 2 or kernel.shape[0] != width or bias.shape != (kernel.shape[1],):
+                    raise ExportError(f"{op['kernel']}: shape {kernel.shape} (bias {bias.shape}) does not "
+                                      f"take {width} inputs")
+                width = kernel.shape[1]
+            elif op["op"] == "scale":
+                for role in ("center", "half_range"):
+                    if out[op[role]].shape != self.action_spec.shape:
+                        raise ExportError(f"{op[role]}: shape {out[op[role]].shape} is not the action's")
+        if width != self.action_spec.size:
+            raise ExportError(f"the graph outputs {width} values; the action has {self.action_spec.size}")
+        for name, value in out.items():
+            if not np.isfinite(value).all():
+                raise ExportError(f"{name}: non-finite values")
+        return out
+
+
+def save(path: str | Path, graph: Mapping, arrays: Mapping[str, np.ndarray]) -> tuple[Path, Path]:
+    """Write ``<path>.json`` and ``<path>.npz`` (no pickle)."""
+    NumpyPolicy(graph, arrays)  # refuse to write what cannot be loaded
+    stem = Path(path).with_suffix("")
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    json_path, npz_path = stem.with_suffix(".json"), stem.with_suffix(".npz")
+    json_path.write_text(json.dumps(graph, indent=1) + "\n")
+    np.savez(npz_path, **{k: np.asarray(v, np.float32) for k, v in arrays.items()})
+    return json_path, npz_path
+
+
+def load(path: str | Path, seed: int | None = None) -> NumpyPolicy:
+    """Read an export written by :func:`save` (``path`` with or without suffix)."""
+    stem = Path(path).with_suffix("")
+    try:
+        graph = json.loads(stem.with_suffix(".json").read_text())
+    except json.JSONDecodeError as err:
+        raise ExportError(f"{stem.with_suffix('.json')}: not JSON ({err})") from err
+    with np.load(stem.with_suffix(".npz"), allow_pickle=False) as data:
+        arrays = {k: data[k] for k in data.files}
+    return NumpyPolicy(graph, arrays, seed)

@@ -1,0 +1,128 @@
+"""The numpy policy runtime: the exported DDPG actor equals the JAX one."""
+
+import json
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+
+from embodyrl.algos import ddpg
+from embodyrl.export import export_ddpg, export_saved_policy
+from embodyrl.hal import params as flat_params
+from embodyrl.hal import runtime
+from embodyrl.hal.policy import Policy
+from embodyrl.hal.specs import ArraySpec, DictSpec
+from embodyrl.hal.steps import PolicyVersion
+from embodyrl.policy import JaxPolicy, save_policy
+
+OBS = DictSpec.of(ArraySpec("joints", (7,), np.float32), ArraySpec("grid", (2, 3), np.float64),
+                  ArraySpec("camera/tiny", (4, 4, 3), np.uint8, 0, 255))
+ACT = ArraySpec("action", (3,), np.float32, [-1.0, -3.0, 0.0], [1.0, 0.5, 10.0])
+
+
+def _random_observations(rng, batch):
+    return {"joints": rng.normal(size=(batch, 7)).astype(np.float32),
+            "grid": rng.normal(size=(batch, 2, 3)),
+            "camera/tiny": rng.integers(0, 256, size=(batch, 4, 4, 3), dtype=np.uint8) // 64}
+
+
+def _random_actor(hidden, seed):
+    networks, actor, _ = ddpg.make_networks(OBS, ACT, hidden, jax.random.key(seed))
+    rng = np.random.default_rng(seed)
+    # every parameter random (biases too), scaled by fan-in so tanh is not always saturated
+    actor = jax.tree.map(lambda p: rng.normal(0, 1.5 / np.sqrt(p.shape[0]), p.shape).astype(np.float32), actor)
+    return networks, actor
+
+
+@pytest.mark.parametrize(("hidden", "seed"), [((16,), 0), ((32, 32), 1), ((64, 48, 32), 2), ((), 3)])
+def test_numpy_mean_action_equals_the_jax_policy(hidden, seed):
+    networks, actor = _random_actor(hidden, seed)
+    config = ddpg.DDPGConfig(hidden_sizes=hidden)
+    policy = runtime.NumpyPolicy(*export_ddpg(networks, actor, config))
+    obs = _random_observations(np.random.default_rng(seed + 10), 64)
+    expected = np.asarray(networks.policy(actor, obs))
+    got = policy.mean_action(obs)
+    assert got.shape == (64, 3) and got.dtype == np.float32
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+    assert (np.ptp(got, axis=0) > 1e-3).all()  # the observations matter: not a constant output
+
+
+def test_export_round_trips_through_files_and_follows_published_weights(tmp_path):
+    networks, actor = _random_actor((32, 32), 0)
+    config = ddpg.DDPGConfig(hidden_sizes=(32, 32))
+    json_path, npz_path = runtime.save(tmp_path / "policy", *export_ddpg(networks, actor, config))
+    assert json.loads(json_path.read_text())["graph"][1]["op"] == "dense"
+    policy = runtime.load(tmp_path / "policy", seed=0)
+    assert isinstance(policy, Policy)
+    obs = {k: v[0] for k, v in _random_observations(np.random.default_rng(5), 1).items()}
+    np.testing.assert_allclose(policy.act(obs, explore=False)[0], networks.policy(actor, obs), rtol=1e-5, atol=1e-5)
+    # the learner publishes flatten({"actor": params}); the runtime follows it
+    _, newer = _random_actor((32, 32), 9)
+    policy.load_weights(PolicyVersion(7, 3), flat_params.flatten({"actor": newer}))
+    assert policy.version == PolicyVersion(7, 3)
+    np.testing.assert_allclose(policy.act(obs, explore=False)[0], networks.policy(newer, obs), rtol=1e-5, atol=1e-5)
+
+
+def test_exploration_noise_comes_from_the_runtimes_own_rng():
+    networks, actor = _random_actor((16,), 0)
+    graph, arrays = export_ddpg(networks, actor, ddpg.DDPGConfig(hidden_sizes=(16,), exploration_noise=0.3))
+    obs = {k: v[0] for k, v in _random_observations(np.random.default_rng(1), 1).items()}
+    a, b = runtime.NumpyPolicy(graph, arrays, seed=4), runtime.NumpyPolicy(graph, arrays, seed=4)
+    noisy = np.array([a.act(obs, explore=True)[0] for _ in range(200)])
+    np.testing.assert_array_equal(noisy[0], b.act(obs, explore=True)[0])  # seeded
+    assert (noisy >= ACT.minimum).all() and (noisy <= ACT.maximum).all()
+    mean = a.mean_action(obs)
+    inside = (mean > ACT.minimum + 0.5) & (mean < ACT.maximum - 0.5)
+    spread = noisy.std(axis=0) / ((ACT.maximum - ACT.minimum) / 2)
+    np.testing.assert_allclose(spread[inside], 0.3, rtol=0.25)
+
+
+def test_jax_policy_and_numpy_policy_act_alike(tmp_path):
+    """The actor-side JaxPolicy, saved by the learner, exported, acts the same in numpy."""
+    spec = DictSpec.of(ArraySpec("orientation", (2,), np.float32), ArraySpec("angular_velocity", (1,), np.float32))
+    action = ArraySpec("action", (1,), np.float32, -2.0, 2.0)
+    config = ddpg.DDPGConfig(hidden_sizes=(16, 16))
+    jax_policy = JaxPolicy(spec, action, config, seed=3)
+    rng = np.random.default_rng(0)
+    weights = flat_params.flatten({"actor": jax.tree.map(lambda p: rng.normal(0, 0.7, p.shape).astype(np.float32),
+                                                         jax.device_get(jax_policy.params))})
+    jax_policy.load_weights(PolicyVersion(1, 2), weights)
+    save_policy(tmp_path / "run", PolicyVersion(1, 2), weights, spec, action, config)
+    export_saved_policy(tmp_path / "run", tmp_path / "export" / "policy")
+    numpy_policy = runtime.load(tmp_path / "export" / "policy")
+    assert numpy_policy.version == PolicyVersion(1, 2)
+    for _ in range(20):
+        obs = {"orientation": rng.normal(size=2).astype(np.float32),
+               "angular_velocity": rng.normal(size=1).astype(np.float32) * 3}
+        np.testing.assert_allclose(numpy_policy.act(obs, explore=False)[0],
+                                   jax_policy.act(obs, explore=False)[0], rtol=1e-5, atol=1e-5)
+
+
+def test_malformed_exports_are_refused_with_the_name(tmp_path):
+    networks, actor = _random_actor((8,), 0)
+    graph, arrays = export_ddpg(networks, actor, ddpg.DDPGConfig(hidden_sizes=(8,)))
+    with pytest.raises(runtime.ExportError, match="actor/layers/1/bias"):
+        runtime.NumpyPolicy(graph, {k: v for k, v in arrays.items() if k != "actor/layers/1/bias"})
+    bad = dict(arrays, **{"actor/layers/0/kernel": np.zeros((5, 8), np.float32)})
+    with pytest.raises(runtime.ExportError, match="actor/layers/0/kernel"):
+        runtime.NumpyPolicy(graph, bad)
+    with pytest.raises(runtime.ExportError, match="softmax"):
+        runtime.NumpyPolicy({**graph, "graph": [*graph["graph"], {"op": "softmax"}]}, arrays)
+    policy = runtime.NumpyPolicy(graph, arrays)
+    with pytest.raises(runtime.ExportError, match="actor/layers/0/bias"):
+        policy.load_weights(PolicyVersion(1, 1), {"actor/layers/0/kernel": arrays["actor/layers/0/kernel"]})
+    with pytest.raises(KeyError, match="joints"):
+        policy.mean_action({"grid": np.zeros((2, 3))})
+
+
+def test_runtime_imports_without_jax(tmp_path):
+    networks, actor = _random_actor((8,), 0)
+    runtime.save(tmp_path / "p", *export_ddpg(networks, actor, ddpg.DDPGConfig(hidden_sizes=(8,))))
+    code = ("import sys; from embodyrl.hal import runtime; import numpy as np;"
+            f"p = runtime.load({str(tmp_path / 'p')!r});"
+            "obs = {s.name: s.zeros() for s in p.observation_spec.specs};"
+            "print(p.act(obs, explore=False)[0].shape, 'jax' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.split()[-1] == "False"
