@@ -41,3 +41,43 @@ def run_actor(endpoint: str, actor_id: int, result_queue) -> None:
     result_queue.put({"actor_id": actor_id, "env_steps": stats.env_steps,
                       "weight_updates": stats.weight_updates, "version": list(policy.version),
                       "bye": link.bye_reason, "w": policy.w.tolist()})
+
+
+def row_keys(steps) -> list[tuple[int, int]]:
+    return list(zip(steps.episode_id.tolist(), steps.step_index.tolist(), strict=True))
+
+
+def run_logging_actor(endpoint: str, actor_id: int, spool_dir: str, log_path: str,
+                      max_steps: int, peer_timeout_s: float = 2.0) -> None:
+    """An actor that logs the key of every row it hands to the link, then drains its spool."""
+    import json
+
+    from embodyrl import envs
+    from embodyrl.hal.actor import ActorConfig, ActorLoop
+    from embodyrl.hal.wire.client import LearnerLink
+    from embodyrl.hal.wire.protocol import DeviceInfo
+    from embodyrl.hal.wire.spool import Spool
+
+    device, task = envs.make("pendulum")
+    info = DeviceInfo(0, "pendulum", device.observation_spec, device.action_spec)
+    link = LearnerLink(endpoint, actor_name=f"log-{actor_id}", actor_id=actor_id, devices=[info],
+                       handshake_timeout_s=30, peer_timeout_s=peer_timeout_s, reconnect_s=0.2,
+                       reconnect_max_s=0.5, spool=Spool(spool_dir))
+    original = link.send_steps
+    log = open(log_path, "a")
+
+    def logged(device_id, steps):
+        seq = original(device_id, steps)
+        log.write(json.dumps(row_keys(steps)) + "\n")
+        log.flush()
+        return seq
+
+    link.send_steps = logged
+    with device:
+        link.connect()
+        loop = ActorLoop(device, task, LinearPolicy(), link,
+                         ActorConfig(actor_id=actor_id, send_every=16, random_steps=0, seed=actor_id,
+                                     credit_timeout_s=60))
+        loop.run(max_steps=max_steps)
+        assert link.flush(60), "spool never drained"
+        link.close()

@@ -1,15 +1,19 @@
 """The actor's side of the link: one DEALER socket that dials the learner.
 
-Every call returns within its deadline. The link tracks credits (how many
-step rows the learner will take), unacknowledged batches, the newest weights
-received, and when the learner was last heard from.
+No call waits without a deadline. Step batches go into a :class:`Spool`
+first and leave it only when the learner acknowledges them (committed to its
+replay), so a dead link or a restarted learner loses nothing: the link
+notices silence (``peer_timeout_s``), reconnects by itself with backoff, learns
+from WELCOME which batches the learner already holds, and resends the rest
+in order. Credits (rows the learner will take) gate what is sent; what is
+not yet sent waits in the spool.
 """
 
 from __future__ import annotations
 
 import contextlib
 import time
-from collections import OrderedDict
+from dataclasses import dataclass, field
 
 import numpy as np
 import zmq
@@ -18,17 +22,31 @@ from ..steps import NO_POLICY, PolicyVersion, Steps
 from . import protocol as P
 from .codec import DEFAULT_LIMITS, PROTOCOL_VERSION, Limits, MessageError, decode, encode
 from .security import ClientKeys, check_endpoint, secure_client
+from .spool import Spool
 
 
 class LinkError(RuntimeError):
-    """The learner refused us, went silent past the deadline, or said goodbye."""
+    """The learner refused us, or never answered the first handshake."""
+
+
+@dataclass
+class LinkStats:
+    messages_out: int = 0
+    bytes_out: int = 0
+    messages_in: int = 0
+    bytes_in: int = 0
+    resent_batches: int = 0
+    reconnects: int = 0
+    rtt_ms: float | None = None
+    rejected: dict[str, int] = field(default_factory=dict)
 
 
 class LearnerLink:
     def __init__(self, endpoint: str, *, actor_name: str, actor_id: int,
                  devices: list[P.DeviceInfo], context: zmq.Context | None = None,
                  handshake_timeout_s: float = 60.0, heartbeat_s: float = 1.0,
-                 peer_timeout_s: float = 30.0, limits: Limits = DEFAULT_LIMITS,
+                 peer_timeout_s: float = 30.0, reconnect_s: float = 0.5, reconnect_max_s: float = 10.0,
+                 limits: Limits = DEFAULT_LIMITS, spool: Spool | None = None,
                  keys: ClientKeys | None = None, allow_insecure: bool = False):
         check_endpoint(endpoint, keys is not None, allow_insecure)
         self.endpoint = endpoint
@@ -39,42 +57,35 @@ class LearnerLink:
         self.handshake_timeout_s = handshake_timeout_s
         self.heartbeat_s = heartbeat_s
         self.peer_timeout_s = peer_timeout_s
+        self.reconnect_s = reconnect_s
+        self.reconnect_max_s = reconnect_max_s
         self.limits = limits
         self.keys = keys
-        self._socket: zmq.Socket | None = None
-        self.credits = 0
+        self.spool = spool if spool is not None else Spool()
+        self.stats = LinkStats()
         self.run_id: str | None = None
         self.incarnation: int | None = None
         self.bye_reason: str | None = None
-        self._seq = 0
-        self._acked_seq = 0
-        self._unacked: OrderedDict[int, int] = OrderedDict()  # seq -> rows
-        self._weights: tuple[PolicyVersion, dict[str, np.ndarray]] | None = None
+        self.connected = False
         self.held_version: PolicyVersion = NO_POLICY
         """The weights version the actor acts with; set it when it loads new weights."""
-        self._last_heard = 0.0
-        self._last_sent = 0.0
-        self.rejected: dict[str, int] = {}
+        self._socket: zmq.Socket | None = None
+        self._credits = 0
+        self._seq = self.spool.last_seq
+        self._acked_seq = 0
+        self._sent_upto = 0
+        self._sent_at: dict[int, float] = {}
+        self._weights: tuple[PolicyVersion, dict[str, np.ndarray]] | None = None
+        self._last_heard = self._last_sent = 0.0
+        self._backoff = reconnect_s
+        self._next_attempt = 0.0
 
     # -- lifecycle -------------------------------------------------------
     def connect(self) -> None:
-        """Dial the learner and complete the handshake, or raise LinkError."""
-        sock = self._context.socket(zmq.DEALER)
-        sock.setsockopt(zmq.LINGER, 0)
-        sock.setsockopt(zmq.MAXMSGSIZE, self.limits.max_message_bytes + self.limits.max_header_bytes)
-        sock.setsockopt(zmq.SNDHWM, 64)
-        sock.setsockopt(zmq.RCVHWM, 64)
-        if self.keys is not None:
-            secure_client(sock, self.keys)
-        sock.connect(self.endpoint)
-        self._socket = sock
-        self._send(P.HELLO, {
-            "actor": self.actor_name, "actor_id": self.actor_id,
-            "devices": [d.to_msg() for d in self.devices], "last_acked_seq": self._acked_seq,
-            "held": list(self.held_version),
-        })
+        """Dial the learner and complete the first handshake, or raise LinkError."""
+        self._dial()
         deadline = time.monotonic() + self.handshake_timeout_s
-        while self.run_id is None:
+        while not self.connected:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 self.close(send_bye=False)
@@ -88,11 +99,12 @@ class LearnerLink:
     def close(self, reason: str = "done", *, send_bye: bool = True) -> None:
         if self._socket is None:
             return
-        if send_bye:
+        if send_bye and self.connected:
             with contextlib.suppress(zmq.ZMQError):
                 self._send(P.BYE, {"reason": reason})
         self._socket.close(linger=0)
         self._socket = None
+        self.connected = False
 
     def __enter__(self) -> LearnerLink:
         self.connect()
@@ -103,50 +115,121 @@ class LearnerLink:
 
     # -- traffic ---------------------------------------------------------
     def send_steps(self, device_id: int, steps: Steps) -> int:
-        """Send one batch of steps, spending credits; return its sequence number."""
-        if len(steps) > self.credits:
-            raise LinkError(f"{len(steps)} rows exceed the {self.credits} credits held")
-        self._seq += 1
-        fields = {"seq": self._seq, "device_id": device_id, "held": list(self.held_version)}
-        self._send(P.STEPS, fields, steps.arrays())
-        self.credits -= len(steps)
-        self._unacked[self._seq] = len(steps)
-        return self._seq
+        """Spool one batch and send it as soon as credits allow; return its seq.
+
+        Raises :class:`~.spool.SpoolFull` when the spool is full and set to pause.
+        """
+        seq = self._seq + 1
+        frames = encode(P.STEPS, {"seq": seq, "device_id": device_id, "held": list(self.held_version)},
+                        steps.arrays())
+        self.spool.push(seq, len(steps), frames)
+        self._seq = seq
+        self._pump()
+        return seq
+
+    @property
+    def credits(self) -> int:
+        """Rows that could be sent now beyond what already waits in the spool."""
+        return self._credits - self.unsent_rows
+
+    @property
+    def unsent_rows(self) -> int:
+        return sum(self.spool.rows_of(s) for s in self.spool.seqs() if s > self._sent_upto)
+
+    @property
+    def unacked_rows(self) -> int:
+        return self.spool.rows
+
+    @property
+    def acked_seq(self) -> int:
+        return self._acked_seq
 
     def poll(self, timeout_ms: int = 0) -> None:
-        """Handle what has arrived (waiting at most ``timeout_ms``) and keep the link alive.
-
-        Raises LinkError if the learner has been silent past ``peer_timeout_s``.
-        """
+        """Handle arrivals (waiting at most ``timeout_ms``), send what credits allow,
+        keep the link alive, and reconnect when the learner has gone silent."""
+        if self._socket is None:
+            raise LinkError("link is closed")
         self._receive(timeout_ms)
         now = time.monotonic()
-        if now - self._last_sent >= self.heartbeat_s:
+        if self.connected and now - self._last_heard > self.peer_timeout_s:
+            self._disconnect()
+        if not self.connected:
+            if now >= self._next_attempt:
+                self._dial()
+            return
+        self._pump()
+        if self.connected and now - self._last_sent >= self.heartbeat_s:
             self._send(P.HEARTBEAT, {"time": time.time()})
-        if now - self._last_heard > self.peer_timeout_s:
-            raise LinkError(f"learner at {self.endpoint} silent for {now - self._last_heard:.1f} s")
+
+    def flush(self, timeout_s: float) -> bool:
+        """Keep polling until the learner has acknowledged every spooled batch (or time runs out)."""
+        deadline = time.monotonic() + timeout_s
+        while len(self.spool) and time.monotonic() < deadline and self.bye_reason is None:
+            self.poll(20)
+        return len(self.spool) == 0
 
     def take_weights(self) -> tuple[PolicyVersion, dict[str, np.ndarray]] | None:
         """The newest weights received since the last call, if any."""
         weights, self._weights = self._weights, None
         return weights
 
-    @property
-    def unacked_rows(self) -> int:
-        return sum(self._unacked.values())
-
-    @property
-    def acked_seq(self) -> int:
-        return self._acked_seq
-
     # -- internals -------------------------------------------------------
+    def _dial(self) -> None:
+        """(Re)open the socket and say HELLO; WELCOME arrives through poll."""
+        if self._socket is not None:
+            self._socket.close(linger=0)
+        sock = self._context.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.MAXMSGSIZE, self.limits.max_message_bytes + self.limits.max_header_bytes)
+        sock.setsockopt(zmq.SNDHWM, 64)
+        sock.setsockopt(zmq.RCVHWM, 64)
+        if self.keys is not None:
+            secure_client(sock, self.keys)
+        sock.connect(self.endpoint)
+        self._socket = sock
+        self._credits = 0
+        self._last_heard = time.monotonic()
+        self._next_attempt = time.monotonic() + self._backoff
+        self._backoff = min(self._backoff * 2, self.reconnect_max_s)
+        self._send(P.HELLO, {
+            "actor": self.actor_name, "actor_id": self.actor_id,
+            "devices": [d.to_msg() for d in self.devices], "last_acked_seq": self._acked_seq,
+            "held": list(self.held_version),
+        })
+
+    def _disconnect(self) -> None:
+        self.connected = False
+        self._credits = 0
+        self.stats.reconnects += 1
+        self._next_attempt = time.monotonic()
+
+    def _pump(self) -> None:
+        """Send spooled batches in seq order while credits last."""
+        if not self.connected:
+            return
+        for seq in self.spool.seqs():
+            if seq <= self._sent_upto:
+                continue
+            rows = self.spool.rows_of(seq)
+            if rows > self._credits:
+                break
+            frames = self.spool.frames(seq)
+            self._socket.send_multipart(frames, copy=False)
+            if seq in self._sent_at:
+                self.stats.resent_batches += 1
+            self._sent_at[seq] = time.monotonic()
+            self.stats.messages_out += 1
+            self.stats.bytes_out += sum(len(f) for f in frames)
+            self._last_sent = time.monotonic()
+            self._credits -= rows
+            self._sent_upto = seq
+
     def _send(self, kind: str, fields: dict, arrays=None) -> None:
         self._socket.send_multipart(encode(kind, fields, arrays), copy=False)
         self._last_sent = time.monotonic()
 
     def _receive(self, timeout_ms: int) -> None:
         sock = self._socket
-        if sock is None:
-            raise LinkError("link is closed")
         if not sock.poll(timeout_ms, zmq.POLLIN):
             return
         while True:
@@ -155,27 +238,42 @@ class LearnerLink:
             except zmq.Again:
                 return
             self._last_heard = time.monotonic()
+            self.stats.messages_in += 1
+            self.stats.bytes_in += sum(len(f) for f in frames)
             try:
                 self._dispatch(decode(frames, self.limits))
             except MessageError as err:
-                self.rejected[err.reason] = self.rejected.get(err.reason, 0) + 1
+                self.stats.rejected[err.reason] = self.stats.rejected.get(err.reason, 0) + 1
+
+    def _acknowledge(self, seq: int) -> None:
+        if seq in self._sent_at:
+            rtt = (time.monotonic() - self._sent_at[seq]) * 1000
+            prev = self.stats.rtt_ms
+            self.stats.rtt_ms = rtt if prev is None else 0.9 * prev + 0.1 * rtt
+        for s in [s for s in self._sent_at if s <= seq]:
+            del self._sent_at[s]
+        self.spool.ack(seq)
+        self._acked_seq = max(self._acked_seq, seq)
 
     def _dispatch(self, msg) -> None:
         f = msg.fields
         if msg.kind == P.ACK:
-            seq = P.field(f, "seq", int)
-            self.credits += P.field(f, "credits", int)
-            while self._unacked and next(iter(self._unacked)) <= seq:
-                self._unacked.popitem(last=False)
-            self._acked_seq = max(self._acked_seq, seq)
+            self._acknowledge(P.field(f, "seq", int))
+            self._credits += P.field(f, "credits", int)
         elif msg.kind == P.WEIGHTS:
             self._weights = (P.version_field(f), dict(msg.arrays))
         elif msg.kind == P.WELCOME:
             if P.field(f, "protocol", int) != PROTOCOL_VERSION:
                 raise MessageError("protocol", "learner speaks another protocol")
+            committed = P.field(f, "committed_seq", int)
             self.run_id = P.field(f, "run_id", str)
             self.incarnation = P.field(f, "incarnation", int)
-            self.credits += P.field(f, "credits", int)
+            self._credits = P.field(f, "credits", int)
+            self._acknowledge(committed)
+            self._seq = max(self._seq, committed)
+            self._sent_upto = committed  # everything after it is resent, in order
+            self.connected = True
+            self._backoff = self.reconnect_s
         elif msg.kind in (P.REFUSED, P.BYE):
             self.bye_reason = P.field(f, "reason", str)
         elif msg.kind == P.HEARTBEAT:
