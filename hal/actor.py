@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .clock import RateClock
+from .clock import RateClock, set_realtime_priority
 from .device import Device
 from .group import DeviceGroup
 from .intervention import InterventionSource
@@ -48,6 +48,8 @@ class ActorConfig:
     """Longest wait for credit before the learner is declared stuck."""
     realtime: bool = False
     """Pace the loop with a RateClock at the control rate (real hardware); off for simulators."""
+    realtime_priority: int = 0
+    """With ``realtime``: run the loop under SCHED_FIFO at this priority (1-99) if permitted; 0: don't."""
 
 
 @dataclass
@@ -142,7 +144,11 @@ class ActorLoop:
         for lane in self.lanes:
             lane.observation = lane.device.reset(seed=cfg.seed + lane.device_id)
         period = max(lane.device.control_period_s for lane in self.lanes)
-        clock = RateClock(1.0 / period) if cfg.realtime else None
+        clock = None
+        if cfg.realtime:
+            clock = RateClock(1.0 / period)
+            if cfg.realtime_priority:
+                self.stats.clock["realtime_priority"] = float(set_realtime_priority(cfg.realtime_priority))
         next_report = time.monotonic() + report_every_s
         steps = 0
         while link.bye_reason is None and not should_stop() and (max_steps is None or steps < max_steps):
@@ -205,7 +211,7 @@ class ActorLoop:
                 safety[kind] = safety.get(kind, 0) + n
         self.stats.safety = safety
         if clock is not None:
-            self.stats.clock = clock.stats().to_dict()
+            self.stats.clock.update(clock.stats().to_dict())
         return self.stats
 
     def _refresh_weights(self) -> None:
