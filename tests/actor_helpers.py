@@ -64,7 +64,7 @@ def run_logging_actor(endpoint: str, actor_id: int, spool_dir: str, log_path: st
                        handshake_timeout_s=30, peer_timeout_s=peer_timeout_s, reconnect_s=0.2,
                        reconnect_max_s=0.5, spool=Spool(spool_dir))
     original = link.send_steps
-    log = open(log_path, "a")
+    log = open(log_path, "a")  # noqa: SIM115 (open for the life of the process)
 
     def logged(device_id, steps):
         seq = original(device_id, steps)

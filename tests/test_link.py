@@ -81,7 +81,7 @@ def test_actor_process_streams_steps_and_follows_weights(server, spawn):
         received.append(batch)
         rows = sum(len(b.steps) for b in received)
         version = 1 + rows // 300
-        if version <= 4 and server._weights[0].count < version:
+        if version <= 4 and server.publisher.version.count < version:
             server.publish(PolicyVersion(INCARNATION, version), {"w": np.full((1, 3), 0.1 * version, np.float32)})
 
     serve(server, until=lambda: sum(b.steps.env_steps for b in received) >= 1500, on_batch=on_batch)

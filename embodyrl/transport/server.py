@@ -21,6 +21,7 @@ from ..hal.steps import PolicyVersion, Steps
 from ..hal.wire import protocol as P
 from ..hal.wire.codec import DEFAULT_LIMITS, PROTOCOL_VERSION, Limits, MessageError, decode, encode
 from ..hal.wire.security import ServerKeys, check_endpoint, secure_server
+from .publisher import WeightPublisher, WeightsConfig
 
 # Decides whether to admit an actor: returns None to accept or the reason to refuse.
 AdmitFn = Callable[[list[P.DeviceInfo]], str | None]
@@ -37,6 +38,9 @@ class ActorSession:
     held: PolicyVersion | None = None
     weights_sent: PolicyVersion | None = None
     weights_sent_at: float = 0.0
+    weights_bytes: int = 0
+    downlink_bps: float | None = None
+    """Measured: weight bytes over the time until the actor reported holding them."""
     rows: int = 0
 
 
@@ -65,6 +69,7 @@ class LearnerServer:
                  peer_timeout_s: float = 30.0, weights_resend_s: float = 5.0,
                  keys: ServerKeys | None = None, allow_insecure: bool = False,
                  committed_seq: Callable[[int], int] | None = None,
+                 weights: WeightsConfig | None = None,
                  context: zmq.Context | None = None):
         self.run_id = run_id
         self.incarnation = incarnation
@@ -90,7 +95,7 @@ class LearnerServer:
         self.endpoint: str = sock.getsockopt_string(zmq.LAST_ENDPOINT)
         self.sessions: dict[bytes, ActorSession] = {}
         self.stats = ServerStats()
-        self._weights: tuple[PolicyVersion, list] | None = None
+        self.publisher = WeightPublisher(weights or WeightsConfig())
 
     def close(self) -> None:
         if self._socket is not None:
@@ -140,7 +145,11 @@ class LearnerServer:
             return self._steps(session, msg)
         if msg.kind == P.BYE:
             del self.sessions[identity]
-        elif msg.kind != P.HEARTBEAT:
+        elif msg.kind == P.HEARTBEAT:
+            if "held" in msg.fields:
+                self._note_held(session, P.version_field(msg.fields, "held"))
+                self._maybe_send_weights(session)
+        else:
             raise MessageError("kind", f"unexpected {msg.kind!r} from an actor")
         return None
 
@@ -169,7 +178,7 @@ class LearnerServer:
     def _steps(self, session: ActorSession, msg) -> ReceivedSteps | None:
         seq = P.field(msg.fields, "seq", int)
         device_id = P.field(msg.fields, "device_id", int)
-        session.held = P.version_field(msg.fields, "held")
+        self._note_held(session, P.version_field(msg.fields, "held"))
         self._maybe_send_weights(session)
         device = session.devices.get(device_id)
         if device is None:
@@ -207,26 +216,33 @@ class LearnerServer:
 
     def publish(self, version: PolicyVersion, arrays: dict[str, np.ndarray]) -> None:
         """Make ``arrays`` the current weights and send them to actors that are ready."""
-        self._weights = (version, encode(P.WEIGHTS, {"version": list(version), "encoding": "full"}, arrays))
+        self.publisher.publish(version, arrays)
         for session in list(self.sessions.values()):
             self._maybe_send_weights(session)
 
+    def _note_held(self, session: ActorSession, held: PolicyVersion) -> None:
+        if held == session.weights_sent and session.held != held and session.weights_sent_at:
+            elapsed = max(time.monotonic() - session.weights_sent_at, 1e-6)
+            bps = session.weights_bytes / elapsed
+            session.downlink_bps = bps if session.downlink_bps is None else 0.7 * session.downlink_bps + 0.3 * bps
+        session.held = held
+
     def _maybe_send_weights(self, session: ActorSession) -> None:
         """Send the current weights unless the actor holds them or others are in flight."""
-        if self._weights is None:
-            return
-        version, frames = self._weights
-        if session.held == version:
+        version = self.publisher.version
+        if version is None or session.held == version:
             return
         now = time.monotonic()
         in_flight = (session.weights_sent is not None and session.held != session.weights_sent
                      and now - session.weights_sent_at < self.weights_resend_s)
         if in_flight:
             return
+        update = self.publisher.update_for(session.held, session.downlink_bps)
         session.weights_sent = version
         session.weights_sent_at = now
+        session.weights_bytes = update.nbytes
         try:
-            self._socket.send_multipart([session.identity, *frames], zmq.NOBLOCK, copy=False)
+            self._socket.send_multipart([session.identity, *update.frames], zmq.NOBLOCK, copy=False)
         except zmq.ZMQError:
             self.stats.reject("send_failed")
 

@@ -18,8 +18,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import zmq
 
+from ..dtypes import dtype_from_name
 from ..steps import NO_POLICY, PolicyVersion, Steps
 from . import protocol as P
+from . import weights as W
 from .codec import DEFAULT_LIMITS, PROTOCOL_VERSION, Limits, MessageError, decode, encode
 from .security import ClientKeys, check_endpoint, secure_client
 from .spool import Spool
@@ -68,7 +70,7 @@ class LearnerLink:
         self.bye_reason: str | None = None
         self.connected = False
         self.held_version: PolicyVersion = NO_POLICY
-        """The weights version the actor acts with; set it when it loads new weights."""
+        """The newest weights version this link has rebuilt (the learner's delta base)."""
         self._socket: zmq.Socket | None = None
         self._credits = 0
         self._seq = self.spool.last_seq
@@ -76,6 +78,7 @@ class LearnerLink:
         self._sent_upto = 0
         self._sent_at: dict[int, float] = {}
         self._weights: tuple[PolicyVersion, dict[str, np.ndarray]] | None = None
+        self._base: tuple[PolicyVersion, dict[str, np.ndarray]] | None = None
         self._last_heard = self._last_sent = 0.0
         self._backoff = reconnect_s
         self._next_attempt = 0.0
@@ -159,7 +162,7 @@ class LearnerLink:
             return
         self._pump()
         if self.connected and now - self._last_sent >= self.heartbeat_s:
-            self._send(P.HEARTBEAT, {"time": time.time()})
+            self._send(P.HEARTBEAT, {"time": time.time(), "held": list(self.held_version)})
 
     def flush(self, timeout_s: float) -> bool:
         """Keep polling until the learner has acknowledged every spooled batch (or time runs out)."""
@@ -255,13 +258,40 @@ class LearnerLink:
         self.spool.ack(seq)
         self._acked_seq = max(self._acked_seq, seq)
 
+    def _receive_weights(self, f: dict, arrays: dict) -> None:
+        """Rebuild full weights from any encoding and check them against the checksum."""
+        version, encoding = P.version_field(f), P.field(f, "encoding", str)
+        try:
+            if encoding == W.FULL:
+                full = dict(arrays)
+            elif encoding == W.DELTA:
+                base = P.version_field(f, "base")
+                if self._base is None or self._base[0] != base:
+                    raise W.WeightsError(f"delta against {tuple(base)}, but we hold "
+                                         f"{None if self._base is None else tuple(self._base[0])}")
+                full = W.apply_delta(self._base[1], arrays)
+            elif encoding in (W.BF16, W.INT8):
+                dtypes = {k: dtype_from_name(v) for k, v in P.field(f, "dtypes", dict).items()}
+                full = W.dequantize(arrays, dtypes)
+            else:
+                raise W.WeightsError(f"unknown encoding {encoding!r}")
+            if encoding in (W.FULL, W.DELTA) and W.checksum(full) != P.field(f, "checksum", str):
+                raise W.WeightsError(f"checksum mismatch for {encoding} weights {tuple(version)}")
+        except (W.WeightsError, ValueError) as err:
+            self._base = None
+            self.held_version = NO_POLICY  # the learner answers with full weights
+            raise MessageError("weights", str(err)) from None
+        self._base = (version, full)
+        self.held_version = version
+        self._weights = (version, full)
+
     def _dispatch(self, msg) -> None:
         f = msg.fields
         if msg.kind == P.ACK:
             self._acknowledge(P.field(f, "seq", int))
             self._credits += P.field(f, "credits", int)
         elif msg.kind == P.WEIGHTS:
-            self._weights = (P.version_field(f), dict(msg.arrays))
+            self._receive_weights(f, msg.arrays)
         elif msg.kind == P.WELCOME:
             if P.field(f, "protocol", int) != PROTOCOL_VERSION:
                 raise MessageError("protocol", "learner speaks another protocol")
