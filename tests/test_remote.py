@@ -236,3 +236,41 @@ def test_an_unreachable_server_times_out_within_the_deadline():
         device.connect()
     assert time.monotonic() - start < 10.0  # bounded, not hung
     assert not device._connected
+
+
+def _load_template():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).parents[1] / "examples" / "remote_robot_driver.py"
+    spec = importlib.util.spec_from_file_location("remote_robot_driver", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class TestTemplateDriverConformance(DeviceConformance):
+    """The example a user copies: its driver behind a real server passes the suite."""
+
+    @pytest.fixture(scope="class")
+    def server(self):
+        template = _load_template()
+        server = RobotServer(template.MyArmDriver(template.VendorArm(), control_period_s=0.005), watchdog_s=0.5)
+        stop = threading.Event()
+        thread = threading.Thread(target=server.serve, args=(stop,), daemon=True)
+        thread.start()
+        yield server
+        stop.set()
+        thread.join(5)
+        server.close()
+
+    @pytest.fixture
+    def device(self, server):
+        with RemoteDevice(server.endpoint, timeout_s=1.0) as d:
+            yield d
+
+    def test_the_arm_moves_as_commanded(self, device):
+        start = device.reset(seed=0)["qpos"]
+        for _ in range(10):
+            obs = device.step(np.full(6, 0.5, np.float32))
+        assert (obs["qpos"] > start + 0.01).all() and np.allclose(obs["qvel"], 0.5)
