@@ -105,7 +105,13 @@ def load_demonstrations(path: str | Path, *, batch_rows: int = 256, actor_id: in
                                     (action_spec, act_spec, "action")):
             if given is not None and given != stored:
                 raise SpecError(f"{path}: {what} spec {stored!r} differs from the expected {given!r}")
-        columns = {k: data[k] for k in data.files if k != "meta"}
+        columns = {}
+        for k in data.files:
+            if k != "meta":
+                try:
+                    columns[k] = data[k]
+                except ValueError as err:  # e.g. an object array: never unpickled
+                    raise SpecError(f"{path}: column {k}: {err}") from None
     try:
         steps = Steps.from_arrays(columns, obs_spec, act_spec)
     except SpecError as err:
@@ -148,7 +154,7 @@ def _specs(path, data) -> tuple[DictSpec, ArraySpec]:
     try:
         meta = json.loads(str(data["meta"]))
     except (ValueError, TypeError) as err:
-        raise SpecError(f"{path}: meta is not JSON ({err})") from None
+        raise SpecError(f"{path}: meta is not a JSON string ({err})") from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise SpecError(f"{path}: meta.format is not {FORMAT!r}")
     if meta.get("version") != VERSION:

@@ -98,8 +98,8 @@ class LoopbackLearner(threading.Thread):
         granted = set()
         while not self.stop.is_set():
             for b in self.server.poll(20):
+                self.batches.append(b)  # before the ack: "acked" means "kept"
                 self.server.ack(b.session, b.seq, credits=len(b.steps))
-                self.batches.append(b)
             for identity, session in list(self.server.sessions.items()):
                 if identity not in granted:
                     self.server.grant(session, 10_000)
