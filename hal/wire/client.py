@@ -23,6 +23,7 @@ from ..steps import NO_POLICY, PolicyVersion, Steps
 from . import protocol as P
 from . import weights as W
 from .codec import DEFAULT_LIMITS, PROTOCOL_VERSION, Limits, MessageError, decode, encode
+from .compression import AdaptiveCompression
 from .security import ClientKeys, check_endpoint, secure_client
 from .spool import Spool
 
@@ -49,7 +50,8 @@ class LearnerLink:
                  handshake_timeout_s: float = 60.0, heartbeat_s: float = 1.0,
                  peer_timeout_s: float = 30.0, reconnect_s: float = 0.5, reconnect_max_s: float = 10.0,
                  limits: Limits = DEFAULT_LIMITS, spool: Spool | None = None,
-                 keys: ClientKeys | None = None, allow_insecure: bool = False):
+                 keys: ClientKeys | None = None, allow_insecure: bool = False,
+                 compression: str = "auto"):
         check_endpoint(endpoint, keys is not None, allow_insecure)
         self.endpoint = endpoint
         self.actor_name = actor_name
@@ -64,6 +66,7 @@ class LearnerLink:
         self.limits = limits
         self.keys = keys
         self.spool = spool if spool is not None else Spool()
+        self.compression = AdaptiveCompression(compression)
         self.stats = LinkStats()
         self.run_id: str | None = None
         self.incarnation: int | None = None
@@ -123,8 +126,9 @@ class LearnerLink:
         Raises :class:`~.spool.SpoolFull` when the spool is full and set to pause.
         """
         seq = self._seq + 1
+        arrays = steps.arrays()
         frames = encode(P.STEPS, {"seq": seq, "device_id": device_id, "held": list(self.held_version)},
-                        steps.arrays())
+                        arrays, compression=self.compression.choose(arrays.values()))
         self.spool.push(seq, len(steps), frames)
         self._seq = seq
         self._pump()
@@ -250,9 +254,11 @@ class LearnerLink:
 
     def _acknowledge(self, seq: int) -> None:
         if seq in self._sent_at:
-            rtt = (time.monotonic() - self._sent_at[seq]) * 1000
+            elapsed = time.monotonic() - self._sent_at[seq]
             prev = self.stats.rtt_ms
-            self.stats.rtt_ms = rtt if prev is None else 0.9 * prev + 0.1 * rtt
+            self.stats.rtt_ms = 1000 * elapsed if prev is None else 0.9 * prev + 100 * elapsed
+            if seq == self.spool.first_seq:  # bytes over time to ack: a lower bound of the uplink
+                self.compression.note_bandwidth(self.spool.size_of(seq) / max(elapsed, 1e-6))
         for s in [s for s in self._sent_at if s <= seq]:
             del self._sent_at[s]
         self.spool.ack(seq)

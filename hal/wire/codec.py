@@ -19,6 +19,7 @@ import msgpack
 import numpy as np
 
 from ..dtypes import dtype_from_name, dtype_name
+from .compression import CODECS, MIN_FRAME_BYTES, CompressionUnavailable, compress, decompress
 
 PROTOCOL_VERSION = 1
 
@@ -62,15 +63,23 @@ def _wire_array(array: np.ndarray) -> tuple[list, np.ndarray]:
 
 
 def encode(kind: str, fields: dict | None = None,
-           arrays: dict[str, np.ndarray] | None = None) -> list:
+           arrays: dict[str, np.ndarray] | None = None, compression: str | None = None) -> list:
     """Frames for ``socket.send_multipart(frames, copy=False)``.
 
     Large frames go out without a copy; pyzmq copies those below its
     ``copy_threshold`` (64 KiB), where zero-copy costs more than it saves.
+    With ``compression`` ("zstd" or "lz4"), frames of at least 4 KiB that
+    shrink are sent compressed; their descriptor names the codec.
     """
     descriptors, frames = [], []
     for name, array in (arrays or {}).items():
         (dtype, shape), flat = _wire_array(array)
+        if compression and flat.nbytes >= MIN_FRAME_BYTES:
+            packed = compress(flat, compression)
+            if len(packed) < 0.9 * flat.nbytes:
+                descriptors.append([name, dtype, shape, compression])
+                frames.append(packed)
+                continue
         descriptors.append([name, dtype, shape])
         frames.append(flat)
     header = {"p": PROTOCOL_VERSION, "k": kind, "f": fields or {}, "a": descriptors}
@@ -108,13 +117,20 @@ def decode(frames: list, limits: Limits = DEFAULT_LIMITS) -> Message:
     arrays: dict[str, np.ndarray] = {}
     total = 0
     for descriptor, frame in zip(descriptors, frames[1:], strict=True):
-        name, dtype, shape = _check_descriptor(descriptor, limits)
+        name, dtype, shape, codec = _check_descriptor(descriptor, limits)
         if name in arrays:
             raise MessageError("array_malformed", f"array {name!r} appears twice")
         nbytes = math.prod(shape) * dtype.itemsize
         if nbytes > limits.max_frame_bytes:
             raise MessageError("frame_size", f"{name}: {nbytes} bytes exceed {limits.max_frame_bytes}")
         buf = _buffer(frame)
+        if codec is not None:
+            try:
+                buf = memoryview(decompress(buf, codec, nbytes))
+            except (ValueError, CompressionUnavailable) as err:
+                raise MessageError("compression", f"{name}: {err}") from None
+            except Exception as err:  # the codecs' own error types
+                raise MessageError("compression", f"{name}: corrupt {codec} frame ({type(err).__name__})") from None
         if buf.nbytes != nbytes:
             raise MessageError("frame_size", f"{name}: frame has {buf.nbytes} bytes, {dtype_name(dtype)}{list(shape)} needs {nbytes}")
         total += nbytes
@@ -125,9 +141,12 @@ def decode(frames: list, limits: Limits = DEFAULT_LIMITS) -> Message:
 
 
 def _check_descriptor(descriptor, limits: Limits):
-    if not isinstance(descriptor, list) or len(descriptor) != 3:
-        raise MessageError("array_malformed", f"array descriptor {descriptor!r} is not [name, dtype, shape]")
-    name, dtype, shape = descriptor
+    if not isinstance(descriptor, list) or len(descriptor) not in (3, 4):
+        raise MessageError("array_malformed", f"array descriptor {descriptor!r} is not [name, dtype, shape(, codec)]")
+    name, dtype, shape = descriptor[:3]
+    codec = descriptor[3] if len(descriptor) == 4 else None
+    if codec is not None and codec not in CODECS:
+        raise MessageError("compression", f"{name!r}: unknown compression {codec!r}")
     if not isinstance(name, str) or not 0 < len(name) <= limits.max_name_chars:
         raise MessageError("array_malformed", f"array name {name!r} is not a short string")
     try:
@@ -138,4 +157,4 @@ def _check_descriptor(descriptor, limits: Limits):
         raise MessageError("array_malformed", f"{name}: shape {shape!r} is not a list of at most {limits.max_ndim} dims")
     if not all(type(d) is int and d >= 0 for d in shape):  # msgpack ints are 64-bit at most
         raise MessageError("array_malformed", f"{name}: shape {shape!r} has a bad dimension")
-    return name, np_dtype, tuple(shape)
+    return name, np_dtype, tuple(shape), codec

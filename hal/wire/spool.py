@@ -61,6 +61,14 @@ class Spool:
     def seqs(self) -> list[int]:
         return list(self._batches)
 
+    @property
+    def first_seq(self) -> int:
+        return next(iter(self._batches)) if self._batches else 0
+
+    def size_of(self, seq: int) -> int:
+        """Bytes of one batch as sent."""
+        return self._sizes[seq]
+
     def rows_of(self, seq: int) -> int:
         return self._batches[seq][0]
 
