@@ -29,6 +29,7 @@ class CachePolicy:
         self.budget_chunks = max(1, int(budget_bytes // self.chunk_bytes))
         self.release_every = release_every
         self.hot = np.zeros(store.layout.chunks, bool)
+        self.all_hot = True
         self._touched = np.zeros(store.layout.chunks, bool)
         self._samples = 0
         self._generation_seen = -1
@@ -55,6 +56,7 @@ class CachePolicy:
         for chunk in np.flatnonzero(self.hot & ~hot):
             self.store.release(int(chunk))
         self.hot = hot
+        self.all_hot = bool(hot[stored].all()) if len(stored) else True
 
     def touched(self, slots: np.ndarray) -> None:
         """Note chunks a sample read; release the cold ones every ``release_every`` samples."""

@@ -102,9 +102,10 @@ class PersistentReplay:
             self.store.commit()
             return True
 
-    def close(self) -> None:
+    def close(self, commit: bool = True) -> None:
+        """Commit pending rows (unless ``commit`` is False, as a crash would) and unmap."""
         with self.lock:
-            self.store.close()
+            self.store.close(commit)
 
     # -- drawing valid starts ----------------------------------------------------
     def _draw(self, rng, n: int, source: int | None, max_staleness: int | None,
@@ -121,28 +122,32 @@ class PersistentReplay:
             weights = self.cache.chunk_weights(hot_weight)
         starts, nexts = [], []
         need, rate = n, 1.0
+        prioritized = self.priorities is not None
         for _ in range(_MAX_ROUNDS):
-            m = int(need / max(rate, 0.02) * 1.25) + 8
-            if self.priorities is not None:
-                cand = self.priorities.sample(rng, m)
-            else:
-                cand = draw_stored(rng, ring, m, weights)
-            cold = self.cache.is_cold(cand)
-            if cold.any():
-                self.store.will_need(cand[cold])
-                self.cache.touched(cand)
+            m = int(need / rate * 1.05) + 8
+            cand = self.priorities.sample(rng, m) if prioritized else draw_stored(rng, ring, m, weights)
+            if not self.cache.all_hot:
+                cold = self.cache.is_cold(cand)
+                if cold.any():
+                    self.store.will_need(cand[cold])
+                    self.cache.touched(cand)
             nxt, ok = successor(rows, ring, cand)
-            ok &= ring.row_valid(cand)
-            if self.priorities is not None:  # final rows never become valid: stop drawing them
-                dead = ring.row_valid(cand) & rows["final"][np.where(ring.row_valid(cand), cand, 0)]
+            if prioritized:  # a draw may land on an evicted or final row: never valid again
+                stored = ring.row_valid(cand)
+                ok &= stored
+                dead = ~stored | rows["final"][np.where(stored, cand, 0)]
                 self.priorities.set(cand[dead], np.zeros(int(dead.sum())))
             if source is not None:
                 ok &= rows["source"][cand] == source
             if max_staleness is not None:
                 ok &= rows["policy_incarnation"][cand] == latest.incarnation
                 ok &= latest.count - rows["policy_count"][cand] <= max_staleness
-            rate = max(float(ok.mean()), 1.0 / m)
-            good = np.flatnonzero(ok)[:need]
+            good = np.flatnonzero(ok)
+            rate = max(len(good) / m, 0.02)
+            if len(good) >= need and not starts:
+                good = good[:need]
+                return cand[good], nxt[good]
+            good = good[:need]
             starts.append(cand[good])
             nexts.append(nxt[good])
             need -= len(good)

@@ -30,6 +30,8 @@ class ChunkRing:
         self.source_rows = np.zeros((chunks, SOURCES), np.int64)
         self.current = -1
         self.next_generation = 0
+        self._limit_cache: np.ndarray | None = None
+        self._cum_cache: np.ndarray | None = None
 
     @property
     def chunks(self) -> int:
@@ -40,11 +42,25 @@ class ChunkRing:
         return int(self.fill.sum())
 
     def row_valid(self, slots: np.ndarray) -> np.ndarray:
-        """Slots that hold a stored row (negative slots are invalid)."""
+        """Slots that hold a stored row (negative or out-of-range slots are invalid)."""
         chunk = slots // self.chunk_rows
-        ok = (slots >= 0) & (chunk < self.chunks)
-        safe = np.where(ok, chunk, 0)
-        return ok & (slots - safe * self.chunk_rows < self.fill[safe])
+        safe = np.minimum(chunk, self.chunks - 1)  # -1 wraps harmlessly: slots >= 0 decides
+        return (slots >= 0) & (slots < self._limit()[safe])
+
+    def _limit(self) -> np.ndarray:
+        """Per chunk, one past its last stored slot (its base while empty)."""
+        if self._limit_cache is None:
+            self._limit_cache = np.arange(self.chunks, dtype=np.int64) * self.chunk_rows + self.fill
+        return self._limit_cache
+
+    def cumulative_fill(self) -> np.ndarray:
+        if self._cum_cache is None:
+            self._cum_cache = np.cumsum(self.fill)
+        return self._cum_cache
+
+    def changed(self) -> None:
+        """Drop what was derived from the fills (call after any change to them)."""
+        self._limit_cache = self._cum_cache = None
 
     def _pick_next(self, exclude: set[int]) -> int:
         empty = np.flatnonzero(self.generation < 0)
@@ -59,12 +75,22 @@ class ChunkRing:
                 "or in use; raise the capacity or retain fewer sources")
         return min(candidates, key=lambda c: self.generation[c])
 
+    def room(self) -> int:
+        """Most rows one batch may have: the current chunk's rest and every other unpinned chunk."""
+        others = [c for c in range(self.chunks) if c != self.current and not self.pinned[c]]
+        rest = self.chunk_rows - int(self.fill[self.current]) if self.current >= 0 else 0
+        return rest + len(others) * self.chunk_rows
+
     def plan(self, n: int) -> tuple[list[tuple[int, int, int]], list[int]]:
         """Where ``n`` rows go: ([(chunk, first offset, count)], chunks to evict first).
 
         Does not change the ring; :meth:`apply` does. Raises
         :class:`ReplayFullError` when the rows cannot be placed.
         """
+        room = self.room()
+        if n > room:
+            raise ReplayFullError(f"a batch of {n} rows exceeds the {room} rows this ring can take "
+                                  f"({int(self.pinned.sum())} of {self.chunks} chunks pinned by retained sources)")
         segments: list[tuple[int, int, int]] = []
         evict: list[int] = []
         chunk = self.current
@@ -88,6 +114,7 @@ class ChunkRing:
         self.fill[chunk] = 0
         self.pinned[chunk] = False
         self.source_rows[chunk] = 0
+        self.changed()
 
     def apply(self, segments: list[tuple[int, int, int]], sources: np.ndarray) -> np.ndarray:
         """Record rows written per ``segments``; ``sources`` per row. Returns their slots."""
@@ -105,6 +132,7 @@ class ChunkRing:
             if any(self.source_rows[chunk, s] for s in self.retained):
                 self.pinned[chunk] = True
             i += count
+        self.changed()
         return slots
 
     # -- persistence (the index file holds this state) ---------------------------
@@ -120,5 +148,6 @@ class ChunkRing:
         self.source_rows[:] = state["source_rows"]
         self.current = int(state["current"])
         self.next_generation = int(state["next_generation"])
+        self.changed()
         if (self.fill > self.chunk_rows).any() or (self.fill < 0).any():
             raise ValueError("index: a chunk fill lies outside [0, chunk_rows]")

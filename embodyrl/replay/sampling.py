@@ -28,26 +28,28 @@ def draw_stored(rng: np.random.Generator, ring: ChunkRing, n: int,
                 chunk_weights: np.ndarray | None = None) -> np.ndarray:
     """``n`` slots, uniform over stored rows (or over chunks by ``chunk_weights``, then rows)."""
     fill = ring.fill
-    weights = fill if chunk_weights is None else chunk_weights
-    cum = np.cumsum(weights)
-    total = int(cum[-1]) if chunk_weights is None else float(cum[-1])
-    if total <= 0:
-        return np.empty(0, np.int64)
     if chunk_weights is None:
+        cum = ring.cumulative_fill()
+        total = int(cum[-1])
+        if total <= 0:
+            return np.empty(0, np.int64)
         u = rng.integers(0, total, n)
         chunk = np.searchsorted(cum, u, side="right")
-        offset = u - (cum[chunk] - fill[chunk])
-    else:
-        chunk = np.searchsorted(cum, rng.random(n) * total, side="right")
-        chunk = np.minimum(chunk, len(fill) - 1)
-        offset = (rng.random(n) * fill[chunk]).astype(np.int64)
-    return chunk * ring.chunk_rows + offset
+        return u + (chunk * ring.chunk_rows - (cum[chunk] - fill[chunk]))
+    cum = np.cumsum(chunk_weights)
+    if cum[-1] <= 0:
+        return np.empty(0, np.int64)
+    chunk = np.minimum(np.searchsorted(cum, rng.random(n) * cum[-1], side="right"), len(fill) - 1)
+    return chunk * ring.chunk_rows + (rng.random(n) * fill[chunk]).astype(np.int64)
 
 
 def successor(rows: np.ndarray, ring: ChunkRing, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(successor slot, whether it is this row's true, stored successor) for each slot."""
+    """(successor slot, whether it is this row's true, stored successor) for each slot.
+
+    Final rows store -1, so they fail the stored-row check without reading ``final``.
+    """
     nxt = rows[NEXT_INDEX][slots]
-    ok = ~rows["final"][slots] & ring.row_valid(nxt)
+    ok = ring.row_valid(nxt)
     safe = np.where(ok, nxt, slots)
     ok &= rows["episode_id"][safe] == rows["episode_id"][slots]
     ok &= rows["step_index"][safe] == rows["step_index"][slots] + 1

@@ -21,6 +21,7 @@ those rows.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import mmap
 import os
@@ -234,12 +235,14 @@ class ChunkStore:
         self._mmap.madvise(mmap.MADV_DONTNEED)
         os.posix_fadvise(self._fd, 0, 0, os.POSIX_FADV_DONTNEED)
 
-    def close(self) -> None:
+    def close(self, commit: bool = True) -> None:
+        """Commit what is pending (unless ``commit`` is False: as a crash would) and unmap."""
         if self._fd < 0:
             return
-        if self.pending_rows:
+        if commit and self.pending_rows:
             self.commit()
         del self.rows
-        self._mmap.close()
+        with contextlib.suppress(BufferError):  # a caller holds a view: unmapped with the last one
+            self._mmap.close()
         os.close(self._fd)
         self._fd = -1
