@@ -23,6 +23,8 @@ class PixelsConfig:
     """Image width in pixels."""
     height: int = 84
     """Image height in pixels."""
+    camera_effects: bool = False
+    """Shadows, reflections, skybox: realism at ~15x the cost in software GL."""
     pendulum: pendulum.PendulumConfig = pendulum.PendulumConfig()
     """The underlying swing-up (torque limit, substeps, episode length)."""
 
@@ -35,7 +37,8 @@ def make_device(config: PixelsConfig = PixelsConfig()):
     return MujocoDevice(model, control_substeps=config.pendulum.control_substeps,
                         observation_fn=pendulum._observe, observation_spec=pendulum.OBSERVATION_SPEC,
                         reset_fn=pendulum._random_start,
-                        cameras={CAMERA: (config.width, config.height)})
+                        cameras={CAMERA: (config.width, config.height)},
+                        camera_effects=config.camera_effects)
 
 
 def make(config: PixelsConfig = PixelsConfig()):

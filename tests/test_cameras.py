@@ -39,6 +39,14 @@ def test_images_follow_the_simulation(arm_with_cameras):
     np.testing.assert_array_equal(again, first)  # same state renders the same image
 
 
+def test_camera_effects_change_the_image():
+    images = []
+    for effects in (False, True):
+        with MujocoDevice(arm.ASSET, cameras={"front": (64, 64)}, camera_effects=effects) as d:
+            images.append(d.reset(seed=0)["camera/front"].astype(int))
+    assert np.abs(images[0] - images[1]).sum() > 0  # shadows/reflections are drawn only when asked
+
+
 def test_unknown_camera_is_named():
     with pytest.raises(ValueError, match="'top'.*front"):
         MujocoDevice(arm.ASSET, cameras={"top": (32, 32)})
@@ -70,3 +78,13 @@ class TestPixelTaskConformance(DeviceConformance):
     def device(self):
         with envs.make("pendulum_pixels")[0] as d:
             yield d
+
+
+def test_driver_benchmark_quick_reports_finite_figures():
+    from embodyrl.bench import drivers
+
+    result = drivers.run(quick=True)
+    for key in ("render_steps_per_s", "render_effects_steps_per_s", "state_steps_per_s", "render_ratio",
+                "remote_steps_per_s", "local_steps_per_s", "remote_ratio",
+                "numpy_actions_per_s", "jax_actions_per_s", "runtime_ratio"):
+        assert np.isfinite(result[key]) and result[key] > 0, key
