@@ -1,0 +1,127 @@
+"""The actor loop with the safety layer, the clock and the counters; the actor process's JSONL."""
+
+import json
+import multiprocessing as mp
+import time
+
+import numpy as np
+import pytest
+from test_group import LoopbackLearner
+
+from embodyrl import envs
+from embodyrl.config import TrainConfig, to_dict
+from embodyrl.hal.actor import ActorConfig, ActorLoop
+from embodyrl.hal.safety import SafeDevice, SafetyConfig
+from embodyrl.hal.steps import Source
+from embodyrl.hal.wire.client import LearnerLink
+from embodyrl.hal.wire.protocol import DeviceInfo
+from embodyrl.transport import LearnerServer
+from embodyrl.workers import actor_main
+
+
+class Alternating:
+    """Proposes +2, -2, +2, ...: every step asks for a jump of 4 N m."""
+
+    def __init__(self):
+        from embodyrl.hal.steps import NO_POLICY
+        self.version, self.sign = NO_POLICY, 1.0
+
+    def act(self, observation, *, explore):
+        self.sign = -self.sign
+        return np.array([2.0 * self.sign], np.float32), {}
+
+    def load_weights(self, version, arrays):
+        raise AssertionError("no weights in this test")
+
+
+@pytest.fixture
+def learner():
+    server = LearnerServer(run_id="actor", incarnation=3, peer_timeout_s=20)
+    serve = LoopbackLearner(server)
+    serve.start()
+    yield serve
+    serve.stop.set()
+    serve.join(5)
+    server.close()
+
+
+def run_loop(learner, device, task, config, max_steps, **kw):
+    info = DeviceInfo(0, "pendulum", device.observation_spec, device.action_spec)
+    link = LearnerLink(learner.server.endpoint, actor_name="t", actor_id=config.actor_id,
+                       devices=[info], handshake_timeout_s=20, peer_timeout_s=20)
+    with device, link:
+        loop = ActorLoop(device, task, Alternating(), link, config)
+        stats = loop.run(max_steps=max_steps, **kw)
+        deadline = time.monotonic() + 20
+        while link.unacked_rows and time.monotonic() < deadline:
+            link.poll(20)
+    return stats
+
+
+def test_records_proposed_and_applied_actions_and_counts_safety(learner):
+    raw, task = envs.make("pendulum")
+    device = SafeDevice(raw, SafetyConfig(max_delta=0.5))
+    reports = []
+    stats = run_loop(learner, device, task, ActorConfig(send_every=32, random_steps=0), 100,
+                     report=reports.append, report_every_s=0.0)
+    proposed = np.concatenate([b.steps.proposed_action for b in learner.batches])[:, 0]
+    applied = np.concatenate([b.steps.action for b in learner.batches])[:, 0]
+    assert len(proposed) == 100
+    assert set(np.abs(proposed).tolist()) == {2.0}
+    assert (np.abs(np.diff(applied)) <= 0.5 + 1e-6).all()   # the rate limit held on every row
+    assert abs(applied[0]) == 2.0                            # nothing to limit against after reset
+    limited = int(np.count_nonzero(applied != proposed))
+    assert limited >= 49  # -2, then +2 is limited to -1.5, then -2 is reachable again, ...
+    assert stats.safety["rate_limited"] == limited and stats.safety["clipped"] == 0
+    assert all((b.steps.source == Source.ONLINE).all() for b in learner.batches)
+    assert len(reports) >= 2 and reports[-1]["safety"]["rate_limited"] == limited
+    assert reports[-1]["env_steps"] == 100 and json.dumps(reports[-1])
+
+
+def test_realtime_loop_runs_at_the_control_rate_and_reports_its_clock(learner):
+    raw, task = envs.make("pendulum")  # 0.05 s control period: 20 Hz
+    start = time.monotonic()
+    stats = run_loop(learner, SafeDevice(raw), task,
+                     ActorConfig(send_every=16, random_steps=0, realtime=True), 20)
+    elapsed = time.monotonic() - start
+    assert elapsed >= 19 * 0.05
+    assert stats.clock["ticks"] == 20 and "p99_ms" in stats.clock and "missed" in stats.clock
+
+
+def test_the_actor_process_writes_its_counters_as_jsonl(tmp_path):
+    raw, _ = envs.make("pendulum")
+    info_specs = (raw.observation_spec, raw.action_spec)
+    server = LearnerServer(run_id="jsonl", incarnation=11, peer_timeout_s=30,
+                           admit=lambda ds: None if (ds[0].observation_spec, ds[0].action_spec) == info_specs
+                           else "wrong specs")
+    serve = LoopbackLearner(server)
+    serve.start()
+    ctx = mp.get_context("spawn")
+    config = TrainConfig(task="pendulum")
+    actor = ctx.Process(target=actor_main, args=(to_dict(config), server.endpoint, 0, str(tmp_path)))
+    actor.start()
+    log = tmp_path / "actor-0.jsonl"
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            if log.exists() and len(log.read_text().splitlines()) >= 2:
+                break
+            assert actor.is_alive(), f"actor exited with {actor.exitcode}"
+            time.sleep(0.2)
+        actor.terminate()  # SIGTERM: the loop stops cleanly and writes a last line
+        actor.join(30)
+        assert actor.exitcode == 0
+    finally:
+        if actor.is_alive():
+            actor.kill()
+            actor.join(5)
+        serve.stop.set()
+        serve.join(5)
+        server.close()
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    assert len(lines) >= 3
+    last = lines[-1]
+    assert last["actor"] == 0 and last["env_steps"] > 0
+    assert set(last["safety"]) >= {"clipped", "rate_limited", "workspace", "watchdog", "estop"}
+    assert last["interventions"] == 0
+    assert [ln["env_steps"] for ln in lines] == sorted(ln["env_steps"] for ln in lines)
