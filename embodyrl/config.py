@@ -33,12 +33,26 @@ class LearnerConfig:
     bind: str = "tcp://127.0.0.1:*"
     """Where the learner listens; actors dial it."""
     peer_timeout_s: float = 30.0
+    replay_chunk_rows: int = 4096
+    """Rows per replay chunk: the unit of eviction and cache policy (capacity rounds up to whole chunks)."""
+    replay_ram_budget_mb: int = 1024
+    """Page cache the replay keeps of its own data: recent and retained chunks first."""
+    replay_commit_interval_s: float = 0.005
+    """Longest wait for a group commit; actors are acked only once their rows are committed."""
+    n_step: int = 1
+    """Steps per return in sampled transitions (bootstraps through truncation, not termination)."""
+    prefetch_batches: int = 2
+    """Training calls' worth of batches sampled ahead in a background thread (0: sample inline)."""
 
     def __post_init__(self):
         if self.rate_tolerance < 2 * self.credit_quantum:
             raise ValueError("learner.rate_tolerance must be at least 2 * learner.credit_quantum")
         if self.updates_per_step <= 0:
             raise ValueError("learner.updates_per_step must be positive")
+        if self.n_step < 1:
+            raise ValueError("learner.n_step must be at least 1")
+        if self.replay_chunk_rows < 2 or self.prefetch_batches < 0:
+            raise ValueError("learner.replay_chunk_rows must be at least 2 and prefetch_batches non-negative")
 
 
 @dataclass(frozen=True)

@@ -2,21 +2,24 @@
 
 One loop, never waiting on any single actor::
 
-    poll the socket -> validated step batches -> replay.add -> ACK (+ credits)
-    if the samples-per-insert limit allows: sample K batches -> jitted scan of K updates
+    poll the socket -> validated step batches -> replay.add
+    group commit (every few ms or every chunk) -> ACK the batches it made durable
+    grant credits while the samples-per-insert limiter lets actors insert
+    if the limiter allows: K prefetched batches -> jitted scan of K updates
     every ``publish_every`` updates: publish versioned weights
     every ``log_every_s``: one line of metrics.jsonl
 
 Credits carry the update-to-data ratio to the actors: the learner grants
 rows only as fast as its updates allow (plus a tolerance), so a simulator
 cannot outrun the learner and a slow simulator does not stall it more than
-the ratio demands.
+the ratio demands. The replay lives in ``run_dir/replay`` on disk: "acked"
+means "survives a crash", and a learner started on an existing run directory
+reopens it and resumes each actor's sequence numbers from its last commit.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +34,7 @@ from .hal.specs import ArraySpec, DictSpec
 from .hal.steps import PolicyVersion, new_incarnation
 from .hal.wire.protocol import DeviceInfo
 from .policy import save_policy
-from .replay import StepReplay
+from .replay import PersistentReplay, Prefetcher, RateLimiter
 from .transport import LearnerServer, ReceivedSteps
 
 
@@ -56,9 +59,18 @@ class Learner:
         self.networks, self.state = ddpg.init(jax.random.key(config.seed), observation_spec,
                                               action_spec, config.algo)
         self._update_many = jax.jit(ddpg.make_update_many(self.networks, config.algo), donate_argnums=0)
-        self.replay = StepReplay(lc.replay_capacity, observation_spec, action_spec)
+        chunk = lc.replay_chunk_rows
+        capacity = max(2, -(-lc.replay_capacity // chunk)) * chunk
+        self.replay = PersistentReplay(self.run_dir / "replay", observation_spec, action_spec,
+                                       capacity=capacity, chunk_rows=chunk,
+                                       ram_budget_bytes=lc.replay_ram_budget_mb << 20)
+        # updates are samples, rows are inserts: the ratio and tolerance of LearnerConfig
+        self.limiter = RateLimiter(lc.updates_per_step, lc.min_replay, lc.updates_per_step * lc.rate_tolerance)
+        if self.replay.reopened:
+            self.limiter.restore(self.replay.size)
         self.server = LearnerServer(lc.bind, run_id=self.run_dir.name, incarnation=self.incarnation,
-                                    admit=self._admit, peer_timeout_s=lc.peer_timeout_s)
+                                    admit=self._admit, peer_timeout_s=lc.peer_timeout_s,
+                                    committed_seq=lambda actor_id: self.replay.committed_seqs.get(actor_id, 0))
         self.rng = np.random.default_rng(config.seed)
         self.counters = Counters()
         self._credit: dict[bytes, int] = {}  # session identity -> outstanding rows
@@ -66,6 +78,9 @@ class Learner:
         self._recent_returns: list[float] = []
         self._metrics: dict[str, float] = {}
         self._staleness: list[float] = []
+        self._unacked: list[tuple] = []  # (session, seq) ingested, waiting for the group commit
+        self._received: dict[int, int] = {}  # actor id -> newest seq ingested (committed or not)
+        self._prefetch: Prefetcher | None = None
 
     @property
     def endpoint(self) -> str:
@@ -93,6 +108,8 @@ class Learner:
                 trainable = self._can_train()
                 for batch in self.server.poll(timeout_ms=0 if trainable else 10):
                     self._ingest(batch)
+                if self.replay.maybe_commit(lc.replay_commit_interval_s):
+                    self._ack_committed()
                 self._grant_credits()
                 if trainable:
                     self._train()
@@ -107,14 +124,24 @@ class Learner:
         finally:
             self._log(metrics_file, time.monotonic() - start, 0.0)
             metrics_file.close()
+            if self._prefetch is not None:
+                self._prefetch.close()
+            self.replay.commit()
+            self._ack_committed()
             self.server.bye("training complete")
             self.save()
             self.server.close()
+            self.replay.close()
         return self.counters
 
     def _ingest(self, batch: ReceivedSteps) -> None:
-        steps = batch.steps
-        self.replay.add(steps)
+        steps, actor = batch.steps, batch.session.actor_id
+        self._unacked.append((batch.session, batch.seq))
+        if batch.seq <= self._received.get(actor, 0):  # a resend of rows not yet committed
+            return
+        self._received[actor] = batch.seq
+        self.replay.add(steps, seq=batch.seq)
+        self.limiter.record_insert(len(steps))
         c = self.counters
         c.rows += len(steps)
         c.env_steps += steps.env_steps
@@ -123,7 +150,17 @@ class Learner:
         live = ~steps.final & (steps.policy_incarnation == self.incarnation)
         if live.any():
             self._staleness.append(float(np.mean(c.publications - steps.policy_count[live])))
-        self.server.ack(batch.session, batch.seq)
+
+    def _ack_committed(self) -> None:
+        """Ack every batch the last group commit made durable."""
+        committed = self.replay.committed_seqs
+        waiting = []
+        for session, seq in self._unacked:
+            if seq <= committed.get(session.actor_id, 0):
+                self.server.ack(session, seq)
+            else:
+                waiting.append((session, seq))
+        self._unacked = waiting
 
     def _track_returns(self, steps) -> None:
         for episode in np.unique(steps.episode_id):
@@ -136,17 +173,9 @@ class Learner:
             else:
                 self._returns[key] = total
 
-    def _allowed_rows(self) -> int:
-        """Rows the rate limit lets the actors have inserted by now."""
-        lc = self.config.learner
-        return lc.min_replay + math.ceil(self.counters.updates / lc.updates_per_step) + lc.rate_tolerance
-
     def _can_train(self) -> bool:
         lc = self.config.learner
-        if self.replay.size < lc.min_replay:
-            return False
-        allowed_updates = lc.updates_per_step * (self.counters.rows - lc.min_replay + lc.rate_tolerance)
-        return self.counters.updates + lc.updates_per_call <= allowed_updates
+        return self.replay.size >= lc.min_replay and self.limiter.can_sample(lc.updates_per_call)
 
     def _grant_credits(self) -> None:
         lc = self.config.learner
@@ -156,18 +185,29 @@ class Learner:
                 del self._credit[identity]
         for identity, session in sessions.items():
             outstanding = sum(max(v, 0) for v in self._credit.values())
-            if self.counters.rows + outstanding + lc.credit_quantum > self._allowed_rows():
+            if not self.limiter.can_insert(outstanding + lc.credit_quantum):
                 return
             if self._credit.get(identity, 0) < lc.credit_quantum:
                 self._credit[identity] = self._credit.get(identity, 0) + lc.credit_quantum
                 self.server.grant(session, lc.credit_quantum)
 
-    def _train(self) -> None:
+    def _sample_call(self) -> dict:
+        """One training call's K batches, stacked: numpy arrays ready for the device."""
         lc, algo = self.config.learner, self.config.algo
-        batches = [self.replay.sample(self.rng, algo.batch_size, algo.discount)
+        batches = [self.replay.sample(self.rng, algo.batch_size, algo.discount, lc.n_step)
                    for _ in range(lc.updates_per_call)]
-        stacked = jax.tree.map(lambda *xs: np.stack(xs), *batches)
+        return jax.tree.map(lambda *xs: np.stack(xs), *batches)
+
+    def _train(self) -> None:
+        lc = self.config.learner
+        if lc.prefetch_batches == 0:
+            stacked = self._sample_call()
+        else:
+            if self._prefetch is None:
+                self._prefetch = Prefetcher(self._sample_call, depth=lc.prefetch_batches)
+            stacked = self._prefetch.get()
         self.state, metrics = self._update_many(self.state, stacked)
+        self.limiter.record_sample(lc.updates_per_call)
         before = self.counters.updates
         self.counters.updates += lc.updates_per_call
         if self.counters.updates // lc.publish_every > before // lc.publish_every:
@@ -196,6 +236,7 @@ class Learner:
             "episode_return": float(np.mean(returns)) if returns else None,
             "updates": c.updates, "updates_per_s": round(updates_per_s, 1),
             "policy_version": c.publications, "replay_size": self.replay.size,
+            "replay_commits": self.replay.commits,
             "actors": len(self.server.sessions),
             "policy_lag": float(np.mean(staleness)) if staleness else None,
             "rejected": sum(self.server.stats.rejected.values()),
