@@ -2,7 +2,6 @@
 
 import time
 
-import numpy as np
 import pytest
 
 from embodyrl.hal.clock import RateClock, set_realtime_priority
@@ -25,11 +24,11 @@ def test_ticks_land_on_absolute_deadlines_without_drift():
         time.sleep(0.001 * (i % 3))  # a body of varying length must not shift the schedule
         clock.tick()
         times.append(time.perf_counter())
-    # tick k returns at start + (k + 1) * period (plus its lateness), never later by accumulation
+    # tick k returns at its deadline start + (k + 1 + skipped) * period, plus its own lateness:
+    # errors never accumulate, however long the bodies took or how loaded the machine is
     elapsed = times[-1] - start
-    assert elapsed == pytest.approx(100 / 200, abs=0.005 + 0.002 * clock.missed)
-    intervals = np.diff(times)
-    assert abs(np.median(intervals) - 0.005) < 0.001
+    expected = (100 + clock.missed) / 200
+    assert expected - 0.0005 <= elapsed <= expected + 0.0005 + clock.stats().max_ms / 1e3
     st = clock.stats()
     assert st.ticks == 100
     assert 0 <= st.p50_ms <= st.p99_ms <= st.max_ms
