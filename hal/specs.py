@@ -129,10 +129,10 @@ class ArraySpec:
 
     def to_msg(self) -> dict:
         msg = {"name": self.name, "shape": list(self.shape), "dtype": dtype_name(self.dtype)}
-        if self.minimum is not None:
-            msg["minimum"] = self.minimum.reshape(-1).tolist()
-        if self.maximum is not None:
-            msg["maximum"] = self.maximum.reshape(-1).tolist()
+        for key, bound in (("minimum", self.minimum), ("maximum", self.maximum)):
+            if bound is not None:  # a uniform bound travels as one number (images: 0..255)
+                flat = bound.reshape(-1)
+                msg[key] = float(flat[0]) if flat.size and (flat == flat[0]).all() else flat.tolist()
         return msg
 
     @classmethod
@@ -155,7 +155,8 @@ class ArraySpec:
         def bound(key):
             if key not in msg:
                 return None
-            return np.asarray(msg[key], dtype=np.float64).reshape(tuple(shape))
+            value = np.asarray(msg[key], dtype=np.float64)
+            return value if value.ndim == 0 else value.reshape(tuple(shape))
 
         try:
             return cls(name, tuple(shape), np_dtype, bound("minimum"), bound("maximum"))

@@ -80,3 +80,13 @@ def test_malformed_spec_messages_raise_spec_error(msg):
 def test_unsupported_dtype_is_refused():
     with pytest.raises(ValueError, match="unsupported dtype"):
         ArraySpec("x", (1,), np.complex64)
+
+
+def test_uniform_bounds_travel_as_one_number():
+    import msgpack
+
+    image = ArraySpec("camera", (480, 640, 3), np.uint8, 0, 255)
+    assert len(msgpack.packb(image.to_msg())) < 200  # fits any handshake
+    assert ArraySpec.from_msg(image.to_msg()) == image
+    varied = ArraySpec("joints", (3,), np.float32, [-1, -2, -3], [1, 2, np.inf])
+    assert ArraySpec.from_msg(varied.to_msg()) == varied
