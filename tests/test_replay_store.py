@@ -83,7 +83,11 @@ def test_reopen_refuses_other_specs_and_names_missing_or_corrupt_files(tmp_path)
         PersistentReplay(tmp_path / "r", other, ACT, capacity=64, chunk_rows=8)
     with pytest.raises(FileNotFoundError, match="no replay here"):
         PersistentReplay(tmp_path / "nothing")
-    (tmp_path / "r" / "index.json").write_text('{"crc32": 1, "body": "{}"}')
+    newest = max((tmp_path / "r").glob("index-*"), key=lambda p: p.stat().st_mtime_ns)
+    older = next(p for p in (tmp_path / "r").glob("index-*") if p != newest)
+    newest.write_bytes(newest.read_bytes()[:-3])  # a torn write: the older commit stands
+    assert PersistentReplay(tmp_path / "r").committed_seqs == {}
+    older.write_bytes(b"000000000000002\n{}garbage")
     with pytest.raises(ValueError, match="corrupt index"):
         PersistentReplay(tmp_path / "r")
     with pytest.raises(ValueError, match="multiple of chunk_rows"):

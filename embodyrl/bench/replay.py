@@ -24,6 +24,8 @@ from ..hal.specs import ArraySpec, DictSpec
 from ..hal.steps import Steps
 from ..replay import PersistentReplay
 from ..replay.layout import row_dtype
+from ..replay.sampling import draw_stored
+from ..replay.staged import StagedSampler
 
 BATCH = 256
 EPISODE = 200  # env steps per episode, then one final row
@@ -126,6 +128,44 @@ def _disk_write_bandwidth(path: Path, total: int, chunk: int) -> float:
         path.unlink()
 
 
+def _chunk_tv(counts: np.ndarray, fill: np.ndarray) -> float:
+    p = counts / counts.sum()
+    q = fill / fill.sum()
+    return float(0.5 * np.abs(p - q).sum())
+
+
+def _staged_uniformity(replay, staged, rng, batches: int) -> dict:
+    """How the staged draw differs from i.i.d. uniform, over the same number of draws.
+
+    Chunk-level total variation from uniform of the empirical draws (finite
+    samples make even the i.i.d. draw's TV positive: its value is the
+    yardstick), and distinct chunks per batch (i.i.d. batches span many more).
+    """
+    ring = replay.store.ring
+    fill = ring.fill.astype(np.float64)
+    staged_counts = np.zeros(ring.chunks)
+    iid_counts = np.zeros(ring.chunks)
+    staged_distinct, iid_distinct = [], []
+    for _ in range(batches):
+        with replay.lock:
+            staged._step(rng)
+            if not staged.pool:
+                staged._join()
+            idx, _ = replay.sample_indices(rng, BATCH, chunk_weights=staged.chunk_weights())
+        chunks = idx // ring.chunk_rows
+        np.add.at(staged_counts, chunks, 1)
+        staged_distinct.append(len(np.unique(chunks)))
+        iid = draw_stored(rng, ring, BATCH) // ring.chunk_rows
+        np.add.at(iid_counts, iid, 1)
+        iid_distinct.append(len(np.unique(iid)))
+    return {"cold_staged_chunk_tv_from_uniform": _chunk_tv(staged_counts, fill),
+            "iid_chunk_tv_from_uniform_same_draws": _chunk_tv(iid_counts, fill),
+            "cold_staged_distinct_chunks_per_batch": float(np.median(staged_distinct)),
+            "iid_distinct_chunks_per_batch": float(np.median(iid_distinct)),
+            "cold_staged_pool_chunks": staged.pool_chunks, "stored_chunks": int((fill > 0).sum()),
+            "uniformity_batches": batches}
+
+
 def _case(name: str, rows: int, obs_spec: DictSpec, act: ArraySpec, root: Path, repeats: int) -> dict:
     rng = np.random.default_rng(0)
     chunk_rows = 4096 if rows >= 8 * 4096 else 512
@@ -146,7 +186,8 @@ def _case(name: str, rows: int, obs_spec: DictSpec, act: ArraySpec, root: Path, 
     anon_growth = _rss_anon() - anon_before
     inserts_per_s = rows / fill_s
     committed_bps = data_bytes / fill_s
-    disk_bps = _disk_write_bandwidth(root / "disk.bin", data_bytes, chunk_rows * replay.store.row_bytes)
+    disk_bps = float(np.median([_disk_write_bandwidth(root / "disk.bin", data_bytes, chunk_rows * replay.store.row_bytes)
+                                for _ in range(3)]))
     hot_ms = _median_ms(lambda: replay.sample(rng, BATCH, 0.99), repeats)
     replay.close()
     t0 = time.perf_counter()
@@ -160,6 +201,15 @@ def _case(name: str, rows: int, obs_spec: DictSpec, act: ArraySpec, root: Path, 
     first_cold_ms = 1e3 * (time.perf_counter() - t0)
     cold_ms = _median_ms(lambda: replay.sample(rng, BATCH, 0.99), repeats)
     cold_read = (_read_bytes() - read0) / (repeats + 1)
+    # chunks then rows from a resident pool (staged.py): marginally uniform, batches correlated
+    replay.drop_page_cache()
+    staged = StagedSampler(replay, max(1, replay.cache.budget_chunks - 2), turnover_every=8)
+    read0 = _read_bytes()
+    t0 = time.perf_counter()
+    staged_ms = _median_ms(lambda: staged.sample(rng, BATCH, 0.99), repeats)
+    staged_mean_ms = 1e3 * (time.perf_counter() - t0) / repeats
+    staged_read = (_read_bytes() - read0) / repeats
+    uniformity = _staged_uniformity(replay, staged, rng, 20 * repeats)
     replay.drop_page_cache()
     hot_weight = 10.0
     preferring_ms = _median_ms(lambda: replay.sample(rng, BATCH, 0.99, hot_weight=hot_weight), repeats)
@@ -178,6 +228,10 @@ def _case(name: str, rows: int, obs_spec: DictSpec, act: ArraySpec, root: Path, 
         "numpy_sample_ms": numpy_ms, "hot_sample_ms": hot_ms, "cold_sample_ms": cold_ms,
         "hot_sample_ratio_vs_numpy": numpy_ms / hot_ms, "cold_sample_ratio_vs_numpy": numpy_ms / cold_ms,
         "first_cold_batch_ms": first_cold_ms, "cold_bytes_read_per_batch": cold_read,
+        "cold_staged_sample_ms": staged_ms, "cold_staged_mean_sample_ms": staged_mean_ms,
+        "cold_staged_sample_ratio_vs_numpy": numpy_ms / staged_ms,
+        "cold_staged_mean_ratio_vs_numpy": numpy_ms / staged_mean_ms,
+        "cold_staged_bytes_read_per_batch": staged_read, **uniformity,
         "cache_preferring_sample_ms": preferring_ms, "cache_preferring_hot_weight": hot_weight,
         "cache_preferring_tv_from_uniform": tv,
         "reopen_s": reopen_s, "inserts_per_s": inserts_per_s, "numpy_inserts_per_s": numpy_inserts_per_s,

@@ -30,6 +30,8 @@ class CachePolicy:
         self.release_every = release_every
         self.hot = np.zeros(store.layout.chunks, bool)
         self.all_hot = True
+        self.borrowed = np.zeros(store.layout.chunks, bool)  # held hot by a staged sampler's pool
+        self._own = self.hot
         self._touched = np.zeros(store.layout.chunks, bool)
         self._samples = 0
         self._generation_seen = -1
@@ -53,10 +55,19 @@ class CachePolicy:
         if room > 0:  # budget left: keep the next most recent too
             rest = [c for c in by_recency if not hot[c]][:room]
             hot[rest] = True
-        for chunk in np.flatnonzero(self.hot & ~hot):
+        for chunk in np.flatnonzero(self.hot & ~hot & ~self.borrowed):
             self.store.release(int(chunk))
-        self.hot = hot
-        self.all_hot = bool(hot[stored].all()) if len(stored) else True
+        self._own = hot
+        self._set_hot()
+
+    def _set_hot(self) -> None:
+        self.hot = self._own | self.borrowed
+        self.all_hot = bool(self.hot[self.store.ring.fill > 0].all())
+
+    def borrow(self, chunk: int, held: bool) -> None:
+        """Mark a chunk hot (``held``) or not on behalf of a staged sampler's pool."""
+        self.borrowed[chunk] = held
+        self._set_hot()
 
     def touched(self, slots: np.ndarray) -> None:
         """Note chunks a sample read; release the cold ones every ``release_every`` samples."""

@@ -26,7 +26,7 @@ from ..hal.steps import OBSERVATION_PREFIX, SCALAR_COLUMNS, Steps
 FORMAT_VERSION = 1
 META_FILE = "meta.json"
 DATA_FILE = "data.bin"
-INDEX_FILE = "index.json"
+INDEX_FILES = ("index-0", "index-1")
 NEXT_INDEX = "next_index"
 
 

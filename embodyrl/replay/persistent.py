@@ -109,11 +109,12 @@ class PersistentReplay:
 
     # -- drawing valid starts ----------------------------------------------------
     def _draw(self, rng, n: int, source: int | None, max_staleness: int | None,
-              latest: PolicyVersion | None, hot_weight: float | None) -> tuple[np.ndarray, np.ndarray]:
+              latest: PolicyVersion | None, hot_weight: float | None,
+              chunk_weights: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         ring, rows = self.store.ring, self.store.rows
         if max_staleness is not None and latest is None:
             raise ValueError("max_staleness needs latest, the newest policy version")
-        weights = None
+        weights = chunk_weights
         if source is not None:
             weights = ring.source_rows[:, source].astype(np.float64)
             if weights.sum() == 0:
@@ -158,11 +159,11 @@ class PersistentReplay:
 
     def sample_indices(self, rng: np.random.Generator, batch_size: int, *,
                        mix: dict[int, float] | None = None, max_staleness: int | None = None,
-                       latest: PolicyVersion | None = None,
-                       hot_weight: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+                       latest: PolicyVersion | None = None, hot_weight: float | None = None,
+                       chunk_weights: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(start slots, successor slots) of ``batch_size`` valid transitions."""
         if mix is None:
-            return self._draw(rng, batch_size, None, max_staleness, latest, hot_weight)
+            return self._draw(rng, batch_size, None, max_staleness, latest, hot_weight, chunk_weights)
         counts = _split(batch_size, mix)
         parts = [self._draw(rng, k, int(s), max_staleness, latest, None) for s, k in counts.items() if k]
         return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
@@ -171,20 +172,22 @@ class PersistentReplay:
     def sample(self, rng: np.random.Generator, batch_size: int, discount: float, n_step: int = 1, *,
                mix: dict[int, float] | None = None, max_staleness: int | None = None,
                latest: PolicyVersion | None = None, hot_weight: float | None = None,
-               keys: bool = False) -> dict:
+               chunk_weights: np.ndarray | None = None, keys: bool = False) -> dict:
         """Transitions: o, a, n-step return, discount (gamma^k, 0 after termination), o'.
 
         ``mix`` maps sources to batch fractions (e.g. {DEMONSTRATION: .5,
         ONLINE: .5}); ``max_staleness`` keeps rows acted by ``latest`` or at
         most that many publications before it; ``hot_weight`` > 1 prefers
-        chunks in the RAM budget (not uniform: see ``cache.tv_from_uniform``).
+        chunks in the RAM budget (not uniform: see ``cache.tv_from_uniform``);
+        ``chunk_weights`` draws chunks by weight, then rows uniformly (see staged.py).
         ``keys`` adds ``slot`` and ``generation`` for priority updates.
         """
         if n_step < 1:
             raise ValueError(f"n_step must be at least 1, got {n_step}")
         with self.lock:
             idx, nxt = self.sample_indices(rng, batch_size, mix=mix, max_staleness=max_staleness,
-                                           latest=latest, hot_weight=hot_weight)
+                                           latest=latest, hot_weight=hot_weight,
+                                           chunk_weights=chunk_weights)
             rows, ring = self.store.rows, self.store.ring
             if n_step == 1:
                 reward = rows["reward"][idx]

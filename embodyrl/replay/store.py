@@ -4,15 +4,17 @@ Directory layout::
 
     meta.json    the layout (capacity, chunk size, specs); written once
     data.bin     capacity rows of the row dtype (see layout.py), preallocated
-    index.json   the last commit: the chunk ring, open streams, per-actor seqs
+    index-0/1    the last two commits (alternating): the chunk ring, open streams, per-actor seqs
 
 Rows are written with ``pwrite`` (no dirty mapped pages, no anonymous
 memory) and read through one read-only shared mapping of the whole file, so
 a reopen maps the file and copies nothing. A commit is a group commit:
-``fdatasync(data)``, then the index is written to a temporary file, fsynced,
-renamed over ``index.json`` and the directory fsynced. A crash at any instant
-therefore reopens to the last commit: rows after it lie beyond the committed
-chunk fills and are never read. Before a chunk that holds committed rows is
+``fdatasync(data)``, then the index (length-prefixed, CRC-checked) is written
+over the older of two index files and ``fdatasync``-ed: two syncs per commit,
+no rename, no directory sync. A torn index write fails its CRC, so the other
+file, one commit older, stands. A crash at any instant therefore reopens to
+the last complete commit: rows after it lie beyond the committed chunk fills
+and are never read. Before a chunk that holds committed rows is
 overwritten, its eviction is committed first, so a crash mid-overwrite
 cannot expose a half-written row as an old one. The commit records, for every
 actor, the last wire sequence number whose rows it contains, atomically with
@@ -32,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from ..hal.steps import Steps
-from .layout import DATA_FILE, INDEX_FILE, META_FILE, NEXT_INDEX, Layout, to_rows
+from .layout import DATA_FILE, INDEX_FILES, META_FILE, NEXT_INDEX, Layout, to_rows
 from .ring import ChunkRing
 
 Stream = tuple[int, int]  # (actor id, device id)
@@ -77,6 +79,8 @@ class ChunkStore:
             layout.validate()
             self.directory.mkdir(parents=True, exist_ok=True)
             self._create_data_file(layout)
+            for name in INDEX_FILES:
+                (self.directory / name).touch()
             _atomic_write(meta, layout.to_json())
         self.layout = layout
         self.dtype = layout.dtype
@@ -98,6 +102,7 @@ class ChunkStore:
         self._mmap.madvise(mmap.MADV_RANDOM)  # no 8 MB read-ahead per cold miss
         self.rows = np.frombuffer(self._mmap, self.dtype, count=layout.capacity)
         self._load_index()
+        self._index_fds = [os.open(self.directory / name, os.O_RDWR | os.O_CREAT, 0o644) for name in INDEX_FILES]
 
     def _create_data_file(self, layout: Layout) -> None:
         path = self.directory / DATA_FILE
@@ -109,31 +114,56 @@ class ChunkStore:
             os.close(fd)
 
     # -- the index ---------------------------------------------------------------
-    def _index_text(self) -> str:
+    def _index_bytes(self) -> bytes:
         body = {"commit": self.commits, "rows_added": self.rows_added, "ring": self.ring.state(),
                 "streams": [[a, d, s, e, t] for (a, d), (s, e, t) in self.streams.items()],
                 "actor_seqs": {str(a): q for a, q in self.committed_seqs.items()}}
-        text = json.dumps(body, separators=(",", ":"))
-        return json.dumps({"crc32": zlib.crc32(text.encode()), "body": text})
+        text = json.dumps(body, separators=(",", ":")).encode()
+        header = json.dumps({"crc32": zlib.crc32(text), "length": len(text)}).encode()
+        return b"%015d\n" % len(header) + header + text
+
+    @staticmethod
+    def _read_index(path: Path) -> dict | None:
+        """The commit in ``path``; None if empty; raises ValueError if torn or corrupt."""
+        raw = path.read_bytes() if path.exists() else b""
+        if not raw:
+            return None
+        try:
+            n = int(raw[:15])
+            header = json.loads(raw[16:16 + n])
+            text = raw[16 + n:16 + n + header["length"]]
+            if len(text) != header["length"] or zlib.crc32(text) != header["crc32"]:
+                raise ValueError("checksum or length mismatch")
+            return json.loads(text)
+        except (ValueError, KeyError, TypeError) as err:
+            raise ValueError(f"{path.name}: {err}") from None
 
     def _load_index(self) -> None:
-        path = self.directory / INDEX_FILE
-        if not path.exists():
+        bodies, errors, never_written = [], [], False
+        for name in INDEX_FILES:
+            try:
+                body = self._read_index(self.directory / name)
+            except ValueError as err:
+                errors.append(str(err))
+                continue
+            if body is None:
+                never_written = True
+            else:
+                bodies.append(body)
+        if not bodies:  # a torn first commit beside a never-written file: nothing was committed
+            if errors and not never_written:
+                raise ValueError(f"{self.directory}: corrupt index ({'; '.join(errors)}); the data file is "
+                                 "intact, move the index files aside to inspect them")
             return
+        body = max(bodies, key=lambda b: b["commit"])  # a torn newer write leaves the older commit
         try:
-            outer = json.loads(path.read_text())
-            text = outer["body"]
-            if zlib.crc32(text.encode()) != outer["crc32"]:
-                raise ValueError("checksum mismatch")
-            body = json.loads(text)
             self.ring.load(body["ring"])
+            self.commits = int(body["commit"])
+            self.rows_added = int(body["rows_added"])
+            self.streams = {(a, d): (s, e, t) for a, d, s, e, t in body["streams"]}
+            self.committed_seqs = {int(a): int(q) for a, q in body["actor_seqs"].items()}
         except (ValueError, KeyError, TypeError) as err:
-            raise ValueError(f"{path}: corrupt index ({err}); the data file is intact, "
-                             "move the index aside to inspect it") from None
-        self.commits = int(body["commit"])
-        self.rows_added = int(body["rows_added"])
-        self.streams = {(a, d): (s, e, t) for a, d, s, e, t in body["streams"]}
-        self.committed_seqs = {int(a): int(q) for a, q in body["actor_seqs"].items()}
+            raise ValueError(f"{self.directory}: corrupt index ({err})") from None
 
     def commit(self) -> None:
         """Make every row added so far durable, with the actors' sequence numbers."""
@@ -141,7 +171,9 @@ class ChunkStore:
         self.committed_seqs.update(self._pending_seqs)
         self._pending_seqs.clear()
         self.commits += 1
-        _atomic_write(self.directory / INDEX_FILE, self._index_text())
+        fd = self._index_fds[self.commits % 2]
+        os.pwrite(fd, self._index_bytes(), 0)
+        os.fdatasync(fd)
         self.pending_rows = 0
 
     def commit_due(self, interval_s: float) -> bool:
@@ -245,4 +277,6 @@ class ChunkStore:
         with contextlib.suppress(BufferError):  # a caller holds a view: unmapped with the last one
             self._mmap.close()
         os.close(self._fd)
+        for fd in self._index_fds:
+            os.close(fd)
         self._fd = -1

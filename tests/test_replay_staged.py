@@ -1,0 +1,28 @@
+"""Chunks-then-rows sampling: only pooled chunks per batch, yet every stored row in the long run."""
+
+import numpy as np
+from replay_helpers import ACT, OBS, stream_rows
+
+from embodyrl.replay import PersistentReplay
+from embodyrl.replay.staged import StagedSampler
+
+
+def test_staged_batches_come_from_the_pool_and_cover_the_buffer_uniformly(tmp_path):
+    replay = PersistentReplay(tmp_path / "r", OBS, ACT, capacity=64 * 32, chunk_rows=64,
+                              ram_budget_bytes=8 * 64 * 64)
+    for g in range(0, 64 * 32, 256):
+        replay.add(stream_rows(g, 256))
+    staged = StagedSampler(replay, pool_chunks=4, turnover_every=1, load_lag=1)
+    rng = np.random.default_rng(0)
+    counts = np.zeros(32)
+    for _ in range(3000):
+        batch = staged.sample(rng, 64, 0.9)
+        chunks = (batch["observation"]["x"][:, 0] // 64).astype(int)
+        pooled = set(staged.pool)
+        assert set(chunks.tolist()) <= pooled and len(pooled) <= 4  # rows come from the pool only
+        np.testing.assert_array_equal(batch["next_observation"]["x"][:, 0], batch["observation"]["x"][:, 0] + 1)
+        np.add.at(counts, chunks, 1)
+    share = counts / counts.sum()
+    assert share.min() > 0.5 / 32 and share.max() < 1.5 / 32  # every chunk drawn about equally often
+    assert replay.cache.borrowed.sum() == len(staged.pool)
+    replay.close()
