@@ -12,6 +12,7 @@ t is row t+1: an index, never a copy, so an image is stored once.
 
 from __future__ import annotations
 
+import functools
 import secrets
 from dataclasses import dataclass, fields
 from enum import IntEnum
@@ -72,6 +73,7 @@ SCALAR_COLUMNS: dict[str, np.dtype] = {
     "policy_count": np.dtype(np.int64),
     "source": np.dtype(np.uint8),
 }
+_SCALAR_SPECS = {name: ArraySpec(name, (), dtype) for name, dtype in SCALAR_COLUMNS.items()}
 OBSERVATION_PREFIX = "observation/"
 
 
@@ -121,9 +123,8 @@ class Steps:
         observations and actions must be finite and applied actions within
         the action bounds; flags must be consistent. Raises :class:`SpecError`.
         """
-        expected = {OBSERVATION_PREFIX + n for n in observation_spec} | set(SCALAR_COLUMNS)
-        expected |= {"action", "proposed_action"}
-        if set(arrays) != expected:
+        expected = _expected_columns(observation_spec)
+        if arrays.keys() != expected:
             raise SpecError(
                 f"step columns: missing {sorted(expected - set(arrays))}, "
                 f"unexpected {sorted(set(arrays) - expected)}"
@@ -131,8 +132,8 @@ class Steps:
         length = arrays["reward"].shape[0] if arrays["reward"].ndim == 1 else -1
         if length < 1:
             raise SpecError(f"reward: shape {arrays['reward'].shape}; expected a non-empty 1-d column")
-        for name, dtype in SCALAR_COLUMNS.items():
-            ArraySpec(name, (), dtype).validate_batch(arrays[name], length)
+        for name, spec in _SCALAR_SPECS.items():
+            spec.validate_batch(arrays[name], length)
         observation = {
             name: spec.validate_batch(arrays[OBSERVATION_PREFIX + name], length)
             for name, spec in observation_spec.items()
@@ -151,6 +152,12 @@ class Steps:
             raise SpecError(f"source: unknown tag {int(arrays['source'].max())}")
         scalars = {name: arrays[name] for name in SCALAR_COLUMNS}
         return cls(observation=observation, action=action, proposed_action=proposed, **scalars)
+
+
+@functools.lru_cache(maxsize=64)
+def _expected_columns(observation_spec: DictSpec) -> frozenset[str]:
+    names = {OBSERVATION_PREFIX + n for n in observation_spec} | set(SCALAR_COLUMNS)
+    return frozenset(names | {"action", "proposed_action"})
 
 
 def new_episode_id() -> int:

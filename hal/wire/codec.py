@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import msgpack
 import numpy as np
 
-from ..dtypes import dtype_from_name, dtype_name
+from ..dtypes import SUPPORTED_DTYPES, dtype_from_name, dtype_name
 from .compression import CODECS, MIN_FRAME_BYTES, CompressionUnavailable, compress, decompress
 
 PROTOCOL_VERSION = 1
@@ -45,6 +45,8 @@ class Limits:
 
 
 DEFAULT_LIMITS = Limits()
+# wire name -> little-endian numpy dtype
+_WIRE_DTYPES = {name: dtype_from_name(name).newbyteorder("<") for name in SUPPORTED_DTYPES}
 
 
 @dataclass(frozen=True)
@@ -136,25 +138,25 @@ def decode(frames: list, limits: Limits = DEFAULT_LIMITS) -> Message:
         total += nbytes
         if total > limits.max_message_bytes:
             raise MessageError("message_size", f"message exceeds {limits.max_message_bytes} bytes")
-        arrays[name] = np.frombuffer(buf, dtype=dtype.newbyteorder("<")).reshape(shape)
+        arrays[name] = np.frombuffer(buf, dtype=dtype).reshape(shape)
     return Message(kind, fields, arrays)
 
 
 def _check_descriptor(descriptor, limits: Limits):
-    if not isinstance(descriptor, list) or len(descriptor) not in (3, 4):
+    if type(descriptor) is not list or not 3 <= len(descriptor) <= 4:
         raise MessageError("array_malformed", f"array descriptor {descriptor!r} is not [name, dtype, shape(, codec)]")
-    name, dtype, shape = descriptor[:3]
+    name, dtype, shape = descriptor[0], descriptor[1], descriptor[2]
     codec = descriptor[3] if len(descriptor) == 4 else None
     if codec is not None and codec not in CODECS:
         raise MessageError("compression", f"{name!r}: unknown compression {codec!r}")
-    if not isinstance(name, str) or not 0 < len(name) <= limits.max_name_chars:
+    if type(name) is not str or not 0 < len(name) <= limits.max_name_chars:
         raise MessageError("array_malformed", f"array name {name!r} is not a short string")
-    try:
-        np_dtype = dtype_from_name(dtype)
-    except ValueError as err:
-        raise MessageError("dtype", f"{name}: {err}") from None
-    if not isinstance(shape, list) or len(shape) > limits.max_ndim:
+    np_dtype = _WIRE_DTYPES.get(dtype) if type(dtype) is str else None
+    if np_dtype is None:
+        raise MessageError("dtype", f"{name}: unsupported dtype {dtype!r}")
+    if type(shape) is not list or len(shape) > limits.max_ndim:
         raise MessageError("array_malformed", f"{name}: shape {shape!r} is not a list of at most {limits.max_ndim} dims")
-    if not all(type(d) is int and d >= 0 for d in shape):  # msgpack ints are 64-bit at most
-        raise MessageError("array_malformed", f"{name}: shape {shape!r} has a bad dimension")
+    for d in shape:  # msgpack ints are 64-bit at most
+        if type(d) is not int or d < 0:
+            raise MessageError("array_malformed", f"{name}: shape {shape!r} has a bad dimension")
     return name, np_dtype, tuple(shape), codec

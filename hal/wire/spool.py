@@ -81,8 +81,8 @@ class Spool:
         """Hold a batch until it is acknowledged; raise SpoolFull if paused."""
         if self._batches and seq <= self.last_seq:
             raise ValueError(f"seq {seq} is not after {self.last_seq}")
-        frames = [bytes(f) for f in frames]
-        size = sum(len(f) for f in frames)
+        frames = list(frames)  # held by reference: encoded frames are never written to again
+        size = sum(memoryview(f).nbytes for f in frames)
         if self.bytes_total + size > self.disk_bytes:
             if self.on_full == "pause":
                 raise SpoolFull(f"spool holds {self.bytes_total} bytes of unacknowledged steps; "
