@@ -47,7 +47,7 @@ def _stop(process) -> None:
 @pytest.fixture(scope="module")
 def lossy_server():
     """The simulated arm, 2 ms reply latency, 20% of replies dropped."""
-    process, endpoint = _start_server(1.0, Faults(latency_s=0.002, drop_probability=0.2, seed=1))
+    process, endpoint = _start_server(3.0, Faults(latency_s=0.002, drop_probability=0.2, seed=1))
     yield endpoint
     _stop(process)
 
@@ -69,7 +69,7 @@ def server_factory():
 class TestRemoteArmConformance(DeviceConformance):
     @pytest.fixture
     def device(self, lossy_server):
-        with RemoteDevice(lossy_server, timeout_s=0.05, retries=20, backoff=1.0) as d:
+        with RemoteDevice(lossy_server, timeout_s=0.05, retries=40, backoff=1.0) as d:
             yield d
 
 
@@ -95,7 +95,7 @@ def test_lost_replies_are_retried_without_stepping_twice(lossy_server):
     actions = _actions(40)
     with arm.make_device() as local:
         expected = _trajectory(local, 5, actions)
-    with RemoteDevice(lossy_server, timeout_s=0.05, retries=20, backoff=1.0) as remote:
+    with RemoteDevice(lossy_server, timeout_s=0.05, retries=40, backoff=1.0) as remote:
         before = remote.server_status()
         got = _trajectory(remote, 5, actions)
         after = remote.server_status()
@@ -132,7 +132,7 @@ def _drive_forever(endpoint: str, queue) -> None:
 
 
 def test_watchdog_stops_the_arm_when_the_actor_dies(server_factory):
-    endpoint = server_factory(watchdog_s=0.3)
+    endpoint = server_factory(watchdog_s=1.0)
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     child = ctx.Process(target=_drive_forever, args=(endpoint, queue), daemon=True)
@@ -163,19 +163,32 @@ def test_watchdog_stops_the_arm_when_the_actor_dies(server_factory):
 
 
 @pytest.fixture
-def pendulum_server():
-    """A RobotServer on a thread in this process (fast): the pendulum, watchdog 0.2 s."""
-    server = RobotServer(DeviceDriver(pendulum.make_device()), watchdog_s=0.2)
-    stop = threading.Event()
-    thread = threading.Thread(target=server.serve, args=(stop,), daemon=True)
-    thread.start()
-    yield server
-    stop.set()
-    thread.join(5)
-    server.close()
+def serve_pendulum():
+    """Start RobotServers on threads in this process (fast): the pendulum."""
+    running = []
+
+    def start(watchdog_s: float = 2.0) -> RobotServer:
+        server = RobotServer(DeviceDriver(pendulum.make_device()), watchdog_s=watchdog_s)
+        stop = threading.Event()
+        thread = threading.Thread(target=server.serve, args=(stop,), daemon=True)
+        thread.start()
+        running.append((server, stop, thread))
+        return server
+
+    yield start
+    for server, stop, thread in running:
+        stop.set()
+        thread.join(5)
+        server.close()
 
 
-def test_watchdog_refuses_steps_after_a_stall_until_reset(pendulum_server):
+@pytest.fixture
+def pendulum_server(serve_pendulum):
+    return serve_pendulum(2.0)
+
+
+def test_watchdog_refuses_steps_after_a_stall_until_reset(serve_pendulum):
+    pendulum_server = serve_pendulum(0.2)
     with RemoteDevice(pendulum_server.endpoint, timeout_s=1.0, retries=1) as device:
         device.reset(seed=0)
         device.step(np.array([2.0], np.float32))
@@ -255,7 +268,7 @@ class TestTemplateDriverConformance(DeviceConformance):
     @pytest.fixture(scope="class")
     def server(self):
         template = _load_template()
-        server = RobotServer(template.MyArmDriver(template.VendorArm(), control_period_s=0.005), watchdog_s=0.5)
+        server = RobotServer(template.MyArmDriver(template.VendorArm(), control_period_s=0.005), watchdog_s=2.0)
         stop = threading.Event()
         thread = threading.Thread(target=server.serve, args=(stop,), daemon=True)
         thread.start()
