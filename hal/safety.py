@@ -149,6 +149,7 @@ class SafeDevice(Device):
             self._watchdog.disarm()
         with self._lock:
             observation = self.inner.reset(seed)
+            self._last_step = time.monotonic()  # a watchdog firing racing the reset stands down
             self.last_applied = None
             self.last_observation = observation
             return observation
