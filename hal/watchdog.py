@@ -52,6 +52,7 @@ class Watchdog:
             return
         with self._cond:
             self._stop = True
+            self._armed = False  # a restart waits for the next kick
             self._cond.notify()
         thread.join(timeout=5.0)
         self._thread = None
