@@ -183,6 +183,7 @@ class RobotServer:
         self.stats = ServerStats()
         self.session: _Session | None = None
         self.estop_reason: str | None = None
+        self.safe_action_error: str | None = None
         self.last_action: np.ndarray | None = None
         """The newest action sent to the driver (by the actor or the watchdog)."""
         self._rng = np.random.default_rng(faults.seed)
@@ -257,7 +258,13 @@ class RobotServer:
             self.stats.stale += 1
             return
         session.last_seq = seq
-        self._reply(session, self._execute(session, msg.kind, seq, msg))
+        try:
+            reply = self._execute(session, msg.kind, seq, msg)
+        except Exception as err:  # the SDK failed: stop the arm, tell the actor, keep serving
+            session.armed = False
+            self._try_safe()
+            reply = self._error(seq, "driver_fault", f"{msg.kind}: {type(err).__name__}: {err}")
+        self._reply(session, reply)
 
     def _execute(self, session: _Session, kind: str, seq: int, msg) -> list:
         if kind == BYE:
@@ -325,12 +332,19 @@ class RobotServer:
             return
         now = time.monotonic()
         if session.armed and now - session.last_command > self.watchdog_s:
-            self._command_safe()
             session.armed, session.tripped = False, True
             self.stats.watchdog_trips += 1
+            self._try_safe()
 
     def _command_safe(self) -> None:
         self._command(self.driver.safe_action())
+
+    def _try_safe(self) -> None:
+        try:
+            self._command_safe()
+        except Exception as err:  # nothing more this side can do; count it and keep serving
+            self.stats.rejected["safe_action_failed"] = self.stats.rejected.get("safe_action_failed", 0) + 1
+            self.safe_action_error = f"{type(err).__name__}: {err}"
 
     def _command(self, action: np.ndarray) -> None:
         self.last_action = action

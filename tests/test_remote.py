@@ -164,11 +164,12 @@ def test_watchdog_stops_the_arm_when_the_actor_dies(server_factory):
 
 @pytest.fixture
 def serve_pendulum():
-    """Start RobotServers on threads in this process (fast): the pendulum."""
+    """Start RobotServers on threads in this process (fast): the pendulum by default."""
     running = []
 
-    def start(watchdog_s: float = 2.0) -> RobotServer:
-        server = RobotServer(DeviceDriver(pendulum.make_device()), watchdog_s=watchdog_s)
+    def start(watchdog_s: float = 2.0, driver=None) -> RobotServer:
+        driver = driver or DeviceDriver(pendulum.make_device())
+        server = RobotServer(driver, watchdog_s=watchdog_s)
         stop = threading.Event()
         thread = threading.Thread(target=server.serve, args=(stop,), daemon=True)
         thread.start()
@@ -287,3 +288,51 @@ class TestTemplateDriverConformance(DeviceConformance):
         for _ in range(10):
             obs = device.step(np.full(6, 0.5, np.float32))
         assert (obs["qpos"] > start + 0.01).all() and np.allclose(obs["qvel"], 0.5)
+
+
+class _FlakySDKDriver(DeviceDriver):
+    """The pendulum, but the 'SDK' raises on the third command."""
+
+    def __init__(self):
+        super().__init__(pendulum.make_device())
+        self.calls = 0
+
+    def command(self, action):
+        self.calls += 1
+        if self.calls == 3:
+            raise OSError("vendor SDK: connection to the arm lost")
+        super().command(action)
+
+
+def test_a_driver_exception_stops_the_arm_and_is_reported(serve_pendulum):
+    server = serve_pendulum(driver=_FlakySDKDriver())
+    with RemoteDevice(server.endpoint, timeout_s=1.0) as device:
+        device.reset(seed=0)
+        device.step(np.array([1.0], np.float32))
+        device.step(np.array([1.0], np.float32))
+        with pytest.raises(RemoteError, match="connection to the arm lost") as err:
+            device.step(np.array([1.0], np.float32))
+        assert err.value.reason == "driver_fault"
+        np.testing.assert_array_equal(server.last_action, [0.0])  # the safe action went out after
+        device.step(np.array([1.0], np.float32))  # the server kept serving
+
+
+def test_images_cross_the_link_as_uint8(serve_pendulum):
+    from embodyrl.envs import pixels
+
+    server = serve_pendulum(driver=DeviceDriver(pixels.make_device()))
+    with pixels.make_device() as local, RemoteDevice(server.endpoint, timeout_s=2.0) as remote:
+        assert remote.observation_spec["camera/front"].shape == (84, 84, 3)
+        a, b = local.reset(seed=1), remote.reset(seed=1)
+        assert b["camera/front"].dtype == np.uint8
+        np.testing.assert_array_equal(a["camera/front"], b["camera/front"])
+
+
+def test_the_remote_path_imports_without_mujoco_or_jax():
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.modules['mujoco'] = None; sys.modules['jax'] = None;"
+            "import embodyrl.hal.robot_server, embodyrl.hal.drivers.remote, embodyrl.hal.runtime; print('ok')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
