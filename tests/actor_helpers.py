@@ -47,6 +47,14 @@ def row_keys(steps) -> list[tuple[int, int]]:
     return list(zip(steps.episode_id.tolist(), steps.step_index.tolist(), strict=True))
 
 
+def logged_rows(path) -> list[tuple[int, int]]:
+    """The row keys a :func:`run_logging_actor` handed to its link."""
+    import json
+
+    with open(path) as f:
+        return [tuple(k) for line in f for k in json.loads(line)]
+
+
 def run_logging_actor(endpoint: str, actor_id: int, spool_dir: str, log_path: str,
                       max_steps: int, peer_timeout_s: float = 2.0) -> None:
     """An actor that logs the key of every row it hands to the link, then drains its spool."""

@@ -9,7 +9,7 @@ import zmq
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from actor_helpers import row_keys, run_logging_actor
+from actor_helpers import logged_rows, row_keys, run_logging_actor
 from embodyrl import envs
 from embodyrl.hal.wire import protocol as P
 from embodyrl.hal.wire.codec import PROTOCOL_VERSION, encode
@@ -121,7 +121,7 @@ def test_honest_actor_keeps_streaming_under_attack(tmp_path):
         attacker.close(0)
         server.close()
     assert honest.exitcode == 0
-    produced = [tuple(k) for line in open(log) for k in __import__("json").loads(line)]
+    produced = logged_rows(log)
     assert sorted(rows) == sorted(produced) and len(rows) == len(set(rows))
     rejected = server.stats.rejected
     assert sum(rejected.values()) >= attacks - 5  # every attack refused (the last few may be in flight)

@@ -1,6 +1,5 @@
 """Exactly once across a learner restart and an actor restart (kill -9), on real sockets."""
 
-import json
 import multiprocessing as mp
 import os
 import signal
@@ -9,7 +8,7 @@ import time
 
 import pytest
 
-from actor_helpers import row_keys, run_logging_actor
+from actor_helpers import logged_rows, row_keys, run_logging_actor
 from embodyrl.transport import LearnerServer
 
 
@@ -49,10 +48,6 @@ class DurableLearnerSide:
                 if not getattr(session, "granted", False):
                     self.server.grant(session, 256)
                     session.granted = True
-
-
-def logged_rows(path) -> list[tuple[int, int]]:
-    return [tuple(k) for line in open(path) for k in json.loads(line)]
 
 
 @pytest.fixture
