@@ -87,7 +87,11 @@ class RobotDriver(abc.ABC):
         """The newest sensor readings, as the observation spec says."""
 
     def safe_action(self) -> np.ndarray:
-        """The action that stops the robot (default: zeros, clipped into the bounds)."""
+        """The action that stops the robot (default: zeros, clipped into the bounds).
+
+        The watchdog commands it once when it trips; hardware that needs a
+        stream of commands to hold still must hold it in the driver or SDK.
+        """
         return self.action_spec.clip(self.action_spec.zeros())
 
     def health(self) -> Health:

@@ -126,3 +126,20 @@ def test_runtime_imports_without_jax(tmp_path):
             "print(p.act(obs, explore=False)[0].shape, 'jax' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.split()[-1] == "False"
+
+
+def test_numpy_actor_example_runs_an_episode_without_jax(tmp_path):
+    from pathlib import Path
+
+    from embodyrl.envs import pendulum
+
+    networks, actor, _ = ddpg.make_networks(pendulum.OBSERVATION_SPEC, pendulum.make_device().action_spec,
+                                            (16,), jax.random.key(0))
+    runtime.save(tmp_path / "p", *export_ddpg(networks, actor, ddpg.DDPGConfig(hidden_sizes=(16,))))
+    example = Path(__file__).parents[1] / "examples" / "numpy_actor.py"
+    out = subprocess.run([sys.executable, str(example), str(tmp_path / "p"), "--task", "pendulum",
+                          "--episodes", "2", "--max-steps", "30"],
+                         capture_output=True, text=True, timeout=120, check=True)
+    report = json.loads(out.stdout.strip().splitlines()[-1])
+    assert len(report["returns"]) == 2 and all(r < 0 for r in report["returns"])
+    assert report["jax_imported"] is False
