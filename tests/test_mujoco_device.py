@@ -223,3 +223,30 @@ class TestRandomizedArmConformance(DeviceConformance):
                                              action_latency_steps=(0, 2))
         with device as d:
             yield d
+
+
+SLIDING_BOX = """
+<mujoco>
+  <option timestep="0.002"/>
+  <worldbody>
+    <geom type="plane" size="5 5 0.1" friction="0.5"/>
+    <body pos="0 0 0.1"><freejoint/><geom type="box" size="0.1 0.1 0.1" mass="1" friction="0.5"/></body>
+  </worldbody>
+</mujoco>
+"""
+
+
+def test_randomized_friction_changes_how_far_a_box_slides():
+    def slide(scale):
+        def push(model, data, rng):
+            data.qvel[0] = 2.0
+
+        with MujocoDevice(SLIDING_BOX, control_substeps=50, reset_fn=push,
+                          randomization=Randomization(friction_scale=(scale, scale))) as d:
+            d.reset(seed=0)
+            for _ in range(30):
+                obs = d.step(np.zeros(0, np.float32))
+            return float(obs["qpos"][0])
+
+    nominal, slippery, grippy = slide(1.0), slide(0.5), slide(2.0)
+    assert slippery > 1.5 * nominal and grippy < 0.75 * nominal
