@@ -13,8 +13,9 @@ construction, so scales never compound across resets.
 
 Headless rendering: MuJoCo picks its GL backend from ``MUJOCO_GL`` once, at
 ``import mujoco``. On Linux without a display, and only when the user has
-not chosen, this module sets ``MUJOCO_GL=osmesa`` (software, needs Debian's
-``libosmesa6``; ``.ci/setup`` installs it) before importing MuJoCo. Set
+not chosen, this module sets ``MUJOCO_GL=osmesa`` when libOSMesa is installed
+(software GL; Debian's ``libosmesa6``, which ``.ci/setup`` installs), or
+``egl`` when ``PYOPENGL_PLATFORM=egl``, before importing MuJoCo. Set
 ``MUJOCO_GL=egl`` yourself on a machine with a GPU.
 """
 
@@ -29,8 +30,13 @@ def _prefer_headless_gl() -> None:
         return  # too late to choose, or the user chose
     if sys.platform.startswith("linux") and not os.environ.get("DISPLAY") \
             and not os.environ.get("WAYLAND_DISPLAY"):
+        import ctypes.util
+
         platform = os.environ.get("PYOPENGL_PLATFORM", "osmesa").lower()
-        os.environ["MUJOCO_GL"] = platform if platform in ("osmesa", "egl") else "osmesa"
+        if platform == "egl":
+            os.environ["MUJOCO_GL"] = "egl"
+        elif ctypes.util.find_library("OSMesa"):  # absent: leave MuJoCo's default, fail only on render
+            os.environ["MUJOCO_GL"] = "osmesa"
 
 
 _prefer_headless_gl()

@@ -108,7 +108,8 @@ class RemoteDevice(Device):
     def _on_estop(self) -> None:
         if self._socket is not None:
             try:
-                self._request(ESTOP, {"reason": self._estop_reason or "e-stop"})
+                # two quick tries: the caller is stopping; the server's watchdog is the backstop
+                self._request(ESTOP, {"reason": self._estop_reason or "e-stop"}, attempts=min(2, 1 + self.retries))
             except RemoteError:
                 self._last_health = Health("faulted", "e-stop not confirmed by the robot server")
 
