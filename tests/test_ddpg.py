@@ -45,12 +45,13 @@ def test_terminal_targets_do_not_bootstrap_and_truncated_ones_do(setup):
     batch = make_batch(jax.random.key(2))
     q_next = networks.q_value(state.target_critic_params, batch["next_observation"],
                               networks.policy(state.target_actor_params, batch["next_observation"]))
+    key = jax.random.key(0)
     terminal = dict(batch, discount=jnp.zeros(64))
-    np.testing.assert_allclose(td_target(networks, state.target_actor_params, state.target_critic_params, terminal),
-                               batch["reward"], rtol=1e-6)
+    np.testing.assert_allclose(td_target(networks, CONFIG, state.target_actor_params, state.target_critic_params,
+                                         terminal, key), batch["reward"], rtol=1e-6)
     truncated = dict(batch, discount=jnp.full(64, 0.9))
-    np.testing.assert_allclose(td_target(networks, state.target_actor_params, state.target_critic_params, truncated),
-                               batch["reward"] + 0.9 * q_next, rtol=1e-5)
+    np.testing.assert_allclose(td_target(networks, CONFIG, state.target_actor_params, state.target_critic_params,
+                                         truncated, key), batch["reward"] + 0.9 * q_next, rtol=1e-5)
 
 
 def test_actions_respect_bounds_even_with_large_noise(setup):
@@ -102,3 +103,49 @@ def test_target_networks_move_by_tau(setup):
                                    jax.tree.leaves(new_state.target_critic_params),
                                    jax.tree.leaves(new_state.critic_params), strict=True):
         np.testing.assert_allclose(new_t, (1 - CONFIG.tau) * old_t + CONFIG.tau * new_p, rtol=1e-5, atol=1e-7)
+
+
+TD3 = ddpg.td3(CONFIG)
+
+
+def test_td3_target_takes_the_smaller_critic():
+    networks, state = ddpg.init(jax.random.key(1), OBS, ACT, TD3)
+    assert jax.tree.leaves(state.critic_params)[0].shape[0] == 2
+    batch = make_batch(jax.random.key(6))
+    exact = ddpg.DDPGConfig(hidden_sizes=(32, 32), num_critics=2)  # no smoothing noise
+    next_obs = batch["next_observation"]
+    qs = networks.q_values(state.target_critic_params, next_obs, networks.policy(state.target_actor_params, next_obs))
+    assert not np.allclose(qs[0], qs[1])
+    y = td_target(networks, exact, state.target_actor_params, state.target_critic_params, batch, jax.random.key(0))
+    np.testing.assert_allclose(y, batch["reward"] + 0.9 * np.minimum(qs[0], qs[1]), rtol=1e-5)
+
+
+def test_target_smoothing_noise_is_clipped_and_stays_in_bounds():
+    from embodyrl.algos.ddpg.losses import target_action
+
+    networks, state = ddpg.init(jax.random.key(2), OBS, ACT, TD3)
+    obs = make_batch(jax.random.key(7), n=2000)["observation"]
+    clean = networks.policy(state.target_actor_params, obs)
+    noisy = target_action(networks, TD3, state.target_actor_params, obs, jax.random.key(8))
+    half = networks.scale.half_range
+    assert not np.allclose(clean, noisy)
+    assert np.all(np.abs(noisy - clean) <= TD3.target_noise_clip * half + 1e-6)
+    assert (noisy >= ACT.minimum).all() and (noisy <= ACT.maximum).all()
+
+
+def test_delayed_policy_updates_move_actor_and_targets_every_other_step():
+    networks, state = ddpg.init(jax.random.key(3), OBS, ACT, TD3)
+    update = jax.jit(ddpg.make_update(networks, TD3))
+    batch = make_batch(jax.random.key(9))
+
+    def same(a, b):
+        return all(np.array_equal(x, y) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True))
+
+    s1, _ = update(state, batch)  # step 0: everything moves
+    assert not same(s1.actor_params, state.actor_params) and not same(s1.target_critic_params, state.target_critic_params)
+    s2, _ = update(s1, batch)  # step 1: critics only
+    assert same(s2.actor_params, s1.actor_params) and same(s2.target_actor_params, s1.target_actor_params)
+    assert same(s2.target_critic_params, s1.target_critic_params)
+    assert not same(s2.critic_params, s1.critic_params)
+    s3, _ = update(s2, batch)  # step 2: the actor moves again
+    assert not same(s3.actor_params, s2.actor_params)

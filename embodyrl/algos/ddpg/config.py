@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 @dataclass(frozen=True)
@@ -16,3 +16,20 @@ class DDPGConfig:
     exploration_noise: float = 0.1
     """Std of the Gaussian action noise, as a fraction of the half action range."""
     batch_size: int = 256
+    num_critics: int = 1
+    """TD3's twin critics: 2 (the target takes their minimum)."""
+    target_noise: float = 0.0
+    """TD3's target policy smoothing: std of the noise on the target action (fraction of half range)."""
+    target_noise_clip: float = 0.5
+    """Bound of that noise (fraction of half range)."""
+    policy_delay: int = 1
+    """TD3's delayed updates: actor and targets move every ``policy_delay`` critic steps."""
+
+    def __post_init__(self):
+        if self.num_critics < 1 or self.policy_delay < 1:
+            raise ValueError("num_critics and policy_delay must be at least 1")
+
+
+def td3(config: DDPGConfig = DDPGConfig()) -> DDPGConfig:
+    """DDPG with all of TD3's options (Fujimoto et al. 2018): twin critics, smoothing, delay 2."""
+    return replace(config, num_critics=2, target_noise=0.2, target_noise_clip=0.5, policy_delay=2)

@@ -1,4 +1,4 @@
-"""DDPG's state, update and action selection: pure functions, jit-compiled by the caller."""
+"""DDPG/TD3 state, update and action selection: pure functions, jit-compiled by the caller."""
 
 from __future__ import annotations
 
@@ -32,7 +32,8 @@ def _optimizers(config: DDPGConfig):
 def init(key: jax.Array, observation_spec: DictSpec, action_spec: ArraySpec,
          config: DDPGConfig) -> tuple[DDPGNetworks, TrainingState]:
     net_key, state_key = jax.random.split(key)
-    networks, actor, critic = make_networks(observation_spec, action_spec, config.hidden_sizes, net_key)
+    networks, actor, critic = make_networks(observation_spec, action_spec, config.hidden_sizes, net_key,
+                                            config.num_critics)
     actor_opt, critic_opt = _optimizers(config)
     state = TrainingState(
         actor_params=actor, critic_params=critic,
@@ -43,27 +44,37 @@ def init(key: jax.Array, observation_spec: DictSpec, action_spec: ArraySpec,
     return networks, state
 
 
+def _select(flag, new, old):
+    return jax.tree.map(lambda a, b: jnp.where(flag, a, b), new, old)
+
+
 def make_update(networks: DDPGNetworks, config: DDPGConfig):
-    """``update(state, batch) -> (state, metrics)``: one critic and one actor step."""
+    """``update(state, batch) -> (state, metrics)``: a critic step, and every
+    ``policy_delay`` steps an actor step and a target update."""
     actor_opt, critic_opt = _optimizers(config)
-    critic_loss, actor_loss = make_losses(networks)
+    critic_loss, actor_loss = make_losses(networks, config)
 
     def update(state: TrainingState, batch) -> tuple[TrainingState, dict]:
+        key, noise_key = jax.random.split(state.key)
         (c_loss, c_aux), c_grads = jax.value_and_grad(critic_loss, has_aux=True)(
-            state.critic_params, state.target_actor_params, state.target_critic_params, batch)
+            state.critic_params, state.target_actor_params, state.target_critic_params, batch, noise_key)
         c_updates, critic_opt_state = critic_opt.update(c_grads, state.critic_opt_state)
         critic_params = optax.apply_updates(state.critic_params, c_updates)
 
         a_loss, a_grads = jax.value_and_grad(actor_loss)(state.actor_params, critic_params, batch)
-        a_updates, actor_opt_state = actor_opt.update(a_grads, state.actor_opt_state)
-        actor_params = optax.apply_updates(state.actor_params, a_updates)
-
-        new_state = state._replace(
+        a_updates, new_actor_opt_state = actor_opt.update(a_grads, state.actor_opt_state)
+        new_actor = optax.apply_updates(state.actor_params, a_updates)
+        move = (state.steps % config.policy_delay) == 0
+        actor_params = _select(move, new_actor, state.actor_params)
+        target_actor = _select(move, optax.incremental_update(actor_params, state.target_actor_params, config.tau),
+                               state.target_actor_params)
+        target_critic = _select(move, optax.incremental_update(critic_params, state.target_critic_params, config.tau),
+                                state.target_critic_params)
+        new_state = TrainingState(
             actor_params=actor_params, critic_params=critic_params,
-            target_actor_params=optax.incremental_update(actor_params, state.target_actor_params, config.tau),
-            target_critic_params=optax.incremental_update(critic_params, state.target_critic_params, config.tau),
-            actor_opt_state=actor_opt_state, critic_opt_state=critic_opt_state,
-            steps=state.steps + 1)
+            target_actor_params=target_actor, target_critic_params=target_critic,
+            actor_opt_state=_select(move, new_actor_opt_state, state.actor_opt_state),
+            critic_opt_state=critic_opt_state, key=key, steps=state.steps + 1)
         return new_state, {"critic_loss": c_loss, "actor_loss": a_loss, **c_aux}
 
     return update

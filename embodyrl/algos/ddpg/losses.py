@@ -1,4 +1,4 @@
-"""DDPG's losses (Lillicrap et al. 2016, eqs. 4-6 in Algorithm 1).
+"""DDPG's losses (Lillicrap et al. 2016, Algorithm 1) with TD3's options (Fujimoto et al. 2018).
 
 The batch carries ``discount``: the full bootstrap factor gamma^n for an
 n-step return, 0 where the episode terminated inside it, and gamma^n where it
@@ -10,26 +10,39 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from .config import DDPGConfig
 from .networks import DDPGNetworks
 
 
-def td_target(networks: DDPGNetworks, target_actor_params, target_critic_params, batch) -> jax.Array:
-    """y = r + discount * Q'(o', mu'(o'))."""
+def target_action(networks: DDPGNetworks, config: DDPGConfig, target_actor_params, observation, key):
+    """mu'(o'), plus TD3's clipped smoothing noise when enabled (TD3 eq. 15)."""
+    action = networks.policy(target_actor_params, observation)
+    if config.target_noise > 0:
+        half = networks.scale.half_range
+        noise = jnp.clip(jax.random.normal(key, action.shape) * config.target_noise,
+                         -config.target_noise_clip, config.target_noise_clip)
+        action = jnp.clip(action + noise * half, networks.scale.center - half, networks.scale.center + half)
+    return action
+
+
+def td_target(networks: DDPGNetworks, config: DDPGConfig, target_actor_params, target_critic_params,
+              batch, key) -> jax.Array:
+    """y = r + discount * min_i Q'_i(o', a') (a single critic: plain DDPG)."""
     next_obs = batch["next_observation"]
-    next_action = networks.policy(target_actor_params, next_obs)
-    next_q = networks.q_value(target_critic_params, next_obs, next_action)
+    next_action = target_action(networks, config, target_actor_params, next_obs, key)
+    next_q = jnp.min(networks.q_values(target_critic_params, next_obs, next_action), axis=0)
     return batch["reward"] + batch["discount"] * next_q
 
 
-def make_losses(networks: DDPGNetworks):
-    def critic_loss(critic_params, target_actor_params, target_critic_params, batch):
-        """Mean squared TD error against the fixed target y."""
-        y = jax.lax.stop_gradient(td_target(networks, target_actor_params, target_critic_params, batch))
-        q = networks.q_value(critic_params, batch["observation"], batch["action"])
-        return jnp.mean((q - y) ** 2), {"q_mean": jnp.mean(q), "target_mean": jnp.mean(y)}
+def make_losses(networks: DDPGNetworks, config: DDPGConfig):
+    def critic_loss(critic_params, target_actor_params, target_critic_params, batch, key):
+        """Squared TD error of every critic against the shared target y."""
+        y = jax.lax.stop_gradient(td_target(networks, config, target_actor_params, target_critic_params, batch, key))
+        q = networks.q_values(critic_params, batch["observation"], batch["action"])
+        return jnp.mean(jnp.sum((q - y) ** 2, axis=0)), {"q_mean": jnp.mean(q[0]), "target_mean": jnp.mean(y)}
 
     def actor_loss(actor_params, critic_params, batch):
-        """-Q(o, mu(o)): the deterministic policy gradient."""
+        """-Q_1(o, mu(o)): the deterministic policy gradient."""
         action = networks.policy(actor_params, batch["observation"])
         return -jnp.mean(networks.q_value(critic_params, batch["observation"], action))
 
