@@ -336,3 +336,87 @@ def test_the_remote_path_imports_without_mujoco_or_jax():
             "import embodyrl.hal.robot_server, embodyrl.hal.drivers.remote, embodyrl.hal.runtime; print('ok')")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
+def _numpy_actor_on_remote_robot(learner: str, robot: str, export: str, results) -> None:
+    """Child process: the edge as shipped: RemoteDevice + NumpyPolicy + ActorLoop + LearnerLink."""
+    import sys
+
+    from embodyrl.envs import pendulum as pendulum_task
+    from embodyrl.hal import runtime
+    from embodyrl.hal.actor import ActorConfig, ActorLoop
+    from embodyrl.hal.wire.client import LearnerLink
+    from embodyrl.hal.wire.protocol import DeviceInfo
+
+    device = RemoteDevice(robot, timeout_s=0.05, retries=40, backoff=1.0)
+    policy = runtime.load(export, seed=0)
+    with device:
+        info = DeviceInfo(0, "pendulum", device.observation_spec, device.action_spec)
+        link = LearnerLink(learner, actor_name="remote", actor_id=1, devices=[info],
+                           handshake_timeout_s=30, peer_timeout_s=30)
+        with link:
+            loop = ActorLoop(device, pendulum_task.SwingUp(), policy, link,
+                             ActorConfig(actor_id=1, send_every=32, random_steps=0, seed=1))
+            stats = loop.run()
+        results.put({"env_steps": stats.env_steps, "weight_updates": stats.weight_updates,
+                     "version": list(policy.version), "retried": device.attempts_retried,
+                     "jax": "jax" in sys.modules})
+
+
+def test_whole_edge_path_numpy_actor_drives_the_remote_robot_for_the_learner(tmp_path):
+    import jax
+
+    from embodyrl.algos import ddpg
+    from embodyrl.export import export_ddpg
+    from embodyrl.hal import params as flat_params
+    from embodyrl.hal import runtime
+    from embodyrl.hal.steps import PolicyVersion
+    from embodyrl.transport import LearnerServer
+
+    obs_spec, act_spec = pendulum.OBSERVATION_SPEC, pendulum.make_device().action_spec
+    config = ddpg.DDPGConfig(hidden_sizes=(16,))
+    networks, actor, _ = ddpg.make_networks(obs_spec, act_spec, config.hidden_sizes, jax.random.key(0))
+    runtime.save(tmp_path / "policy", *export_ddpg(networks, actor, config))
+    _, newer, _ = ddpg.make_networks(obs_spec, act_spec, config.hidden_sizes, jax.random.key(1))
+
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    robot = ctx.Process(target=serve_process, daemon=True,
+                        args=("embodyrl.envs.pendulum:make_device", "tcp://127.0.0.1:*", queue, 3.0,
+                              Faults(latency_s=0.001, drop_probability=0.1, seed=2)))
+    robot.start()
+    robot_endpoint = queue.get(timeout=60)
+    server = LearnerServer(run_id="remote", incarnation=77, admit=lambda devices: None, peer_timeout_s=30)
+    results = ctx.Queue()
+    actor = ctx.Process(target=_numpy_actor_on_remote_robot, daemon=True,
+                        args=(server.endpoint, robot_endpoint, str(tmp_path / "policy"), results))
+    actor.start()
+    try:
+        server.publish(PolicyVersion(77, 1), flat_params.flatten({"actor": jax.device_get(newer)}))
+        rows, granted, deadline = [], False, time.monotonic() + 90
+        while sum(s.env_steps for s in rows) < 300:
+            assert time.monotonic() < deadline, "the learner side timed out"
+            for batch in server.poll(20):
+                server.ack(batch.session, batch.seq, credits=len(batch.steps))
+                rows.append(batch.steps)
+            for session in list(server.sessions.values()):
+                if session.held is not None and not granted:
+                    server.grant(session, 64)
+                    granted = True
+        server.bye("enough")
+        while actor.is_alive() and time.monotonic() < deadline:
+            for batch in server.poll(20):
+                server.ack(batch.session, batch.seq, credits=len(batch.steps))
+        result = results.get(timeout=30)
+        with RemoteDevice(robot_endpoint, timeout_s=0.05, retries=40, backoff=1.0) as probe:
+            status = probe.server_status()
+    finally:
+        server.close()
+        for process in (actor, robot):
+            _stop(process)
+    assert result["jax"] is False  # the actor acted with numpy alone
+    assert result["version"] == [77, 1] and result["weight_updates"] >= 1  # it followed the learner
+    counts = np.concatenate([s.policy_count[~s.final] for s in rows])
+    assert counts.max() == 1
+    assert result["retried"] > 0 and status["dropped_replies"] > 0  # replies were lost on the way
+    assert status["steps"] == result["env_steps"]  # and no retry stepped the robot twice
