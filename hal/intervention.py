@@ -11,14 +11,19 @@ current observation, *after* the policy has proposed its action::
 An overridden step is recorded with ``source=Source.INTERVENTION``, the
 policy's action as ``proposed_action`` and the human's action (after the
 safety layer) as ``action``, so learners can tell the two apart (HIL-SERL
-style). Sources here: a scripted one for tests and replays, and
+style). Sources here: a scripted one for tests and replays,
 :class:`HeldCommand`, a thread-safe slot that any input reader (keyboard,
-spacemouse, a GUI) sets from its own thread.
+spacemouse, a GUI) sets from its own thread, and :class:`KeyboardTeleop`,
+which reads key presses from a terminal.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import select
 import threading
+import time
 from collections.abc import Callable, Mapping
 from typing import Protocol, runtime_checkable
 
@@ -80,3 +85,60 @@ class HeldCommand:
     def poll(self, observation):
         with self._lock:
             return self._action
+
+
+class KeyboardTeleop:
+    """Key presses from a terminal (or any file descriptor) as held actions.
+
+    ``keymap`` maps a key to an action; a press overrides the policy for
+    ``hold_s`` seconds (a held key repeats, so holding it keeps control),
+    then control returns to the policy. A reader thread does the reading, so
+    the control loop never blocks on input. On a terminal it switches to
+    cbreak mode (keys arrive unbuffered) and restores it on :meth:`close`.
+    """
+
+    def __init__(self, keymap: Mapping[str, np.ndarray], *, fd: int | None = None, hold_s: float = 0.25):
+        if not keymap or any(len(k) != 1 for k in keymap):
+            raise ValueError(f"keymap: needs single-character keys, got {list(keymap)}")
+        self._keymap = {k: np.asarray(a) for k, a in keymap.items()}
+        self.hold_s = hold_s
+        self._fd = 0 if fd is None else fd
+        self._held = HeldCommand()
+        self._last_press = 0.0
+        self._stop = threading.Event()
+        self._saved_tty = None
+        if os.isatty(self._fd):
+            import termios
+            import tty
+
+            self._saved_tty = termios.tcgetattr(self._fd)
+            tty.setcbreak(self._fd)
+        self._thread = threading.Thread(target=self._read, name="keyboard-teleop", daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        while not self._stop.is_set():
+            ready, _, _ = select.select([self._fd], [], [], 0.05)
+            if not ready:
+                continue
+            data = os.read(self._fd, 64)
+            if not data:
+                return
+            for key in data.decode(errors="ignore"):
+                if key in self._keymap:
+                    self._held.hold(self._keymap[key])
+                    self._last_press = time.monotonic()
+
+    def poll(self, observation):
+        if time.monotonic() - self._last_press > self.hold_s:
+            return None
+        return self._held.poll(observation)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=1.0)
+        if self._saved_tty is not None:
+            import termios
+
+            with contextlib.suppress(termios.error):
+                termios.tcsetattr(self._fd, termios.TCSADRAIN, self._saved_tty)

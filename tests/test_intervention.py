@@ -1,5 +1,6 @@
 """Human intervention through the actor loop, and demonstrations written, loaded and sent."""
 
+import os
 import time
 
 import numpy as np
@@ -9,7 +10,12 @@ from test_group import LoopbackLearner
 from embodyrl import envs
 from embodyrl.hal.actor import ActorConfig, ActorLoop
 from embodyrl.hal.demos import DemoWriter, load_demonstrations, read_specs, send_demonstrations
-from embodyrl.hal.intervention import HeldCommand, InterventionSource, ScriptedIntervention
+from embodyrl.hal.intervention import (
+    HeldCommand,
+    InterventionSource,
+    KeyboardTeleop,
+    ScriptedIntervention,
+)
 from embodyrl.hal.policy import UniformRandomPolicy
 from embodyrl.hal.safety import SafeDevice, SafetyConfig
 from embodyrl.hal.specs import SpecError
@@ -167,3 +173,25 @@ def test_bad_demonstration_files_are_refused_with_the_reason(tmp_path):
     np.savez(broken, **columns)
     with pytest.raises(SpecError, match="column reward"):
         load_demonstrations(broken)
+
+
+def test_keyboard_teleop_holds_a_key_press_then_returns_control():
+    read_fd, write_fd = os.pipe()
+    keys = KeyboardTeleop({"a": np.array([-1.0], np.float32), "d": np.array([1.0], np.float32)},
+                          fd=read_fd, hold_s=0.2)
+    try:
+        assert isinstance(keys, InterventionSource)
+        assert keys.poll({}) is None
+        os.write(write_fd, b"xd")  # an unmapped key, then "d"
+        deadline = time.monotonic() + 2
+        while keys.poll({}) is None and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert keys.poll({}).tolist() == [1.0]
+        time.sleep(0.3)
+        assert keys.poll({}) is None  # released: the policy acts again
+        with pytest.raises(ValueError, match="keymap"):
+            KeyboardTeleop({"up": np.zeros(1)}, fd=read_fd)
+    finally:
+        keys.close()
+        os.close(read_fd)
+        os.close(write_fd)
