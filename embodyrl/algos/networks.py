@@ -13,15 +13,20 @@ from ..hal.specs import ArraySpec, DictSpec
 
 
 class MLP(nnx.Module):
-    """Dense layers with ReLU between them; the last layer is linear."""
+    """Dense layers with ReLU between them (LayerNorm before each ReLU if asked); the last layer is linear."""
 
-    def __init__(self, in_size: int, hidden_sizes: Sequence[int], out_size: int, *, rngs: nnx.Rngs):
+    def __init__(self, in_size: int, hidden_sizes: Sequence[int], out_size: int, *, rngs: nnx.Rngs,
+                 layer_norm: bool = False):
         sizes = [in_size, *hidden_sizes, out_size]
         self.layers = nnx.List([nnx.Linear(a, b, rngs=rngs) for a, b in zip(sizes[:-1], sizes[1:], strict=True)])
+        self.norms = nnx.List([nnx.LayerNorm(h, rngs=rngs) for h in hidden_sizes]) if layer_norm else None
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        for layer in self.layers[:-1]:
-            x = jax.nn.relu(layer(x))
+        for i, layer in enumerate(self.layers[:-1]):
+            x = layer(x)
+            if self.norms is not None:
+                x = self.norms[i](x)
+            x = jax.nn.relu(x)
         return self.layers[-1](x)
 
 

@@ -1,0 +1,43 @@
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+
+@dataclass(frozen=True)
+class SACConfig:
+    hidden_sizes: tuple[int, ...] = (256, 256)
+    actor_lr: float = 3e-4
+    critic_lr: float = 3e-4
+    temperature_lr: float = 3e-4
+    discount: float = 0.99
+    tau: float = 0.005
+    batch_size: int = 256
+    num_critics: int = 2
+    """Critics in the ensemble (SAC: 2; RLPD: 10)."""
+    num_min_critics: int = 2
+    """The target takes the minimum over this many critics drawn at random each step (RLPD's subset)."""
+    critic_layer_norm: bool = False
+    """LayerNorm in the critics (RLPD): keeps Q bounded at high update-to-data ratios."""
+    actor_q: str = "min"
+    """How the actor reads the ensemble: min (SAC) or mean (RLPD)."""
+    init_temperature: float = 1.0
+    target_entropy_per_dim: float = -1.0
+    """Target entropy per action dimension for automatic tuning (SAC: -1; RLPD: -1/2)."""
+    backup_entropy: bool = True
+    """Subtract alpha * log pi(a'|o') in the TD target (RLPD turns it off)."""
+    log_std_min: float = -5.0
+    log_std_max: float = 2.0
+
+    def __post_init__(self):
+        if not 1 <= self.num_min_critics <= self.num_critics:
+            raise ValueError("num_min_critics must be between 1 and num_critics")
+        if self.actor_q not in ("min", "mean"):
+            raise ValueError(f"actor_q must be 'min' or 'mean', got {self.actor_q!r}")
+
+
+def rlpd(config: SACConfig = SACConfig()) -> SACConfig:
+    """SAC with RLPD's options. Pair it with a high update-to-data ratio
+    (``learner.updates_per_step`` = 20) and symmetric sampling of demonstrations
+    and online data (50/50 per-source mixing in the replay)."""
+    return replace(config, num_critics=10, num_min_critics=2, critic_layer_norm=True, actor_q="mean",
+                   target_entropy_per_dim=-0.5, backup_entropy=False)

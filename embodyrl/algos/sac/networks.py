@@ -1,0 +1,66 @@
+"""SAC's squashed-Gaussian actor and its critic ensemble (stacked on a leading axis)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from ...hal.specs import ArraySpec, DictSpec
+from ..networks import MLP, ActionScale, flatten_observation, observation_size
+
+_LOG_2 = float(jnp.log(2.0))
+
+
+@dataclass(frozen=True, eq=False)
+class SACNetworks:
+    observation_spec: DictSpec
+    action_spec: ArraySpec
+    actor_graph: nnx.GraphDef
+    critic_graph: nnx.GraphDef
+    scale: ActionScale
+    log_std_min: float
+    log_std_max: float
+
+    def distribution(self, actor_params, observation) -> tuple[jax.Array, jax.Array]:
+        """(mean, log_std) of the pre-tanh Gaussian."""
+        x = flatten_observation(observation, self.observation_spec)
+        out = nnx.merge(self.actor_graph, actor_params)(x)
+        mean, raw = jnp.split(out, 2, axis=-1)
+        log_std = self.log_std_min + 0.5 * (self.log_std_max - self.log_std_min) * (jnp.tanh(raw) + 1)
+        return mean, log_std
+
+    def mean_action(self, actor_params, observation) -> jax.Array:
+        """The deterministic action tanh(mean), in the action bounds (what evaluation runs)."""
+        mean, _ = self.distribution(actor_params, observation)
+        return self.scale.to_env(jnp.tanh(mean))
+
+    def sample(self, actor_params, observation, key) -> tuple[jax.Array, jax.Array]:
+        """(action in bounds, log-probability of the unit-range action), reparameterised."""
+        mean, log_std = self.distribution(actor_params, observation)
+        u = mean + jnp.exp(log_std) * jax.random.normal(key, mean.shape)
+        gaussian = -0.5 * ((u - mean) / jnp.exp(log_std)) ** 2 - log_std - 0.5 * jnp.log(2 * jnp.pi)
+        # log(1 - tanh(u)^2), written stably (SAC appendix C)
+        squash = 2.0 * (_LOG_2 - u - jax.nn.softplus(-2.0 * u))
+        return self.scale.to_env(jnp.tanh(u)), jnp.sum(gaussian - squash, axis=-1)
+
+    def q_values(self, critic_params, observation, action) -> jax.Array:
+        """Every critic's Q(o, a): [critics, batch...]."""
+        x = flatten_observation(observation, self.observation_spec)
+        a = self.scale.to_unit(action)
+        xa = jnp.concatenate([x, a], axis=-1)
+        return jax.vmap(lambda p: nnx.merge(self.critic_graph, p)(xa)[..., 0])(critic_params)
+
+
+def make_networks(observation_spec: DictSpec, action_spec: ArraySpec, config, key: jax.Array):
+    obs_size, act_size = observation_size(observation_spec), action_spec.size
+    actor_key, *critic_keys = jax.random.split(key, 1 + config.num_critics)
+    actor_graph, actor_state = nnx.split(MLP(obs_size, config.hidden_sizes, 2 * act_size, rngs=nnx.Rngs(actor_key)))
+    critics = [nnx.split(MLP(obs_size + act_size, config.hidden_sizes, 1, rngs=nnx.Rngs(k),
+                             layer_norm=config.critic_layer_norm)) for k in critic_keys]
+    critic_params = jax.tree.map(lambda *xs: jnp.stack(xs), *[nnx.to_pure_dict(s) for _, s in critics])
+    networks = SACNetworks(observation_spec, action_spec, actor_graph, critics[0][0], ActionScale(action_spec),
+                           config.log_std_min, config.log_std_max)
+    return networks, nnx.to_pure_dict(actor_state), critic_params
