@@ -32,10 +32,12 @@ class CachePolicy:
         self.all_hot = True
         self.borrowed = np.zeros(store.layout.chunks, bool)  # held hot by a staged sampler's pool
         self._own = self.hot
+        self._populated = np.ones(store.layout.chunks, bool)  # a reopen maps lazily: it reads nothing
         self._touched = np.zeros(store.layout.chunks, bool)
         self._samples = 0
         self._generation_seen = -1
         self.refresh()
+        self._populated[:] = False
 
     def refresh(self) -> None:
         """Recompute the hot set after the ring moved on; release chunks that left it."""
@@ -57,6 +59,11 @@ class CachePolicy:
             hot[rest] = True
         for chunk in np.flatnonzero(self.hot & ~hot & ~self.borrowed):
             self.store.release(int(chunk))
+        for chunk in np.flatnonzero(hot & ~self._populated):  # full chunks stay mapped
+            if ring.fill[chunk] == ring.chunk_rows:
+                self.store.populate(int(chunk))
+                self._populated[chunk] = True
+        self._populated &= hot
         self._own = hot
         self._set_hot()
 

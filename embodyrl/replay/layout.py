@@ -8,9 +8,11 @@ per sampled row, not one page per field (a file per field reads ~17 pages
 per row, a separate array per chunk makes hot gathers ~10x slower).
 
 ``next_index`` (the successor's row slot, -1 until it arrives or for final
-rows) sits in the row too: the learner patches it in place when the
-successor arrives, which is why the next observation is an index, never a
-copy.
+rows) and ``next_generation`` (the generation of the successor's chunk when
+the link was made) sit in the row too: the store patches both in place when
+the successor arrives. The next observation is thus an index, never a copy,
+and a link is valid while that chunk still has that generation: checking it
+reads only the row itself and the ring in RAM, never the successor row.
 """
 
 from __future__ import annotations
@@ -23,16 +25,17 @@ import numpy as np
 from ..hal.specs import ArraySpec, DictSpec
 from ..hal.steps import OBSERVATION_PREFIX, SCALAR_COLUMNS, Steps
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 META_FILE = "meta.json"
 DATA_FILE = "data.bin"
 INDEX_FILES = ("index-0", "index-1")
 NEXT_INDEX = "next_index"
+NEXT_GENERATION = "next_generation"
 
 
 def row_dtype(observation_spec: DictSpec, action_spec: ArraySpec) -> np.dtype:
     """The structured dtype of one stored row, 8-byte aligned so patches are aligned."""
-    fields: list[tuple] = [(NEXT_INDEX, np.int64)]
+    fields: list[tuple] = [(NEXT_INDEX, np.int64), (NEXT_GENERATION, np.int64)]
     for name, spec in observation_spec.items():
         fields.append((OBSERVATION_PREFIX + name, np.dtype(spec.dtype), tuple(spec.shape)))
     fields.append(("action", np.dtype(action_spec.dtype), tuple(action_spec.shape)))
@@ -51,6 +54,7 @@ def to_rows(steps: Steps, dtype: np.dtype) -> np.ndarray:
     """Pack a batch of steps into rows (``next_index`` left at -1)."""
     rows = np.zeros(len(steps), dtype)
     rows[NEXT_INDEX] = -1
+    rows[NEXT_GENERATION] = -1
     for name, column in steps.arrays().items():
         rows[name] = column
     return rows

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .layout import NEXT_INDEX
+from .layout import NEXT_GENERATION, NEXT_INDEX
 from .ring import ChunkRing
 
 
@@ -46,13 +46,15 @@ def draw_stored(rng: np.random.Generator, ring: ChunkRing, n: int,
 def successor(rows: np.ndarray, ring: ChunkRing, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(successor slot, whether it is this row's true, stored successor) for each slot.
 
-    Final rows store -1, so they fail the stored-row check without reading ``final``.
+    The link holds while the successor's chunk keeps the generation it had
+    when the link was made (an evicted or rewritten chunk gets a new one);
+    final rows and rows awaiting their successor store -1. Reads only the
+    rows at ``slots`` and the ring.
     """
     nxt = rows[NEXT_INDEX][slots]
     ok = ring.row_valid(nxt)
     safe = np.where(ok, nxt, slots)
-    ok &= rows["episode_id"][safe] == rows["episode_id"][slots]
-    ok &= rows["step_index"][safe] == rows["step_index"][slots] + 1
+    ok &= ring.generation[safe // ring.chunk_rows] == rows[NEXT_GENERATION][slots]
     return safe, ok
 
 

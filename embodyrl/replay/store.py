@@ -34,10 +34,11 @@ from pathlib import Path
 import numpy as np
 
 from ..hal.steps import Steps
-from .layout import DATA_FILE, INDEX_FILES, META_FILE, NEXT_INDEX, Layout, to_rows
+from .layout import DATA_FILE, INDEX_FILES, META_FILE, NEXT_GENERATION, NEXT_INDEX, Layout, to_rows
 from .ring import ChunkRing
 
 Stream = tuple[int, int]  # (actor id, device id)
+_MADV_POPULATE_READ = getattr(mmap, "MADV_POPULATE_READ", 22)  # Linux >= 5.14
 
 
 def _fsync_dir(path: Path) -> None:
@@ -103,6 +104,9 @@ class ChunkStore:
         self.rows = np.frombuffer(self._mmap, self.dtype, count=layout.capacity)
         self._load_index()
         self._index_fds = [os.open(self.directory / name, os.O_RDWR | os.O_CREAT, 0o644) for name in INDEX_FILES]
+        for slot, _, _ in self.streams.values():
+            # an open row's link may point at rows the crash lost: unlink until its successor arrives
+            self._write_link(slot, -1, -1)
 
     def _create_data_file(self, layout: Layout) -> None:
         path = self.directory / DATA_FILE
@@ -200,23 +204,17 @@ class ChunkStore:
                 if on_evict is not None:
                     on_evict(chunk)
             self.commit()
+        slots = self.ring.apply(segments, steps.source)
+        generation = self.ring.generation[slots // self.layout.chunk_rows]
         rows = to_rows(steps, self.dtype)
-        slots = np.empty(n, np.int64)
-        i = 0
-        for chunk, offset, count in segments:
-            slots[i:i + count] = chunk * self.layout.chunk_rows + offset + np.arange(count)
-            i += count
-        nxt = np.empty(n, np.int64)
-        nxt[:-1] = slots[1:]
-        nxt[-1] = -1
-        rows[NEXT_INDEX] = np.where(steps.final, -1, nxt)
+        rows[NEXT_INDEX][:-1] = np.where(steps.final[:-1], -1, slots[1:])
+        rows[NEXT_GENERATION][:-1] = np.where(steps.final[:-1], -1, generation[1:])
         i = 0
         for chunk, offset, count in segments:
             slot = chunk * self.layout.chunk_rows + offset
             os.pwrite(self._fd, memoryview(rows[i:i + count]).cast("B"), slot * self.row_bytes)
             i += count
-        self.ring.apply(segments, steps.source)
-        self._link_stream(steps, int(slots[0]), int(slots[-1]))
+        self._link_stream(steps, int(slots[0]), int(generation[0]), int(slots[-1]))
         if self.pending_rows == 0:
             self._pending_since = time.monotonic()
         self.pending_rows += n
@@ -225,16 +223,19 @@ class ChunkStore:
             self._pending_seqs[int(steps.actor_id[0])] = int(seq)
         return slots
 
-    def _link_stream(self, steps: Steps, first: int, last: int) -> None:
+    def _link_stream(self, steps: Steps, first: int, generation: int, last: int) -> None:
         stream = (int(steps.actor_id[0]), int(steps.device_id[0]))
         prev = self.streams.pop(stream, None)
         if prev is not None:
             slot, episode, step = prev
             if episode == int(steps.episode_id[0]) and step + 1 == int(steps.step_index[0]):
-                os.pwrite(self._fd, np.int64(first).tobytes(), slot * self.row_bytes
-                          + self.dtype.fields[NEXT_INDEX][1])
+                self._write_link(slot, first, generation)
         if not steps.final[-1]:
             self.streams[stream] = (last, int(steps.episode_id[-1]), int(steps.step_index[-1]))
+
+    def _write_link(self, slot: int, successor: int, generation: int) -> None:
+        """Patch a stored row's (next_index, next_generation), adjacent at the row's start."""
+        os.pwrite(self._fd, np.array([successor, generation], np.int64).tobytes(), slot * self.row_bytes)
 
     # -- cache hints ------------------------------------------------------------
     def page_range(self, chunk: int) -> tuple[int, int]:
@@ -253,14 +254,31 @@ class ChunkStore:
         start, length = self.page_range(chunk)
         os.posix_fadvise(self._fd, start, length, os.POSIX_FADV_WILLNEED)
 
-    def will_need(self, slots: np.ndarray) -> None:
-        """Start reading the pages of ``slots`` in parallel before a gather faults them in."""
-        first = slots * self.row_bytes // mmap.PAGESIZE
-        last = ((slots + 1) * self.row_bytes - 1) // mmap.PAGESIZE
-        pages = np.unique(np.concatenate([first, last]))
-        advise, page = self._mmap.madvise, mmap.PAGESIZE
-        for p in pages.tolist():
-            advise(mmap.MADV_WILLNEED, p * page, page)
+    def will_need(self, slots: np.ndarray, span: int = 2) -> None:
+        """Start reading the pages of ``slots`` (and the ``span - 1`` rows after each, where
+        successors usually are) in parallel before a gather faults them in.
+
+        Runs of adjacent pages go out as one hint, so a multi-page row is one read.
+        """
+        page = mmap.PAGESIZE
+        first = slots * self.row_bytes // page
+        end = self.layout.capacity * self.row_bytes - 1
+        last = np.minimum((slots + span) * self.row_bytes - 1, end) // page
+        pages = np.unique(np.concatenate([first, last] + [np.minimum(first + k, last) for k in range(1, int((last - first).max()))]))
+        breaks = np.flatnonzero(np.diff(pages) > 1)
+        starts = pages[np.concatenate([[0], breaks + 1])]
+        ends = pages[np.concatenate([breaks, [len(pages) - 1]])]
+        advise = self._mmap.madvise
+        for a, b in zip(starts.tolist(), ends.tolist(), strict=True):
+            advise(mmap.MADV_WILLNEED, a * page, (b - a + 1) * page)
+
+    def populate(self, chunk: int) -> None:
+        """Map a resident chunk's pages into this process now (MADV_POPULATE_READ), so hot
+        gathers take no minor page faults; a no-op where the kernel lacks it."""
+        start, length = self.page_range(chunk)
+        head = start - start % mmap.PAGESIZE
+        with contextlib.suppress(OSError):
+            self._mmap.madvise(_MADV_POPULATE_READ, head, length + start - head)
 
     def drop_page_cache(self) -> None:
         """Evict every page of the data file from the page cache (cold-read benchmarks)."""
