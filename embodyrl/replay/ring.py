@@ -77,9 +77,12 @@ class ChunkRing:
 
     def room(self) -> int:
         """Most rows one batch may have: the current chunk's rest and every other unpinned chunk."""
-        others = [c for c in range(self.chunks) if c != self.current and not self.pinned[c]]
-        rest = self.chunk_rows - int(self.fill[self.current]) if self.current >= 0 else 0
-        return rest + len(others) * self.chunk_rows
+        others = int(np.count_nonzero(~self.pinned))
+        rest = 0
+        if self.current >= 0:
+            rest = self.chunk_rows - int(self.fill[self.current])
+            others -= int(not self.pinned[self.current])
+        return rest + others * self.chunk_rows
 
     def plan(self, n: int) -> tuple[list[tuple[int, int, int]], list[int]]:
         """Where ``n`` rows go: ([(chunk, first offset, count)], chunks to evict first).
