@@ -1,0 +1,62 @@
+"""Communication graphs and their mixing matrices for consensus.
+
+Mixing matrices use Metropolis-Hastings weights, ``W_ij = 1 / (1 +
+max(d_i, d_j))`` for neighbours and the rest on the diagonal: symmetric and
+doubly stochastic on any connected undirected graph, so repeated mixing
+converges to the agents' average.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+TOPOLOGIES = ("ring", "star", "complete", "random")
+
+
+def adjacency(topology: str, n: int, rng: np.random.Generator | None = None, p: float = 0.3) -> np.ndarray:
+    """Symmetric 0/1 adjacency without self-loops; ``random`` is Erdos-Renyi, redrawn until connected."""
+    A = np.zeros((n, n), bool)
+    if n == 1:
+        return A
+    if topology == "ring":
+        for i in range(n):
+            A[i, (i + 1) % n] = A[(i + 1) % n, i] = True
+    elif topology == "star":
+        A[0, 1:] = A[1:, 0] = True
+    elif topology == "complete":
+        A[:] = True
+    elif topology == "random":
+        rng = rng or np.random.default_rng()
+        while True:
+            upper = np.triu(rng.random((n, n)) < p, 1)
+            A = upper | upper.T
+            if connected(A):
+                break
+    else:
+        raise ValueError(f"unknown topology {topology!r}; known: {', '.join(TOPOLOGIES)}")
+    np.fill_diagonal(A, False)
+    return A
+
+
+def connected(A: np.ndarray) -> bool:
+    seen, frontier = {0}, [0]
+    while frontier:
+        i = frontier.pop()
+        for j in np.flatnonzero(A[i]):
+            if j not in seen:
+                seen.add(int(j))
+                frontier.append(int(j))
+    return len(seen) == len(A)
+
+
+def metropolis(A: np.ndarray) -> np.ndarray:
+    degree = A.sum(1)
+    W = np.where(A, 1.0 / (1.0 + np.maximum(degree[:, None], degree[None, :])), 0.0)
+    np.fill_diagonal(W, 1.0 - W.sum(1))
+    return W
+
+
+def spectral_gap(W: np.ndarray) -> float:
+    """1 - second largest |eigenvalue|: how fast mixing reaches the average."""
+    eig = np.sort(np.abs(np.linalg.eigvalsh(W)))
+    return float(1.0 - (eig[-2] if len(eig) > 1 else 0.0))
