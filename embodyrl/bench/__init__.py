@@ -30,5 +30,5 @@ def run(name: str, quick: bool = False) -> dict:
     return module.run(quick=quick)
 
 
-for _name in ("hal", "replay", "transport"):
+for _name in ("hal", "replay", "transport", "drivers"):
     register(_name, _name)
