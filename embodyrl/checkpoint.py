@@ -1,0 +1,60 @@
+"""Learner checkpoints with Orbax: the training state pytree plus a JSON record.
+
+The state (parameters, optimiser states, targets, step counters, RNG key) is
+saved as it is; typed PRNG keys travel as their raw key data. Saves are
+atomic (Orbax writes to a temporary directory and renames it), keep the last
+``max_to_keep``, and a resumed learner restores the newest one together with
+its JSON record (counters, policy version, replay position).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import jax
+import orbax.checkpoint as ocp
+
+
+def _is_key(x) -> bool:
+    return isinstance(x, jax.Array) and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
+
+
+def _to_savable(state):
+    return jax.tree.map(lambda x: jax.random.key_data(x) if _is_key(x) else x, state)
+
+
+def _from_saved(saved, like):
+    return jax.tree.map(lambda s, ref: jax.random.wrap_key_data(s) if _is_key(ref) else s, saved, like)
+
+
+class Checkpointer:
+    def __init__(self, directory: str | Path, max_to_keep: int = 3):
+        self.directory = Path(directory).absolute()
+        self.manager = ocp.CheckpointManager(
+            self.directory, options=ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True))
+
+    def save(self, step: int, state, record: dict, wait: bool = True) -> None:
+        """Save ``state`` and the JSON-able ``record`` as checkpoint ``step``."""
+        self.manager.save(step, args=ocp.args.Composite(
+            state=ocp.args.StandardSave(_to_savable(state)), record=ocp.args.JsonSave(record)))
+        if wait:
+            self.manager.wait_until_finished()
+
+    def latest_step(self) -> int | None:
+        return self.manager.latest_step()
+
+    def restore(self, like, step: int | None = None):
+        """(state shaped like ``like``, record) of checkpoint ``step`` (default: the newest)."""
+        step = self.latest_step() if step is None else step
+        if step is None:
+            raise FileNotFoundError(f"no checkpoint in {self.directory}")
+        abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, _to_savable(like))
+        restored = self.manager.restore(step, args=ocp.args.Composite(
+            state=ocp.args.StandardRestore(abstract), record=ocp.args.JsonRestore()))
+        return _from_saved(restored["state"], like), dict(restored["record"])
+
+    def close(self) -> None:
+        self.manager.wait_until_finished()
+        self.manager.close()
+
+
