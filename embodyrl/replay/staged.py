@@ -5,10 +5,11 @@ I.i.d. uniform rows from a cold buffer cost one random page read each (about
 rate, not the code, bounds them. This sampler instead keeps a *pool* of whole
 chunks resident (read sequentially, ahead of time, with ``POSIX_FADV_WILLNEED``)
 and draws each batch's rows i.i.d. uniformly from the pool's rows. Every
-``turnover_every`` batches one pool chunk, chosen uniformly at random, is
-released and one stored chunk, chosen uniformly among those not pooled, is
-read in; it joins the pool ``load_lag`` batches later, so its read overlaps
-sampling.
+``turnover_every`` batches one stored chunk, chosen uniformly among those not pooled, is
+read in by a loader thread (one sequential ``pread`` per chunk, GIL
+released); once read, it replaces a pooled chunk chosen uniformly at random
+(released from the cache), so the pool stays full and reads overlap sampling.
+``warm_up`` fills the pool at once (one sequential read per chunk).
 
 How this differs from uniform (docs/replay.md has the measurements):
 
@@ -23,6 +24,10 @@ How this differs from uniform (docs/replay.md has the measurements):
 
 from __future__ import annotations
 
+import contextlib
+import os
+import queue
+import threading
 from collections import deque
 
 import numpy as np
@@ -31,56 +36,94 @@ from .persistent import PersistentReplay
 
 
 class StagedSampler:
-    def __init__(self, replay: PersistentReplay, pool_chunks: int, *, turnover_every: int = 4,
-                 load_lag: int = 2, initial_chunks: int = 2):
+    def __init__(self, replay: PersistentReplay, pool_chunks: int, *, turnover_every: int = 4):
         if pool_chunks < 1 or turnover_every < 1:
             raise ValueError("pool_chunks and turnover_every must be at least 1")
         self.replay = replay
         self.pool_chunks = pool_chunks
         self.turnover_every = turnover_every
-        self.load_lag = load_lag
         self.pool: list[int] = []
-        self.loading: deque[tuple[int, int]] = deque()  # (chunk, batch at which it joins)
+        self.loading: deque[int] = deque()  # requested, in order
         self.batches = 0
-        self._initial = initial_chunks
+        self._loaded: set[int] = set()
+        self._swap_rng = np.random.default_rng()
+        self._loaded_changed = threading.Condition()
+        self._requests: queue.Queue = queue.Queue()
+        self._thread = threading.Thread(target=self._load_loop, name="replay-stage", daemon=True)
+        self._thread.start()
 
-    def _stored_candidates(self) -> np.ndarray:
+    # -- the loader thread -------------------------------------------------------
+    def _load_loop(self) -> None:
+        store = self.replay.store
+        buffer = bytearray(store.layout.chunk_rows * store.row_bytes)
+        while True:
+            chunk = self._requests.get()
+            if chunk is None:
+                return
+            start, length = store.page_range(chunk)
+            with contextlib.suppress(OSError):  # a closed store: the sampler is being torn down
+                os.preadv(store._fd, [memoryview(buffer)[:length]], start)  # into the page cache
+            with self._loaded_changed:
+                self._loaded.add(chunk)
+                self._loaded_changed.notify_all()
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        self._requests.put(None)
+        self._thread.join(timeout_s)
+
+    # -- the pool ----------------------------------------------------------------
+    def _admit(self, rng: np.random.Generator) -> None:
         ring = self.replay.store.ring
-        taken = set(self.pool) | {c for c, _ in self.loading}
-        stored = np.flatnonzero(ring.fill > 0)
-        return np.array([c for c in stored if int(c) not in taken], np.int64)
+        taken = set(self.pool) | set(self.loading)
+        candidates = [int(c) for c in np.flatnonzero(ring.fill > 0) if int(c) not in taken]
+        if candidates:
+            chunk = candidates[int(rng.integers(len(candidates)))]
+            self.loading.append(chunk)
+            self._requests.put(chunk)
 
-    def _admit(self, rng: np.random.Generator, lag: int) -> None:
-        candidates = self._stored_candidates()
-        if len(candidates):
-            chunk = int(rng.choice(candidates))
-            self.replay.store.warm(chunk)
-            self.loading.append((chunk, self.batches + lag))
+    def _join_loaded(self, wait_s: float = 0.0) -> None:
+        with self._loaded_changed:
+            if wait_s and self.loading and not self._loaded:
+                self._loaded_changed.wait_for(lambda: bool(self._loaded), wait_s)
+            ready = [c for c in self.loading if c in self._loaded]
+            self._loaded -= set(ready)
+        for chunk in ready:
+            self.loading.remove(chunk)
+            if len(self.pool) >= self.pool_chunks:  # a replacement: swap out a random pooled chunk
+                out = self.pool.pop(int(self._swap_rng.integers(len(self.pool))))
+                self.replay.cache.borrow(out, False)
+                self.replay.store.release(out)
+            self.pool.append(chunk)
+            self.replay.cache.borrow(chunk, True)
+
+    def warm_up(self, rng: np.random.Generator, timeout_s: float = 120.0) -> None:
+        """Fill the pool now: one sequential read per chunk, all requested at once."""
+        while len(self.pool) + len(self.loading) < self.pool_chunks:
+            before = len(self.loading)
+            self._admit(rng)
+            if len(self.loading) == before:
+                break
+        with self._loaded_changed:
+            self._loaded_changed.wait_for(lambda: set(self.loading) <= self._loaded, timeout_s)
+        self._join_loaded()
 
     def _step(self, rng: np.random.Generator) -> None:
         if not self.pool and not self.loading:
-            for _ in range(self._initial):
-                self._admit(rng, 0)
-        while self.loading and self.loading[0][1] <= self.batches:
-            self._join()
-        # drop pooled chunks the ring evicted since
+            self._admit(rng)
+        self._join_loaded()
         ring = self.replay.store.ring
-        for gone in [c for c in self.pool if ring.fill[c] == 0]:
+        for gone in [c for c in self.pool if ring.fill[c] == 0]:  # evicted by the ring since
             self.pool.remove(gone)
             self.replay.cache.borrow(gone, False)
         if len(self.pool) + len(self.loading) < self.pool_chunks:
-            self._admit(rng, self.load_lag)  # grow to the pool size, one chunk per batch
-        elif self.batches % self.turnover_every == 0 and self.pool:
-            out = self.pool.pop(int(rng.integers(len(self.pool))))
-            self.replay.cache.borrow(out, False)
-            self.replay.store.release(out)
-            self._admit(rng, self.load_lag)
+            self._admit(rng)  # grow to the pool size, one chunk per batch
+        elif self.batches % self.turnover_every == 0 and not self.loading:
+            self._admit(rng)  # a replacement: it swaps with a random pooled chunk once read
         self.batches += 1
-
-    def _join(self) -> None:
-        chunk = self.loading.popleft()[0]
-        self.pool.append(chunk)
-        self.replay.cache.borrow(chunk, True)
+        if not self.pool:  # nothing read yet: wait for the first load
+            self._join_loaded(wait_s=30.0)
+            if not self.pool:
+                raise TimeoutError("staged sampler: no chunk loaded within 30 s")
 
     def chunk_weights(self) -> np.ndarray:
         ring = self.replay.store.ring
@@ -88,10 +131,14 @@ class StagedSampler:
         weights[self.pool] = ring.fill[self.pool]
         return weights
 
+    def sample_indices(self, rng: np.random.Generator, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
+        """(start, successor) slots of one batch from the pool; advances the pool by a batch."""
+        with self.replay.lock:
+            self._step(rng)
+            return self.replay.sample_indices(rng, batch_size, chunk_weights=self.chunk_weights())
+
     def sample(self, rng: np.random.Generator, batch_size: int, discount: float, n_step: int = 1, **kw) -> dict:
         """A batch drawn from the pool (same fields as ``PersistentReplay.sample``)."""
         with self.replay.lock:
             self._step(rng)
-            if not self.pool:  # nothing loaded yet: wait for the oldest load
-                self._join()
             return self.replay.sample(rng, batch_size, discount, n_step, chunk_weights=self.chunk_weights(), **kw)

@@ -111,9 +111,14 @@ class ChunkStore:
     def _create_data_file(self, layout: Layout) -> None:
         path = self.directory / DATA_FILE
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        size = layout.capacity * layout.dtype.itemsize
         try:
-            os.posix_fallocate(fd, 0, layout.capacity * layout.dtype.itemsize)
+            os.posix_fallocate(fd, 0, size)
             os.fsync(fd)
+        except OSError as err:
+            path.unlink(missing_ok=True)
+            raise OSError(err.errno, f"{path}: cannot reserve {size} bytes ({layout.capacity} rows of "
+                          f"{layout.dtype.itemsize}); lower the replay capacity or free disk space") from err
         finally:
             os.close(fd)
 
