@@ -1,0 +1,39 @@
+import numpy as np
+
+from embodyrl.envs import lorenz96 as L
+
+CFG = L.L96Config()
+
+
+def test_rk4_is_fourth_order_on_the_slow_system():
+    x0 = np.random.default_rng(0).normal(size=(1, 8)) * 3
+
+    def integrate(dt, steps):
+        x = x0
+        for _ in range(steps):
+            x = L.rk4(lambda s: (L.slow_tendency(s[0], 20.0),), (x,), dt)[0]
+        return x
+
+    reference = integrate(1e-4, 1000)
+    e1 = np.abs(integrate(0.004, 25) - reference).max()
+    e2 = np.abs(integrate(0.002, 50) - reference).max()
+    assert 10 < e1 / e2 < 22  # 2^4 = 16
+
+
+def test_truth_stays_on_a_bounded_chaotic_attractor_and_the_model_drifts_from_it():
+    rng = np.random.default_rng(1)
+    x, y = L.spin_up(CFG, rng, n=3, time=2.0)
+    traj, _ = L.truth_trajectory(x, y, CFG, 100)
+    assert np.isfinite(traj).all() and np.abs(traj).max() < 40 and traj.std() > 2
+    model = x.copy()
+    errors = []
+    for t in range(100):
+        model = L.model_step(model, CFG)
+        errors.append(np.sqrt(np.mean((model - traj[t + 1]) ** 2)))
+    assert errors[0] < 0.2 and errors[-1] > 5 * errors[0]  # the missing scales make it diverge
+
+
+def test_a_correction_tendency_enters_the_model():
+    x = np.ones((1, 8))
+    np.testing.assert_allclose(L.model_step(x, CFG, correction=np.full((1, 8), 2.0)) - L.model_step(x, CFG),
+                               2.0 * CFG.model_dt, rtol=1e-6)
