@@ -36,4 +36,4 @@ def test_truth_stays_on_a_bounded_chaotic_attractor_and_the_model_drifts_from_it
 def test_a_correction_tendency_enters_the_model():
     x = np.ones((1, 8))
     np.testing.assert_allclose(L.model_step(x, CFG, correction=np.full((1, 8), 2.0)) - L.model_step(x, CFG),
-                               2.0 * CFG.model_dt, rtol=1e-6)
+                               2.0 * CFG.model_dt, rtol=0.05)  # plus O(dt^2) interaction
