@@ -156,3 +156,23 @@ def test_too_few_transitions_is_a_clear_error(replay):
     replay.add(rec.flush())
     with pytest.raises(RuntimeError, match="too few complete transitions"):
         replay.sample(np.random.default_rng(0), 4, 0.9)
+
+
+def test_prefetcher_hands_over_batches_in_order_and_reraises_errors():
+    from embodyrl.replay import Prefetcher
+
+    produced = iter(range(5))
+
+    def make():
+        value = next(produced)
+        if value == 3:
+            raise ValueError("replay broke")
+        return value
+
+    prefetch = Prefetcher(make, depth=2)
+    assert [prefetch.get(timeout_s=5) for _ in range(3)] == [0, 1, 2]
+    with pytest.raises(ValueError, match="replay broke"):
+        prefetch.get(timeout_s=5)
+    with pytest.raises(TimeoutError, match="no batch prefetched"):
+        prefetch.get(timeout_s=0.05)
+    prefetch.close()
