@@ -1,0 +1,75 @@
+import numpy as np
+import pytest
+
+from embodyrl.envs.columns import DAY_S, ColumnConfig, ColumnModel
+
+SMALL = {"nlat": 8, "nlon": 16}
+
+
+@pytest.fixture(scope="module")
+def truth_state():
+    model = ColumnModel(ColumnConfig.truth(**SMALL), seed=0)
+    return model, model.initial_state(spin_up_days=3)
+
+
+def test_full_size_grid_has_the_required_shape():
+    cfg = ColumnConfig.truth()
+    model = ColumnModel(cfg)
+    assert (cfg.nlat, cfg.nlon, cfg.levels) == (32, 64, 70)
+    theta = model.equilibrium(0.0)
+    assert theta.shape == (64 * 32, 70)
+
+
+def test_convective_adjustment_conserves_heat_and_leaves_a_stable_column(truth_state):
+    model, theta = truth_state
+    noisy = theta + np.random.default_rng(0).normal(size=theta.shape) * 5
+    adjusted = model.convect(noisy)
+    g = model.grid
+    np.testing.assert_allclose(g.heat_content(adjusted), g.heat_content(noisy), rtol=1e-12)
+    assert (np.diff(adjusted, axis=1) >= -1e-9).all()
+    stable = np.sort(noisy, axis=1)  # already stable: untouched
+    np.testing.assert_allclose(model.convect(stable), stable, rtol=1e-14)
+
+
+def test_stochastic_weather_has_the_intended_statistics():
+    cfg = ColumnConfig.truth(**SMALL)
+    model = ColumnModel(cfg, seed=1)
+    samples = []
+    for _ in range(3000):
+        model._advance_weather()
+        samples.append(model.weather[:, 35].copy())  # mid-troposphere, where the heating peaks
+    x = np.array(samples[500:])
+    shape = model._level_shape[0, 35]
+    assert x.std() == pytest.approx(cfg.weather_std * shape, rel=0.15)
+    lag1 = np.mean([np.corrcoef(x[:-1, c], x[1:, c])[0, 1] for c in range(x.shape[1])])
+    assert lag1 == pytest.approx(np.exp(-cfg.dt_s / (cfg.weather_memory_days * DAY_S)), abs=0.03)
+
+
+def test_diagnostics_are_physical(truth_state):
+    model, theta = truth_state
+    g = model.grid
+    z500 = g.band_means(g.z500(theta))
+    t850 = g.band_means(g.t850(theta))
+    assert ((z500 > 4500) & (z500 < 6200)).all() and z500[2] > z500[0]  # tropics higher than poles
+    assert ((t850 > 220) & (t850 < 310)).all()
+
+
+def test_truth_and_model_differ_and_nudging_pulls_the_model_to_the_analysis(truth_state):
+    truth, theta0 = truth_state
+    steps = int(2 * DAY_S / truth.cfg.dt_s)
+    analysis = [theta0]
+    for _ in range(steps):
+        analysis.append(truth.step(analysis[-1])[0])
+    g = truth.grid
+
+    def run(nudge: bool):
+        model = ColumnModel(ColumnConfig.model(**SMALL), seed=99)
+        model.time_s = truth.time_s - steps * truth.cfg.dt_s
+        x = theta0.copy()
+        for t in range(steps):
+            x, _ = model.step(x, nudge_to=analysis[t] if nudge else None)
+        return np.mean(np.abs(g.z500(x) - g.z500(analysis[-1])))
+
+    free, nudged = run(False), run(True)
+    assert free > 5.0  # metres of Z500 error after two days: the model is wrong
+    assert nudged < 0.5 * free
