@@ -28,8 +28,10 @@ def _group_gone(pgid: int, timeout_s: float) -> bool:
 
 
 def _port_free(endpoint: str) -> bool:
+    """Nothing listens on the port (connections in TIME_WAIT may linger, as for any server)."""
     port = int(endpoint.rsplit(":", 1)[1])
     with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("127.0.0.1", port))
         except OSError:
