@@ -3,7 +3,8 @@
 One replay directory lives through all the kills: each writer process reopens
 it, continues the deterministic stream (row g holds x = g) from the last
 committed row, adds batches of random sizes and commits at random points,
-until it is killed with SIGKILL. After each kill the parent reopens the
+until it is killed with SIGKILL. Most commits run in the background
+(``maybe_commit``), so kills land mid-sync on the committer thread too. After each kill the parent reopens the
 buffer and checks it against the stream: the stored rows are exactly the
 window of the ring's newest rows ending at the committed count, every link
 between stored rows survived, and the committed sequence number matches.
@@ -33,8 +34,10 @@ def writer(directory: str, started: str, seed: int) -> None:
         n = int(rng.integers(1, 150))
         replay.add(stream_rows(g, n), seq=g + n)  # the seq of a batch: the stream position after it
         g += n
-        if rng.random() < 0.3:
+        if rng.random() < 0.1:
             replay.commit()
+        else:
+            replay.maybe_commit(float(rng.choice([0.0, 0.002])))  # background group commits
 
 
 def check(directory) -> int:

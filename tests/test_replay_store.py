@@ -1,5 +1,8 @@
 """The chunk ring's index arithmetic (property-based) and the store on real files: reopen, eviction, retention."""
 
+import os
+import time
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -125,3 +128,35 @@ def test_files_are_mapped_not_copied(tmp_path):
     assert not rows.flags.owndata and not rows.flags.writeable  # a read-only view of the mapping
     assert rows.base is not None and rows.nbytes == (tmp_path / "r" / "data.bin").stat().st_size
     again.close()
+
+
+def test_background_commit_publishes_seqs_only_once_durable(tmp_path):
+    replay = PersistentReplay(tmp_path / "r", OBS, ACT, capacity=256, chunk_rows=64)
+    replay.add(stream_rows(0, 30), seq=1)
+    assert replay.maybe_commit(0.0) is False  # started, not yet known durable
+    assert replay.committed_seqs == {}
+    replay.add(stream_rows(30, 5), seq=2)  # added while the commit is in flight: not in it
+    deadline = time.monotonic() + 10
+    while not replay.maybe_commit(1e9):
+        assert time.monotonic() < deadline, "background commit did not finish"
+        time.sleep(0.001)
+    assert replay.committed_seqs == {0: 1} and replay.commits == 1
+    replay.close(commit=False)  # as a crash would: the later rows and seq 2 are lost together
+    again = PersistentReplay(tmp_path / "r")
+    assert again.size == 30 and again.committed_seqs == {0: 1}
+    again.close()
+
+
+def test_a_failed_background_commit_raises_at_the_next_call_and_acks_nothing(tmp_path):
+    replay = PersistentReplay(tmp_path / "r", OBS, ACT, capacity=256, chunk_rows=64)
+    replay.add(stream_rows(0, 10), seq=1)
+    os.close(replay.store._index_fds[1])  # the first commit's index file: its write fails (EBADF)
+    replay.maybe_commit(0.0)
+    with pytest.raises(OSError):
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            replay.maybe_commit(1e9)
+            time.sleep(0.001)
+    assert replay.committed_seqs == {}
+    replay.store._index_fds[1] = os.open(tmp_path / "r" / "index-1", os.O_RDWR)
+    replay.close(commit=False)

@@ -56,6 +56,7 @@ class PersistentReplay:
             for c in np.flatnonzero(ring.fill):
                 self.priorities.set_range(int(c) * ring.chunk_rows, int(ring.fill[c]), 1.0)
         self._obs_names = [OBSERVATION_PREFIX + k for k in self.observation_spec]
+        self._durable_seen = self.store.durable_commits
 
     # -- state -------------------------------------------------------------------
     @property
@@ -73,7 +74,8 @@ class PersistentReplay:
 
     @property
     def commits(self) -> int:
-        return self.store.commits
+        """Commits known durable."""
+        return self.store.durable_commits
 
     # -- writing ---------------------------------------------------------------
     def add(self, steps: Steps, seq: int | None = None) -> np.ndarray:
@@ -91,16 +93,26 @@ class PersistentReplay:
             self.priorities.set_range(chunk * rows, rows, 0.0)
 
     def commit(self) -> None:
+        """Make every row added so far durable now (waits for a background commit first)."""
         with self.lock:
             self.store.commit()
 
     def maybe_commit(self, interval_s: float) -> bool:
-        """Group commit if rows have waited ``interval_s`` or fill a chunk; True if committed."""
+        """Start a group commit in the background if rows have waited ``interval_s`` or fill a
+        chunk; True if ``committed_seqs`` advanced since the last call (time to acknowledge).
+
+        Returns at once: the syncs run on the store's committer thread, and
+        ``committed_seqs`` moves only when they have returned. A failed
+        background commit raises here, at the next call.
+        """
         with self.lock:
-            if not self.store.commit_due(interval_s):
-                return False
-            self.store.commit()
-            return True
+            if not self.store.committing:
+                self.store.settle()  # a finished commit's error surfaces here
+                if self.store.commit_due(interval_s):
+                    self.store.commit_in_background()
+            durable = self.store.durable_commits
+            advanced, self._durable_seen = durable != self._durable_seen, durable
+            return advanced
 
     def close(self, commit: bool = True) -> None:
         """Commit pending rows (unless ``commit`` is False, as a crash would) and unmap."""

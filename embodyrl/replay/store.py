@@ -11,7 +11,10 @@ memory) and read through one read-only shared mapping of the whole file, so
 a reopen maps the file and copies nothing. A commit is a group commit:
 ``fdatasync(data)``, then the index (length-prefixed, CRC-checked) is written
 over the older of two index files and ``fdatasync``-ed: two syncs per commit,
-no rename, no directory sync. A torn index write fails its CRC, so the other
+no rename, no directory sync. ``commit_in_background`` takes the index
+snapshot on the caller's thread and runs the syncs on one committer thread
+(at most one commit in flight, so commits land in snapshot order);
+``committed_seqs`` changes only once a commit is durable. A torn index write fails its CRC, so the other
 file, one commit older, stands. A crash at any instant therefore reopens to
 the last complete commit: rows after it lie beyond the committed chunk fills
 and are never read. Before a chunk that holds committed rows is
@@ -27,8 +30,10 @@ import contextlib
 import json
 import mmap
 import os
+import threading
 import time
 import zlib
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -88,8 +93,12 @@ class ChunkStore:
         self.row_bytes = self.dtype.itemsize
         self.ring = ChunkRing(layout.chunks, layout.chunk_rows, retained)
         self.streams: dict[Stream, tuple[int, int, int]] = {}  # stream -> (slot, episode, step)
-        self.committed_seqs: dict[int, int] = {}
+        self.committed_seqs: dict[int, int] = {}  # durable only; replaced whole, never mutated
         self._pending_seqs: dict[int, int] = {}
+        self.durable_commits = 0  # commits known durable (advances when a commit's syncs return)
+        self._inflight: Future | None = None
+        self._committer: ThreadPoolExecutor | None = None
+        self._durable_lock = threading.Lock()
         self.pending_rows = 0
         self._pending_since = 0.0
         self.commits = 0
@@ -123,10 +132,10 @@ class ChunkStore:
             os.close(fd)
 
     # -- the index ---------------------------------------------------------------
-    def _index_bytes(self) -> bytes:
+    def _index_bytes(self, seqs: dict[int, int]) -> bytes:
         body = {"commit": self.commits, "rows_added": self.rows_added, "ring": self.ring.state(),
                 "streams": [[a, d, s, e, t] for (a, d), (s, e, t) in self.streams.items()],
-                "actor_seqs": {str(a): q for a, q in self.committed_seqs.items()}}
+                "actor_seqs": {str(a): q for a, q in seqs.items()}}
         text = json.dumps(body, separators=(",", ":")).encode()
         header = json.dumps({"crc32": zlib.crc32(text), "length": len(text)}).encode()
         return b"%015d\n" % len(header) + header + text
@@ -171,19 +180,60 @@ class ChunkStore:
             self.rows_added = int(body["rows_added"])
             self.streams = {(a, d): (s, e, t) for a, d, s, e, t in body["streams"]}
             self.committed_seqs = {int(a): int(q) for a, q in body["actor_seqs"].items()}
+            self.durable_commits = self.commits
         except (ValueError, KeyError, TypeError) as err:
             raise ValueError(f"{self.directory}: corrupt index ({err})") from None
 
-    def commit(self) -> None:
-        """Make every row added so far durable, with the actors' sequence numbers."""
-        os.fdatasync(self._fd)
-        self.committed_seqs.update(self._pending_seqs)
+    def _snapshot(self) -> tuple[int, bytes, dict[int, int]]:
+        """The next commit's (number, index bytes, seqs), from the state now (caller's thread).
+
+        Every row it counts was ``pwrite``-n before this, so the ``fdatasync``
+        that follows covers it; rows added later are beyond its fills.
+        """
+        seqs = {**self.committed_seqs, **self._pending_seqs}  # in-flight seqs are pending until durable
         self._pending_seqs.clear()
         self.commits += 1
-        fd = self._index_fds[self.commits % 2]
-        os.pwrite(fd, self._index_bytes(), 0)
-        os.fdatasync(fd)
         self.pending_rows = 0
+        return self.commits, self._index_bytes(seqs), seqs
+
+    def _make_durable(self, number: int, index: bytes, seqs: dict[int, int]) -> None:
+        os.fdatasync(self._fd)
+        fd = self._index_fds[number % 2]
+        os.pwrite(fd, index, 0)
+        os.fdatasync(fd)
+        with self._durable_lock:
+            self.committed_seqs = seqs
+            self.durable_commits = number
+
+    def settle(self) -> None:
+        """Wait for the commit in flight; raise its error (its rows stay unacknowledged)."""
+        inflight, self._inflight = self._inflight, None
+        if inflight is not None:
+            inflight.result()
+
+    def commit(self) -> None:
+        """Make every row added so far durable, with the actors' sequence numbers (waits)."""
+        self.settle()
+        self._make_durable(*self._snapshot())
+
+    @property
+    def committing(self) -> bool:
+        """A background commit is in flight."""
+        return self._inflight is not None and not self._inflight.done()
+
+    def commit_in_background(self) -> bool:
+        """Start a group commit of every row added so far on the committer thread.
+
+        Returns False (starting nothing) while the previous one is in flight.
+        Raises the error of a finished one that failed.
+        """
+        if self.committing:
+            return False
+        self.settle()
+        if self._committer is None:
+            self._committer = ThreadPoolExecutor(1, thread_name_prefix="replay-commit")
+        self._inflight = self._committer.submit(self._make_durable, *self._snapshot())
+        return True
 
     def commit_due(self, interval_s: float) -> bool:
         """A group commit is due: rows wait and the oldest has waited ``interval_s``."""
@@ -294,8 +344,15 @@ class ChunkStore:
         """Commit what is pending (unless ``commit`` is False: as a crash would) and unmap."""
         if self._fd < 0:
             return
-        if commit and self.pending_rows:
-            self.commit()
+        try:
+            if commit and self.pending_rows:
+                self.commit()
+            else:
+                self.settle()
+        finally:
+            if self._committer is not None:
+                self._committer.shutdown(wait=True)
+                self._committer = None
         del self.rows
         with contextlib.suppress(BufferError):  # a caller holds a view: unmapped with the last one
             self._mmap.close()
