@@ -10,6 +10,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .algos.ddpg.config import DDPGConfig
+from .algos.registry import NAMES as ALGORITHMS
+from .algos.registry import OffPolicy, resolve
+from .algos.sac.config import SACConfig
 from .hal.actor import ActorConfig
 
 
@@ -63,15 +66,29 @@ class TrainConfig:
     seed: int = 0
     actors: int = 1
     eval_episodes: int = 10
-    algo: DDPGConfig = field(default_factory=DDPGConfig)
+    algorithm: str = "ddpg"
+    """ddpg, td3 (DDPG with TD3's options), sac, or rlpd (SAC with RLPD's options)."""
+    ddpg: DDPGConfig = field(default_factory=DDPGConfig)
+    """DDPG's and TD3's settings."""
+    sac: SACConfig = field(default_factory=SACConfig)
+    """SAC's and RLPD's settings."""
     learner: LearnerConfig = field(default_factory=LearnerConfig)
     actor: ActorConfig = field(default_factory=ActorConfig)
+
+    def __post_init__(self):
+        if self.algorithm not in ALGORITHMS:
+            raise ValueError(f"algorithm: unknown {self.algorithm!r}; known: {', '.join(ALGORITHMS)}")
+
+    @property
+    def off_policy(self) -> OffPolicy:
+        """The configured algorithm with its settings resolved."""
+        return resolve(self.algorithm, self.ddpg, self.sac)
 
 
 # Tuned per-task values, kept apart from the generic defaults above.
 TASK_DEFAULTS: dict[str, dict] = {
     # gamma 0.98 as RL Zoo's tuned pendulum agents; 30k steps reach a stable hold.
-    "pendulum": {"steps": 30_000, "algo": {"discount": 0.98}},
+    "pendulum": {"steps": 30_000, "ddpg": {"discount": 0.98}, "sac": {"discount": 0.98}},
 }
 
 

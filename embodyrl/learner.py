@@ -1,4 +1,4 @@
-"""The learner service: ingest steps, train DDPG within a rate limit, publish weights.
+"""The learner service: ingest steps, train off-policy (DDPG, TD3, SAC, RLPD) within a rate limit, publish weights.
 
 One loop, never waiting on any single actor::
 
@@ -27,7 +27,6 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from .algos import ddpg
 from .config import TrainConfig
 from .hal import params as flat_params
 from .hal.specs import ArraySpec, DictSpec
@@ -56,9 +55,9 @@ class Learner:
         self.run_dir = Path(run_dir)
         self.incarnation = new_incarnation()
         lc = config.learner
-        self.networks, self.state = ddpg.init(jax.random.key(config.seed), observation_spec,
-                                              action_spec, config.algo)
-        self._update_many = jax.jit(ddpg.make_update_many(self.networks, config.algo), donate_argnums=0)
+        self.algorithm = config.off_policy
+        self.networks, self.state = self.algorithm.init(jax.random.key(config.seed), observation_spec, action_spec)
+        self._update_many = jax.jit(self.algorithm.make_update_many(self.networks), donate_argnums=0)
         chunk = lc.replay_chunk_rows
         capacity = max(2, -(-lc.replay_capacity // chunk)) * chunk
         self.replay = PersistentReplay(self.run_dir / "replay", observation_spec, action_spec,
@@ -193,7 +192,7 @@ class Learner:
 
     def _sample_call(self) -> dict:
         """One training call's K batches, stacked: numpy arrays ready for the device."""
-        lc, algo = self.config.learner, self.config.algo
+        lc, algo = self.config.learner, self.algorithm
         batches = [self.replay.sample(self.rng, algo.batch_size, algo.discount, lc.n_step)
                    for _ in range(lc.updates_per_call)]
         return jax.tree.map(lambda *xs: np.stack(xs), *batches)
@@ -225,7 +224,7 @@ class Learner:
 
     def save(self) -> None:
         save_policy(self.run_dir / "policy", self.version, self.actor_weights(),
-                    self.observation_spec, self.action_spec, self.config.algo)
+                    self.observation_spec, self.action_spec, self.algorithm)
 
     def _log(self, file, elapsed: float, updates_per_s: float) -> None:
         c = self.counters

@@ -1,4 +1,4 @@
-"""The learner's policy on the actor side: DDPG's ``act`` under ``jax.jit``.
+"""The learner's policy on the actor side: the algorithm's ``act`` under ``jax.jit``.
 
 Implements the HAL's :class:`~embodyrl.hal.policy.Policy`. Exploration noise
 comes from a JAX key folded with a step counter inside the jitted call, so
@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .algos import ddpg
+from .algos.registry import as_algorithm
 from .hal import params as flat_params
 from .hal.specs import ArraySpec, DictSpec
 from .hal.steps import NO_POLICY, PolicyVersion
@@ -25,13 +25,13 @@ WEIGHTS_FILE = "weights.npz"
 
 
 class JaxPolicy:
-    def __init__(self, observation_spec: DictSpec, action_spec: ArraySpec,
-                 config: ddpg.DDPGConfig, seed: int = 0):
+    def __init__(self, observation_spec: DictSpec, action_spec: ArraySpec, algorithm, seed: int = 0):
+        """``algorithm``: an :class:`OffPolicy`, or a bare DDPG or SAC config."""
+        algorithm = as_algorithm(algorithm)
         self.observation_spec = observation_spec
         self.action_spec = action_spec
-        self.config = config
-        networks, self.params, _ = ddpg.make_networks(
-            observation_spec, action_spec, config.hidden_sizes, jax.random.key(seed))
+        self.algorithm = algorithm
+        networks, self.params = algorithm.actor_networks(observation_spec, action_spec, jax.random.key(seed))
         self.version: PolicyVersion = NO_POLICY
         self._key = jax.random.key(seed + 1)
         self._count = 0
@@ -39,9 +39,8 @@ class JaxPolicy:
         @partial(jax.jit, static_argnames="explore")
         def _act(params, observation, key, count, explore):
             obs = jax.tree.map(lambda x: x[None], observation)
-            action, extras = ddpg.act(networks, config, params, obs,
-                                      jax.random.fold_in(key, count), explore)
-            return action[0], extras
+            action, extras = algorithm.act(networks, params, obs, jax.random.fold_in(key, count), explore)
+            return action[0], jax.tree.map(lambda x: x[0], extras)
 
         self._act = _act
 
@@ -61,21 +60,25 @@ class JaxPolicy:
 
 
 def save_policy(directory: Path, version: PolicyVersion, weights: dict[str, np.ndarray],
-                observation_spec: DictSpec, action_spec: ArraySpec, config: ddpg.DDPGConfig) -> None:
+                observation_spec: DictSpec, action_spec: ArraySpec, algorithm) -> None:
     """Write weights (npz, no pickle) and what is needed to rebuild the network."""
+    import dataclasses
+
+    algorithm = as_algorithm(algorithm)
     directory.mkdir(parents=True, exist_ok=True)
     np.savez(directory / WEIGHTS_FILE, **weights)
-    meta = {"algo": "ddpg", "version": list(version),
+    meta = {"algorithm": algorithm.name, "version": list(version),
             "observation_spec": observation_spec.to_msg(), "action_spec": action_spec.to_msg(),
-            "hidden_sizes": list(config.hidden_sizes)}
+            "config": dataclasses.asdict(algorithm.config),
+            "hidden_sizes": list(algorithm.config.hidden_sizes)}
     (directory / POLICY_FILE).write_text(json.dumps(meta, indent=2) + "\n")
 
 
-def load_policy(directory: Path, config: ddpg.DDPGConfig, seed: int = 0) -> JaxPolicy:
+def load_policy(directory: Path, algorithm, seed: int = 0) -> JaxPolicy:
     meta = json.loads((Path(directory) / POLICY_FILE).read_text())
     with np.load(Path(directory) / WEIGHTS_FILE, allow_pickle=False) as data:
         weights = {k: data[k] for k in data.files}
     policy = JaxPolicy(DictSpec.from_msg(meta["observation_spec"]),
-                       ArraySpec.from_msg(meta["action_spec"]), config, seed)
+                       ArraySpec.from_msg(meta["action_spec"]), algorithm, seed)
     policy.load_weights(PolicyVersion(*meta["version"]), weights)
     return policy

@@ -140,7 +140,7 @@ def evaluate_run(config: TrainConfig, run_dir: Path) -> dict:
 
     device, task = envs.make(config.task)
     seed = 10_000 + config.seed
-    policy = load_policy(run_dir / "policy", config.algo)
+    policy = load_policy(run_dir / "policy", config.off_policy)
     with device:
         trained = evaluate(device, task, policy, config.eval_episodes, seed)
         rand = evaluate(device, task, UniformRandomPolicy(device.action_spec, seed=seed),

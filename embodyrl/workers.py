@@ -61,7 +61,7 @@ def actor_main(config_dict: dict, endpoint: str, index: int, run_dir: str | None
     actor_config = dataclasses.replace(config.actor, actor_id=index, seed=config.seed * 1000 + index)
     raw_device, task = envs.make(config.task)
     device = SafeDevice(raw_device, SafetyConfig())  # clipping to the spec, counted
-    policy = JaxPolicy(device.observation_spec, device.action_spec, config.algo, seed=actor_config.seed)
+    policy = JaxPolicy(device.observation_spec, device.action_spec, config.off_policy, seed=actor_config.seed)
     info = DeviceInfo(0, config.task, device.observation_spec, device.action_spec)
     link = LearnerLink(endpoint, actor_name=f"actor-{index}", actor_id=index, devices=[info],
                        peer_timeout_s=config.learner.peer_timeout_s)

@@ -10,15 +10,16 @@ def test_round_trip_through_json(tmp_path):
 
 
 def test_task_defaults_apply():
-    assert default_config("pendulum").algo.discount == 0.98
-    assert TrainConfig().algo.discount == 0.99
+    assert default_config("pendulum").ddpg.discount == 0.98
+    assert TrainConfig().ddpg.discount == 0.99
 
 
 @pytest.mark.parametrize(("change", "message"), [
     ({"stpes": 3}, "unknown config key stpes"),
-    ({"algo": {"lr": 1.0}}, "unknown config key algo.lr"),
+    ({"ddpg": {"lr": 1.0}}, "unknown config key ddpg.lr"),
+    ({"algorithm": "a2c"}, "algorithm: unknown 'a2c'"),
     ({"steps": "many"}, "steps: expected int"),
-    ({"algo": {"hidden_sizes": 64}}, "algo.hidden_sizes: expected a list"),
+    ({"ddpg": {"hidden_sizes": 64}}, "ddpg.hidden_sizes: expected a list"),
     ({"learner": {"rate_tolerance": 1, "credit_quantum": 256}}, "rate_tolerance must be at least"),
 ])
 def test_bad_config_names_the_key(change, message):

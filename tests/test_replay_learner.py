@@ -18,7 +18,7 @@ def test_learner_commits_before_acking_and_a_restart_reopens_the_replay(tmp_path
                                    updates_per_call=4, publish_every=8, rate_tolerance=256,
                                    credit_quantum=64, peer_timeout_s=20)
     config = TrainConfig(steps=300, learner=learner_config)
-    config = dataclasses.replace(config, algo=dataclasses.replace(config.algo, batch_size=32))
+    config = dataclasses.replace(config, ddpg=dataclasses.replace(config.ddpg, batch_size=32))
     device, _ = envs.make("pendulum")
     specs = (device.observation_spec, device.action_spec)
     learner = Learner(config, *specs, tmp_path)
