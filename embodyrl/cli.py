@@ -20,8 +20,8 @@ def _train(args) -> int:
         print(f"embodyrl: unknown task {args.task!r}; known: {', '.join(envs.names())}", file=sys.stderr)
         return 2
     config = default_config(args.task)
-    changes = {k: v for k, v in {"steps": args.steps, "seed": args.seed, "actors": args.actors}.items()
-               if v is not None}
+    changes = {k: v for k, v in {"steps": args.steps, "seed": args.seed, "actors": args.actors,
+                                 "algorithm": args.algorithm}.items() if v is not None}
     config = dataclasses.replace(config, **changes)
     run_dir = Path(args.run_dir or f"runs/{args.task}-{time.strftime('%Y%m%d-%H%M%S')}")
     try:
@@ -71,6 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--run-dir", help="where the run directory goes (default runs/TASK-TIME)")
     t.add_argument("--seed", type=int)
     t.add_argument("--actors", type=int, help="number of actor processes")
+    t.add_argument("--algorithm", choices=("ddpg", "td3", "sac", "rlpd"), help="off-policy algorithm (default ddpg)")
     t.add_argument("--quiet", action="store_true", help="no progress lines")
     t.set_defaults(func=_train)
     b = sub.add_parser("bench", help="run a shipped benchmark against its baseline")
