@@ -19,11 +19,26 @@ def _train(args) -> int:
     if args.task not in envs.names():
         print(f"embodyrl: unknown task {args.task!r}; known: {', '.join(envs.names())}", file=sys.stderr)
         return 2
-    config = default_config(args.task)
+    run_dir = Path(args.run_dir or f"runs/{args.task}-{time.strftime('%Y%m%d-%H%M%S')}")
+    started = (run_dir / "config.json").exists()
+    if args.resume and not started:
+        print(f"embodyrl: --resume: {run_dir} holds no run to resume", file=sys.stderr)
+        return 2
+    if started and not args.resume:
+        print(f"embodyrl: {run_dir} already holds a run; pass --resume to continue it", file=sys.stderr)
+        return 2
+    if args.resume:
+        from .config import load
+
+        config = load(run_dir / "config.json")
+        if config.task != args.task:
+            print(f"embodyrl: {run_dir} is a run of {config.task!r}, not {args.task!r}", file=sys.stderr)
+            return 2
+    else:
+        config = default_config(args.task)
     changes = {k: v for k, v in {"steps": args.steps, "seed": args.seed, "actors": args.actors,
                                  "algorithm": args.algorithm}.items() if v is not None}
     config = dataclasses.replace(config, **changes)
-    run_dir = Path(args.run_dir or f"runs/{args.task}-{time.strftime('%Y%m%d-%H%M%S')}")
     try:
         summary = train(config, run_dir, quiet=args.quiet)
     except KeyboardInterrupt:
@@ -73,6 +88,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--actors", type=int, help="number of actor processes")
     t.add_argument("--algorithm", choices=("ddpg", "td3", "sac", "rlpd"), help="off-policy algorithm (default ddpg)")
     t.add_argument("--quiet", action="store_true", help="no progress lines")
+    t.add_argument("--resume", action="store_true",
+                   help="continue the run in --run-dir: its checkpoint, its replay, its actors' spools")
     t.set_defaults(func=_train)
     b = sub.add_parser("bench", help="run a shipped benchmark against its baseline")
     b.add_argument("name", help="benchmark name (hal, replay, ...)")

@@ -46,6 +46,8 @@ class LearnerConfig:
     """Steps per return in sampled transitions (bootstraps through truncation, not termination)."""
     prefetch_batches: int = 2
     """Training calls' worth of batches sampled ahead in a background thread (0: sample inline)."""
+    checkpoint_every_s: float = 60.0
+    """Seconds between Orbax checkpoints of the learner state (one is also written on shutdown)."""
 
     def __post_init__(self):
         if self.rate_tolerance < 2 * self.credit_quantum:

@@ -19,6 +19,7 @@ reopens it and resumes each actor's sequence numbers from its last commit.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ from pathlib import Path
 import jax
 import numpy as np
 
+from .checkpoint import Checkpointer
 from .config import TrainConfig
 from .hal import params as flat_params
 from .hal.specs import ArraySpec, DictSpec
@@ -80,6 +82,21 @@ class Learner:
         self._unacked: list[tuple] = []  # (session, seq) ingested, waiting for the group commit
         self._received: dict[int, int] = {}  # actor id -> newest seq ingested (committed or not)
         self._prefetch: Prefetcher | None = None
+        self.checkpointer = Checkpointer(self.run_dir / "checkpoints")
+        self.resumed = self.checkpointer.latest_step() is not None
+        if self.resumed:
+            self._restore()
+
+    def _restore(self) -> None:
+        """Continue from the newest checkpoint: state, counters, and the limiter's samples."""
+        self.state, record = self.checkpointer.restore(self.state)
+        self.counters = Counters(**record["counters"])
+        self.limiter.samples = self.counters.updates  # the updates really made, not the ratio's guess
+
+    def checkpoint(self) -> None:
+        self.checkpointer.save(self.counters.updates, self.state, {
+            "counters": dataclasses.asdict(self.counters), "incarnation": self.incarnation,
+            "algorithm": self.algorithm.name, "replay_size": self.replay.size})
 
     @property
     def endpoint(self) -> str:
@@ -100,7 +117,7 @@ class Learner:
         lc = self.config.learner
         self.publish()
         metrics_file = (self.run_dir / "metrics.jsonl").open("a")
-        start = last_log = last_beat = time.monotonic()
+        start = last_log = last_beat = last_checkpoint = time.monotonic()
         last_updates = 0
         try:
             while self.counters.env_steps < self.config.steps and not should_stop():
@@ -116,6 +133,9 @@ class Learner:
                 if now - last_beat >= 1.0:
                     self.server.heartbeat()
                     last_beat = now
+                if now - last_checkpoint >= lc.checkpoint_every_s:
+                    self.checkpoint()
+                    last_checkpoint = now
                 if now - last_log >= lc.log_every_s:
                     rate = (self.counters.updates - last_updates) / (now - last_log)
                     self._log(metrics_file, now - start, rate)
@@ -129,6 +149,8 @@ class Learner:
             self._ack_committed()
             self.server.bye("training complete")
             self.save()
+            self.checkpoint()
+            self.checkpointer.close()
             self.server.close()
             self.replay.close()
         return self.counters

@@ -106,3 +106,22 @@ def test_default_pendulum_run_holds_the_pole_upright(tmp_path):
     assert summary["wall_s"] < 900
     assert summary["eval_upright_fraction"] >= 0.8
     assert summary["random_upright_fraction"] < 0.2
+
+
+def test_resume_continues_a_run_and_a_used_directory_needs_it(tmp_path):
+    run_dir = tmp_path / "run"
+    first = subprocess.run(_embodyrl("train", "pendulum", "--steps", "1200", "--run-dir", str(run_dir), "--quiet"),
+                           capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0, first.stderr
+    updates_before = json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[-1])["updates"]
+    again = subprocess.run(_embodyrl("train", "pendulum", "--steps", "1200", "--run-dir", str(run_dir)),
+                           capture_output=True, text=True, timeout=60)
+    assert again.returncode == 2 and "--resume" in again.stderr
+    resumed = subprocess.run(_embodyrl("train", "pendulum", "--steps", "2400", "--run-dir", str(run_dir),
+                                       "--resume", "--quiet"), capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    summary = json.loads(resumed.stdout)
+    assert summary["env_steps"] >= 2400
+    last = json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[-1])
+    assert last["updates"] > updates_before
+    assert last["replay_size"] >= 2400  # the first run's rows are still there
