@@ -160,3 +160,19 @@ def test_a_failed_background_commit_raises_at_the_next_call_and_acks_nothing(tmp
     assert replay.committed_seqs == {}
     replay.store._index_fds[1] = os.open(tmp_path / "r" / "index-1", os.O_RDWR)
     replay.close(commit=False)
+
+
+def test_a_full_ring_commits_the_next_eviction_ahead_so_add_does_not_wait(tmp_path):
+    replay = PersistentReplay(tmp_path / "r", OBS, ACT, capacity=256, chunk_rows=64)
+    replay.add(stream_rows(0, 256), seq=1)  # full: the next add overwrites the oldest chunk
+    replay.commit()
+    replay.add(stream_rows(256, 10), seq=2)  # evicts chunk 0, durable ahead in the last commit
+    assert replay.store.commits == 1 and replay.size == 256 - 64 + 10  # no commit of its own
+    assert stored_in_order(replay)[0] == 64
+    replay.close(commit=False)  # a crash: the last commit already had chunk 0 evicted
+    again = PersistentReplay(tmp_path / "r")
+    np.testing.assert_array_equal(stored_in_order(again), np.arange(64, 256, dtype=np.float32))
+    assert again.committed_seqs == {0: 1}
+    again.add(stream_rows(256, 100), seq=2)  # continues where the commit ended
+    np.testing.assert_array_equal(stored_in_order(again), np.arange(128, 356, dtype=np.float32))
+    again.close()

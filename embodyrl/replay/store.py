@@ -14,12 +14,16 @@ over the older of two index files and ``fdatasync``-ed: two syncs per commit,
 no rename, no directory sync. ``commit_in_background`` takes the index
 snapshot on the caller's thread and runs the syncs on one committer thread
 (at most one commit in flight, so commits land in snapshot order);
-``committed_seqs`` changes only once a commit is durable. A torn index write fails its CRC, so the other
-file, one commit older, stands. A crash at any instant therefore reopens to
-the last complete commit: rows after it lie beyond the committed chunk fills
-and are never read. Before a chunk that holds committed rows is
-overwritten, its eviction is committed first, so a crash mid-overwrite
-cannot expose a half-written row as an old one. The commit records, for every
+``committed_seqs`` changes only once a commit is durable. A torn index
+write fails its CRC, so the other file, one commit older, stands. A crash at
+any instant therefore reopens to the last complete commit: rows after it lie
+beyond the committed chunk fills and are never read. Before a chunk that
+holds committed rows is overwritten, its eviction is durable, so a crash
+mid-overwrite cannot expose a half-written row as an old one. Once the ring
+is full, every commit records the chunk to be overwritten next as already
+evicted (in RAM it is still served until then), so the learner rarely waits
+for an eviction's commit; the price: a crash may lose that oldest chunk
+early. The commit records, for every
 actor, the last wire sequence number whose rows it contains, atomically with
 those rows.
 """
@@ -40,7 +44,7 @@ import numpy as np
 
 from ..hal.steps import Steps
 from .layout import DATA_FILE, INDEX_FILES, META_FILE, NEXT_GENERATION, NEXT_INDEX, Layout, to_rows
-from .ring import ChunkRing
+from .ring import ChunkRing, ReplayFullError
 
 Stream = tuple[int, int]  # (actor id, device id)
 _MADV_POPULATE_READ = getattr(mmap, "MADV_POPULATE_READ", 22)  # Linux >= 5.14
@@ -95,6 +99,7 @@ class ChunkStore:
         self.streams: dict[Stream, tuple[int, int, int]] = {}  # stream -> (slot, episode, step)
         self.committed_seqs: dict[int, int] = {}  # durable only; replaced whole, never mutated
         self._pending_seqs: dict[int, int] = {}
+        self._planned: dict[int, int] = {}  # chunk -> first commit that records it evicted ahead
         self.durable_commits = 0  # commits known durable (advances when a commit's syncs return)
         self._inflight: Future | None = None
         self._committer: ThreadPoolExecutor | None = None
@@ -132,9 +137,30 @@ class ChunkStore:
             os.close(fd)
 
     # -- the index ---------------------------------------------------------------
+    def _plan_eviction(self) -> None:
+        """Once the ring is full, record the chunk it will overwrite next as evicted in every
+        commit from now on, so that by the time it is overwritten its eviction is usually
+        durable already and ``add`` need not wait for a commit of its own."""
+        ring = self.ring
+        if ring.current < 0 or (ring.generation < 0).any():
+            return
+        try:
+            chunk = ring._pick_next({ring.current})
+        except ReplayFullError:
+            return
+        self._planned.setdefault(chunk, self.commits)
+
     def _index_bytes(self, seqs: dict[int, int]) -> bytes:
-        body = {"commit": self.commits, "rows_added": self.rows_added, "ring": self.ring.state(),
-                "streams": [[a, d, s, e, t] for (a, d), (s, e, t) in self.streams.items()],
+        state = self.ring.state()
+        streams = self.streams
+        for c in self._planned:
+            state["generation"][c], state["fill"][c], state["pinned"][c] = -1, 0, False
+            state["source_rows"][c] = [0] * len(state["source_rows"][c])
+        if self._planned:
+            rows = self.layout.chunk_rows
+            streams = {k: v for k, v in streams.items() if v[0] // rows not in self._planned}
+        body = {"commit": self.commits, "rows_added": self.rows_added, "ring": state,
+                "streams": [[a, d, s, e, t] for (a, d), (s, e, t) in streams.items()],
                 "actor_seqs": {str(a): q for a, q in seqs.items()}}
         text = json.dumps(body, separators=(",", ":")).encode()
         header = json.dumps({"crc32": zlib.crc32(text), "length": len(text)}).encode()
@@ -194,6 +220,7 @@ class ChunkStore:
         self._pending_seqs.clear()
         self.commits += 1
         self.pending_rows = 0
+        self._plan_eviction()
         return self.commits, self._index_bytes(seqs), seqs
 
     def _make_durable(self, number: int, index: bytes, seqs: dict[int, int]) -> None:
@@ -246,19 +273,25 @@ class ChunkStore:
 
         ``seq`` (the wire sequence number) becomes the actor's committed seq
         at the next commit. Chunks to be overwritten are evicted and that
-        eviction committed before a byte of them changes; ``on_evict(chunk)``
+        eviction durable before a byte of them changes (committed ahead by the
+        background commits once the ring is full, else committed here, waiting); ``on_evict(chunk)``
         lets the caller drop what it derived from them (priorities).
         """
         n = len(steps)
         segments, evict = self.ring.plan(n)
         if evict:
+            durable = self.durable_commits
+            # every commit since the one that planned a chunk's eviction records it too
+            ahead = all(self._planned.get(c, durable + 1) <= durable for c in evict)
             for chunk in evict:
                 self.ring.evict(chunk)
+                self._planned.pop(chunk, None)
                 self.streams = {k: v for k, v in self.streams.items()
                                 if v[0] // self.layout.chunk_rows != chunk}
                 if on_evict is not None:
                     on_evict(chunk)
-            self.commit()
+            if not ahead:
+                self.commit()
         slots = self.ring.apply(segments, steps.source)
         generation = self.ring.generation[slots // self.layout.chunk_rows]
         rows = to_rows(steps, self.dtype)
@@ -323,7 +356,7 @@ class ChunkStore:
         breaks = np.flatnonzero(np.diff(pages) > 1)
         starts = pages[np.concatenate([[0], breaks + 1])]
         ends = pages[np.concatenate([breaks, [len(pages) - 1]])]
-        advise = self._mmap.madvise
+        advise = self._mmap.madvise  # the kernel queues them all at once (pread threads: no faster, see docs)
         for a, b in zip(starts.tolist(), ends.tolist(), strict=True):
             advise(mmap.MADV_WILLNEED, a * page, (b - a + 1) * page)
 
