@@ -88,6 +88,17 @@ class CachePolicy:
     def is_cold(self, slots: np.ndarray) -> np.ndarray:
         return ~self.hot[slots // self.store.layout.chunk_rows]
 
+    def to_hint(self, slots: np.ndarray) -> np.ndarray:
+        """Slots whose pages may be absent: cold chunks, and hot ones not yet mapped in
+        (after a reopen or ``forget_resident``), so their faults too are read in parallel.
+        A staged pool's chunks were read whole: never hinted."""
+        chunk = slots // self.store.layout.chunk_rows
+        return ~self.hot[chunk] | ~(self._populated[chunk] | self.borrowed[chunk])
+
+    def forget_resident(self) -> None:
+        """The page cache was dropped: no chunk is known to be resident any more."""
+        self._populated[:] = False
+
     def chunk_weights(self, hot_weight: float) -> np.ndarray:
         """Chunk draw weights for the cache-preferring mode: hot rows ``hot_weight`` x as likely."""
         fill = self.store.ring.fill.astype(np.float64)

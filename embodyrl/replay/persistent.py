@@ -140,9 +140,9 @@ class PersistentReplay:
             m = int(need / rate * 1.05) + 8
             cand = self.priorities.sample(rng, m) if prioritized else draw_stored(rng, ring, m, weights)
             if not self.cache.all_hot:
-                cold = self.cache.is_cold(cand)
-                if cold.any():
-                    self.store.will_need(cand[cold])
+                absent = self.cache.to_hint(cand)
+                if absent.any():
+                    self.store.will_need(cand[absent])
                     self.cache.touched(cand)
             nxt, ok = successor(rows, ring, cand)
             if prioritized:  # a draw may land on an evicted or final row: never valid again
@@ -263,7 +263,10 @@ class PersistentReplay:
             return int(live.sum())
 
     def drop_page_cache(self) -> None:
-        self.store.drop_page_cache()
+        """Evict the data file from the page cache (cold-read benchmarks)."""
+        with self.lock:
+            self.store.drop_page_cache()
+            self.cache.forget_resident()
 
 
 
