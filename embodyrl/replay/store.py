@@ -142,8 +142,8 @@ class ChunkStore:
         commit from now on, so that by the time it is overwritten its eviction is usually
         durable already and ``add`` need not wait for a commit of its own."""
         ring = self.ring
-        if ring.current < 0 or (ring.generation < 0).any():
-            return
+        if self._planned or ring.current < 0 or (ring.generation < 0).any():
+            return  # one planned at a time: it stays planned until the ring evicts it
         try:
             chunk = ring._pick_next({ring.current})
         except ReplayFullError:
