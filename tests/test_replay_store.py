@@ -176,3 +176,29 @@ def test_a_full_ring_commits_the_next_eviction_ahead_so_add_does_not_wait(tmp_pa
     again.add(stream_rows(256, 100), seq=2)  # continues where the commit ended
     np.testing.assert_array_equal(stored_in_order(again), np.arange(128, 356, dtype=np.float32))
     again.close()
+
+
+def test_a_wrapping_ring_with_background_commits_never_waits_for_an_eviction(tmp_path, monkeypatch):
+    replay = PersistentReplay(tmp_path / "r", OBS, ACT, capacity=256, chunk_rows=64)
+    replay.add(stream_rows(0, 256), seq=1)
+    replay.commit()
+    waited = []
+    original = replay.store.commit
+    monkeypatch.setattr(replay.store, "commit", lambda: (waited.append(1), original()))
+    g = 256
+    for _ in range(40):  # 640 rows: ten chunk boundaries, each an eviction
+        replay.add(stream_rows(g, 16), seq=g + 16)
+        g += 16
+        replay.maybe_commit(1e9)  # due only for a chunk's worth or a newly planned eviction
+        deadline = time.monotonic() + 10
+        while replay.store.committing:
+            assert time.monotonic() < deadline, "background commit did not finish"
+            time.sleep(0.001)
+    assert waited == []
+    np.testing.assert_array_equal(stored_in_order(replay), np.arange(g - replay.size, g, dtype=np.float32))
+    replay.close(commit=False)
+    again = PersistentReplay(tmp_path / "r")  # the last commit: every row up to its seq, evictions ahead
+    x = stored_in_order(again)
+    np.testing.assert_array_equal(x, np.arange(x[-1] + 1 - len(x), x[-1] + 1, dtype=np.float32))
+    assert again.committed_seqs[0] == x[-1] + 1
+    again.close()

@@ -148,7 +148,7 @@ class ChunkStore:
             chunk = ring._pick_next({ring.current})
         except ReplayFullError:
             return
-        self._planned.setdefault(chunk, self.commits)
+        self._planned.setdefault(chunk, self.commits + 1)  # from the next snapshot on
 
     def _index_bytes(self, seqs: dict[int, int]) -> bytes:
         state = self.ring.state()
@@ -218,9 +218,9 @@ class ChunkStore:
         """
         seqs = {**self.committed_seqs, **self._pending_seqs}  # in-flight seqs are pending until durable
         self._pending_seqs.clear()
+        self._plan_eviction()
         self.commits += 1
         self.pending_rows = 0
-        self._plan_eviction()
         return self.commits, self._index_bytes(seqs), seqs
 
     def _make_durable(self, number: int, index: bytes, seqs: dict[int, int]) -> None:
@@ -263,9 +263,13 @@ class ChunkStore:
         return True
 
     def commit_due(self, interval_s: float) -> bool:
-        """A group commit is due: rows wait and the oldest has waited ``interval_s``."""
+        """A group commit is due: rows wait and the oldest has waited ``interval_s``, or they
+        fill a chunk, or an eviction planned ahead is in no commit yet (so it is durable well
+        before the ring reaches that chunk)."""
+        unrecorded = any(n > self.commits for n in self._planned.values())
         return self.pending_rows > 0 and (
-            time.monotonic() - self._pending_since >= interval_s or self.pending_rows >= self.layout.chunk_rows)
+            unrecorded or time.monotonic() - self._pending_since >= interval_s
+            or self.pending_rows >= self.layout.chunk_rows)
 
     # -- writing -----------------------------------------------------------------
     def add(self, steps: Steps, seq: int | None = None, on_evict=None) -> np.ndarray:
@@ -280,9 +284,11 @@ class ChunkStore:
         n = len(steps)
         segments, evict = self.ring.plan(n)
         if evict:
-            durable = self.durable_commits
             # every commit since the one that planned a chunk's eviction records it too
-            ahead = all(self._planned.get(c, durable + 1) <= durable for c in evict)
+            ahead = self._evictions_durable(evict)
+            if not ahead and all(c in self._planned for c in evict) and self._inflight is not None:
+                self.settle()  # the commit in flight records them: wait for it, not for two more syncs
+                ahead = self._evictions_durable(evict)
             for chunk in evict:
                 self.ring.evict(chunk)
                 self._planned.pop(chunk, None)
@@ -293,6 +299,7 @@ class ChunkStore:
             if not ahead:
                 self.commit()
         slots = self.ring.apply(segments, steps.source)
+        self._plan_eviction()  # a chunk ahead of need: the next commits record it
         generation = self.ring.generation[slots // self.layout.chunk_rows]
         rows = to_rows(steps, self.dtype)
         rows[NEXT_INDEX][:-1] = np.where(steps.final[:-1], -1, slots[1:])
@@ -310,6 +317,10 @@ class ChunkStore:
         if seq is not None:
             self._pending_seqs[int(steps.actor_id[0])] = int(seq)
         return slots
+
+    def _evictions_durable(self, chunks: list[int]) -> bool:
+        durable = self.durable_commits
+        return all(self._planned.get(c, durable + 1) <= durable for c in chunks)
 
     def _link_stream(self, steps: Steps, first: int, generation: int, last: int) -> None:
         stream = (int(steps.actor_id[0]), int(steps.device_id[0]))
