@@ -20,10 +20,10 @@ any instant therefore reopens to the last complete commit: rows after it lie
 beyond the committed chunk fills and are never read. Before a chunk that
 holds committed rows is overwritten, its eviction is durable, so a crash
 mid-overwrite cannot expose a half-written row as an old one. Once the ring
-is full, every commit records the chunk to be overwritten next as already
-evicted (in RAM it is still served until then), so the learner rarely waits
-for an eviction's commit; the price: a crash may lose that oldest chunk
-early. The commit records, for every
+is full, every commit records the chunks to be overwritten next (as many as
+the largest batch spans, plus one; at most a quarter of the ring) as already evicted (in RAM they are still
+served until then), so the learner rarely waits for an eviction's commit;
+the price: a crash may lose those oldest chunks early. The commit records, for every
 actor, the last wire sequence number whose rows it contains, atomically with
 those rows.
 """
@@ -100,6 +100,8 @@ class ChunkStore:
         self.committed_seqs: dict[int, int] = {}  # durable only; replaced whole, never mutated
         self._pending_seqs: dict[int, int] = {}
         self._planned: dict[int, int] = {}  # chunk -> first commit that records it evicted ahead
+        self._largest_batch = 1
+        self.eviction_waits = 0  # chunk boundaries where add had to wait for a commit of its own
         self.durable_commits = 0  # commits known durable (advances when a commit's syncs return)
         self._inflight: Future | None = None
         self._committer: ThreadPoolExecutor | None = None
@@ -138,17 +140,20 @@ class ChunkStore:
 
     # -- the index ---------------------------------------------------------------
     def _plan_eviction(self) -> None:
-        """Once the ring is full, record the chunk it will overwrite next as evicted in every
-        commit from now on, so that by the time it is overwritten its eviction is usually
-        durable already and ``add`` need not wait for a commit of its own."""
+        """Once the ring is full, record the chunks it will overwrite next (as many as the
+        largest batch so far spans, plus one, at most a quarter of the ring) as evicted in every commit from now on, so
+        that by the time they are overwritten their eviction is usually durable already and
+        ``add`` need not wait for a commit of its own. They stay planned until evicted."""
         ring = self.ring
-        if self._planned or ring.current < 0 or (ring.generation < 0).any():
-            return  # one planned at a time: it stays planned until the ring evicts it
-        try:
-            chunk = ring._pick_next({ring.current})
-        except ReplayFullError:
+        if ring.current < 0 or (ring.generation < 0).any():
             return
-        self._planned.setdefault(chunk, self.commits + 1)  # from the next snapshot on
+        needed = min(-(-self._largest_batch // self.layout.chunk_rows) + 1, max(1, ring.chunks // 4))
+        while len(self._planned) < needed:
+            try:
+                chunk = ring._pick_next({ring.current, *self._planned})
+            except ReplayFullError:
+                return
+            self._planned[chunk] = self.commits + 1  # from the next snapshot on
 
     def _index_bytes(self, seqs: dict[int, int]) -> bytes:
         state = self.ring.state()
@@ -283,6 +288,7 @@ class ChunkStore:
         """
         n = len(steps)
         segments, evict = self.ring.plan(n)
+        self._largest_batch = max(self._largest_batch, n)
         if evict:
             # every commit since the one that planned a chunk's eviction records it too
             ahead = self._evictions_durable(evict)
@@ -297,6 +303,7 @@ class ChunkStore:
                 if on_evict is not None:
                     on_evict(chunk)
             if not ahead:
+                self.eviction_waits += 1
                 self.commit()
         slots = self.ring.apply(segments, steps.source)
         self._plan_eviction()  # a chunk ahead of need: the next commits record it
