@@ -20,6 +20,7 @@ loop at the (slowest) device's control rate.
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
@@ -33,6 +34,7 @@ from .policy import Policy, UniformRandomPolicy
 from .steps import Source, StepRecorder, Steps
 from .task import Task
 from .wire.client import LearnerLink, LinkError
+from .wire.spool import SpoolFull
 
 
 @dataclass(frozen=True)
@@ -65,13 +67,17 @@ class ActorStats:
     clock: dict[str, float] = field(default_factory=dict)
     """RateClock figures (ticks, missed, p50/p99/max ms) when paced."""
     returns: list[float] = field(default_factory=list)
+    pauses: int = 0
+    """Times the spool filled up (set to pause) and the devices were held in their safe state."""
+    paused_steps: int = 0
+    """Control periods spent paused."""
 
     def snapshot(self) -> dict:
         """A JSON-able summary (the latest return rather than all of them)."""
         return {"env_steps": self.env_steps, "episodes": self.episodes,
                 "batches_sent": self.batches_sent, "weight_updates": self.weight_updates,
                 "interventions": self.interventions, "safety": dict(self.safety),
-                "clock": dict(self.clock),
+                "clock": dict(self.clock), "pauses": self.pauses, "paused_steps": self.paused_steps,
                 "last_return": self.returns[-1] if self.returns else None}
 
 
@@ -118,6 +124,7 @@ class ActorLoop:
         return loop
 
     def _setup(self, link, config, tap, lanes) -> None:
+        self._held: list[tuple[int, Steps]] = []  # batches the full spool refused, oldest first
         self.link = link
         self.config = config
         self.stats = ActorStats()
@@ -154,6 +161,16 @@ class ActorLoop:
         while link.bye_reason is None and not should_stop() and (max_steps is None or steps < max_steps):
             link.poll(0)
             self._refresh_weights()
+            if self._held:  # the spool is full: devices stay in their safe state until it drains
+                self._retry_held()
+                if self._held:
+                    self.stats.paused_steps += 1
+                    steps += 1  # a control period passes, paused
+                    if clock is not None:
+                        clock.tick()
+                    else:
+                        link.poll(int(period * 1000))
+                    continue
             warm = steps < cfg.random_steps
             for lane in self.lanes:
                 self._step(lane, warm)
@@ -227,15 +244,46 @@ class ActorLoop:
         rows = len(lane.recorder)
         if rows == 0:
             return
-        deadline = time.monotonic() + self.config.credit_timeout_s
-        while self.link.credits < rows:
-            if self.link.bye_reason is not None:
-                return
-            if time.monotonic() > deadline:
-                raise LinkError(f"no credit from the learner for {self.config.credit_timeout_s} s")
-            self.link.poll(50)
-        steps = lane.recorder.flush()
-        self.link.send_steps(lane.device_id, steps)
+        if not self.config.realtime:  # a simulator waits for credit; hardware never blocks
+            deadline = time.monotonic() + self.config.credit_timeout_s
+            while self.link.credits < rows:
+                if self.link.bye_reason is not None:
+                    return
+                if time.monotonic() > deadline:
+                    raise LinkError(f"no credit from the learner for {self.config.credit_timeout_s} s")
+                self.link.poll(50)
+        self._hand_over(lane.device_id, lane.recorder.flush())
+
+    def _hand_over(self, device_id: int, steps: Steps) -> None:
+        """Spool a batch; if the spool is full (and set to pause), hold it and pause the devices."""
+        try:
+            self.link.send_steps(device_id, steps)
+        except SpoolFull as err:
+            if not self._held:
+                warnings.warn(f"actor {self.config.actor_id}: {err}; devices paused in their safe state "
+                              "until the learner acknowledges what the spool holds", stacklevel=2)
+                self.stats.pauses += 1
+                for lane in self.lanes:  # command the safe state once; the watchdog holds it
+                    safe = getattr(lane.device, "safe_action", None)
+                    if safe is not None and not lane.device.estopped:
+                        lane.device.step(safe)
+            self._held.append((device_id, steps))
+            return
         if self.tap is not None:
-            self.tap(lane.device_id, steps)
+            self.tap(device_id, steps)
         self.stats.batches_sent += 1
+
+    def _retry_held(self) -> None:
+        while self._held:
+            device_id, steps = self._held[0]
+            try:
+                self.link.send_steps(device_id, steps)
+            except SpoolFull:
+                return
+            self._held.pop(0)
+            if self.tap is not None:
+                self.tap(device_id, steps)
+            self.stats.batches_sent += 1
+        for lane in self.lanes:  # resume: the interrupted episodes end where the pause began
+            lane.recorder.abandon_episode()
+            lane.observation, lane.episode_return, lane.t = lane.device.reset(), 0.0, 0

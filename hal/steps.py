@@ -253,6 +253,15 @@ class StepRecorder:
         self._episode_id = new_episode_id()
         self._step_index = 0
 
+    def abandon_episode(self) -> None:
+        """Start a new episode without a final row (the old one was interrupted).
+
+        Its last row keeps no successor, so the replay never samples it as a
+        transition start; everything before it stays valid.
+        """
+        self._episode_id = new_episode_id()
+        self._step_index = 0
+
     def flush(self) -> Steps | None:
         """Take the rows recorded since the last flush (None if there are none)."""
         if self._rows == 0:
