@@ -261,6 +261,10 @@ class Learner:
             "actors": len(self.server.sessions),
             "policy_lag": float(np.mean(staleness)) if staleness else None,
             "rejected": sum(self.server.stats.rejected.values()),
+            "rejected_by_reason": dict(self.server.stats.rejected),
+            "messages_in": self.server.stats.messages_in, "bytes_in": self.server.stats.bytes_in,
+            "duplicates_dropped": self.server.stats.duplicates,
+            "weights_sent": dict(self.server.publisher.sent),
             **self._metrics,
         }
         file.write(json.dumps(record) + "\n")
