@@ -14,10 +14,11 @@ Side by side, in one run, on loopback:
   commit (fdatasync): steps per second made durable.
 * ``sparse_1pct_size_ratio``: full weights over a bit-exact delta at 1%
   density (a 1M-parameter policy).
-* ``speedup_vs_pickle``: our large-batch throughput over pickled dicts of
-  the same arrays sent over ZeroMQ. The baseline is charged for pickling but
-  not for unpickling (we never unpickle anything received), so this is a
-  lower bound.
+* ``speedup_vs_pickle``: our large-batch throughput over what many RL
+  transports do: pickled dicts of the same arrays over ZeroMQ, unpickled and
+  copied into an in-RAM numpy ring at the receiver. We never unpickle bytes
+  that came over a socket, even here: the baseline's receiver is charged
+  for unpickling an identical payload it pickled itself before the run.
 """
 
 from __future__ import annotations
@@ -102,6 +103,10 @@ def _receive_raw(batches: int, mode: str) -> float:
     port = sock.bind_to_random_port("tcp://127.0.0.1")
     proc = mp.get_context("spawn").Process(target=_raw_sender, args=(f"tcp://127.0.0.1:{port}", batches, mode))
     proc.start()
+    if mode == "pickle":  # the receiver's work, made from a local twin of the payload (see above)
+        twin = pickle.dumps(_batch(IMAGE_SPEC, IMAGE_ACTION, 128, 0, 0).arrays(), protocol=pickle.HIGHEST_PROTOCOL)
+        ring = {k: np.zeros((8192, *v.shape[1:]), v.dtype) for k, v in pickle.loads(twin).items()}
+        cursor = 0
     nbytes, start = 0, None
     while True:
         frames = sock.recv_multipart(copy=False)
@@ -110,6 +115,12 @@ def _receive_raw(batches: int, mode: str) -> float:
         if frames[1].bytes == b"end":
             break
         nbytes += sum(len(f) for f in frames[1:])
+        if mode == "pickle":
+            arrays = pickle.loads(twin)
+            n = len(arrays["reward"])
+            for k, v in arrays.items():
+                ring[k][cursor:cursor + n] = v
+            cursor = (cursor + n) % (8192 - n)
     elapsed = time.perf_counter() - start
     proc.join(30)
     sock.close(0)
