@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import optax
 
 from ...hal.specs import ArraySpec, DictSpec
+from ..scan import scanned
 from .config import DDPGConfig
 from .losses import make_losses
 from .networks import DDPGNetworks, make_networks
@@ -81,17 +82,8 @@ def make_update(networks: DDPGNetworks, config: DDPGConfig):
 
 
 def make_update_many(networks: DDPGNetworks, config: DDPGConfig):
-    """``update_many(state, batches)``: ``lax.scan`` of updates over the leading axis.
-
-    Metrics are averaged over the scanned updates.
-    """
-    update = make_update(networks, config)
-
-    def update_many(state: TrainingState, batches) -> tuple[TrainingState, dict]:
-        state, metrics = jax.lax.scan(update, state, batches)
-        return state, jax.tree.map(jnp.mean, metrics)
-
-    return update_many
+    """``update_many(state, batches)``: the update scanned over the batches' leading axis."""
+    return scanned(make_update(networks, config))
 
 
 def act(networks: DDPGNetworks, config: DDPGConfig, actor_params, observation, key: jax.Array,

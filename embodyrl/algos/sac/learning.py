@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import optax
 
 from ...hal.specs import ArraySpec, DictSpec
+from ..scan import scanned
 from .config import SACConfig
 from .losses import make_losses
 from .networks import SACNetworks, make_networks
@@ -75,13 +76,8 @@ def make_update(networks: SACNetworks, config: SACConfig):
 
 
 def make_update_many(networks: SACNetworks, config: SACConfig):
-    update = make_update(networks, config)
-
-    def update_many(state: TrainingState, batches) -> tuple[TrainingState, dict]:
-        state, metrics = jax.lax.scan(update, state, batches)
-        return state, jax.tree.map(jnp.mean, metrics)
-
-    return update_many
+    """``update_many(state, batches)``: the update scanned over the batches' leading axis."""
+    return scanned(make_update(networks, config))
 
 
 def act(networks: SACNetworks, config: SACConfig, actor_params, observation, key: jax.Array,
