@@ -173,14 +173,16 @@ class Learner:
             self._staleness.append(float(np.mean(c.publications - steps.policy_count[live])))
 
     def _ack_committed(self) -> None:
-        """Ack every batch the last group commit made durable."""
+        """Ack what the last group commit made durable: one cumulative ACK per actor."""
         committed = self.replay.committed_seqs
-        waiting = []
+        waiting, newest = [], {}
         for session, seq in self._unacked:
             if seq <= committed.get(session.actor_id, 0):
-                self.server.ack(session, seq)
+                newest[session.identity] = (session, max(seq, newest.get(session.identity, (None, 0))[1]))
             else:
                 waiting.append((session, seq))
+        for session, seq in newest.values():
+            self.server.ack(session, seq)
         self._unacked = waiting
 
     def _track_returns(self, steps) -> None:

@@ -169,7 +169,7 @@ def _four_actors(batches: int, directory: Path) -> float:
 
     actors, rows = 4, 256
     lc = LearnerConfig(min_replay=10**12, replay_capacity=1 << 21, replay_chunk_rows=8192,
-                       credit_quantum=4 * rows, rate_tolerance=8 * rows, log_every_s=1e9)
+                       credit_quantum=32 * rows, rate_tolerance=64 * rows, log_every_s=1e9)
     config = TrainConfig(task="bench", steps=actors * batches * rows, learner=lc)
     learner = Learner(config, CHEETAH_SPEC, CHEETAH_ACTION, directory)
     first = []
