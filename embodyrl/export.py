@@ -6,7 +6,9 @@ published weight names (``actor/layers/0/kernel``...), so a numpy actor
 loads an export once and then follows the learner's WEIGHTS messages.
 
 Covered networks: DDPG's actor (:class:`~embodyrl.algos.networks.MLP`,
-ReLU between dense layers, tanh, scaled to the action bounds). A network
+ReLU between dense layers, tanh, scaled to the action bounds) and SAC's
+(the same MLP whose output splits into the mean and the squashed log std
+of a Gaussian: ``gaussian_head``, then tanh and the scale). A network
 added later gets an ``export_*`` here and passes ``tests/test_runtime.py``'s
 parity test.
 """
@@ -19,7 +21,7 @@ import jax
 import numpy as np
 from flax import nnx
 
-from .algos import ddpg
+from .algos import ddpg, sac
 from .algos.networks import MLP
 from .hal import params as flat_params
 from .hal import runtime
@@ -64,3 +66,28 @@ def export_saved_policy(policy_dir: str | Path, out: str | Path,
                                         config.hidden_sizes, jax.random.key(0))
     graph, arrays = export_ddpg(networks, policy.params, config, policy.version)
     return runtime.save(out, graph, arrays)
+
+
+def export_sac(networks: sac.SACNetworks, actor_params, config: sac.SACConfig,
+               version: PolicyVersion = NO_POLICY) -> tuple[dict, dict[str, np.ndarray]]:
+    """(graph, arrays) of SAC's policy: its mean action, and samples of its squashed Gaussian."""
+    actor = nnx.merge(networks.actor_graph, actor_params)
+    if type(actor) is not MLP or actor.norms is not None:
+        raise NotImplementedError("export covers the plain MLP actor")
+    arrays = flat_params.flatten({"actor": jax.device_get(actor_params)})
+    n_layers = len(actor.layers)
+    graph: list[dict] = [{"op": "concat", "fields": list(networks.observation_spec)}]
+    for i in range(n_layers):
+        graph.append({"op": "dense", "kernel": f"actor/layers/{i}/kernel", "bias": f"actor/layers/{i}/bias"})
+        if i < n_layers - 1:
+            graph.append({"op": "relu"})
+    graph += [{"op": "gaussian_head", "log_std_min": networks.log_std_min, "log_std_max": networks.log_std_max},
+              {"op": "tanh"}, {"op": "scale", "center": "scale/center", "half_range": "scale/half_range"}]
+    arrays["scale/center"] = np.asarray(networks.scale.center, np.float32)
+    arrays["scale/half_range"] = np.asarray(networks.scale.half_range, np.float32)
+    meta = {"format": runtime.FORMAT, "format_version": runtime.FORMAT_VERSION, "algo": "sac",
+            "policy_version": list(version),
+            "observation_spec": networks.observation_spec.to_msg(),
+            "action_spec": networks.action_spec.to_msg(),
+            "exploration": {"kind": "squashed_gaussian"}, "graph": graph}
+    return meta, {k: np.asarray(v, np.float32) for k, v in arrays.items()}

@@ -46,7 +46,8 @@ class ExportError(ValueError):
     """An export (graph or arrays) is malformed; the message names the op or array."""
 
 
-OPS = ("concat", "dense", "relu", "tanh", "scale")
+OPS = ("concat", "dense", "relu", "tanh", "scale", "gaussian_head")
+EXPLORATION = ("gaussian", "squashed_gaussian")
 
 
 class NumpyPolicy:
@@ -61,9 +62,10 @@ class NumpyPolicy:
         self.action_spec = ArraySpec.from_msg(graph["action_spec"])
         self.ops = list(graph["graph"])
         exploration = graph.get("exploration", {"kind": "gaussian", "std": 0.0})
-        if exploration.get("kind") != "gaussian":
-            raise ExportError(f"exploration kind {exploration.get('kind')!r} is not supported")
-        self.exploration_std = float(exploration["std"])
+        self.exploration_kind = exploration.get("kind")
+        if self.exploration_kind not in EXPLORATION:
+            raise ExportError(f"exploration kind {self.exploration_kind!r} is not one of {EXPLORATION}")
+        self.exploration_std = float(exploration.get("std", 0.0))
         self._check_graph()
         self.arrays = self._checked_arrays(arrays, require_all=True)
         self.version = PolicyVersion(*graph.get("policy_version", NO_POLICY))
@@ -71,7 +73,10 @@ class NumpyPolicy:
 
     # -- the Policy protocol ----------------------------------------------
     def act(self, observation: Mapping[str, np.ndarray], *, explore: bool = True) -> tuple[np.ndarray, dict]:
-        """mu(o), plus Gaussian noise from this policy's own RNG when exploring, clipped."""
+        """mu(o), plus noise from this policy's own RNG when exploring, clipped: Gaussian on
+        the action (DDPG), or a sample of the squashed Gaussian the network outputs (SAC)."""
+        if explore and self.exploration_kind == "squashed_gaussian":
+            return self.action_spec.clip(self._forward(observation, sample=True)), {}
         action = self.mean_action(observation)
         if explore and self.exploration_std > 0:
             half_range = (self.action_spec.maximum - self.action_spec.minimum) / 2
@@ -92,6 +97,9 @@ class NumpyPolicy:
     # -- the forward pass --------------------------------------------------
     def mean_action(self, observation: Mapping[str, np.ndarray]) -> np.ndarray:
         """The deterministic action; fields may carry leading batch dimensions."""
+        return self._forward(observation, sample=False)
+
+    def _forward(self, observation: Mapping[str, np.ndarray], sample: bool) -> np.ndarray:
         x = None
         for op in self.ops:
             kind = op["op"]
@@ -112,6 +120,13 @@ class NumpyPolicy:
                 x = np.tanh(x)
             elif kind == "scale":
                 x = x * self.arrays[op["half_range"]] + self.arrays[op["center"]]
+            elif kind == "gaussian_head":  # [mean, raw log std] -> the mean, or a sample
+                mean, raw = np.split(x, 2, axis=-1)
+                lo, hi = float(op["log_std_min"]), float(op["log_std_max"])
+                x = mean
+                if sample:
+                    log_std = lo + 0.5 * (hi - lo) * (np.tanh(raw) + 1.0)
+                    x = mean + np.exp(log_std) * self.rng.normal(size=mean.shape)
         return x.astype(self.action_spec.dtype, copy=False)
 
     # -- validation ----------------------------------------------------------
@@ -148,6 +163,10 @@ class NumpyPolicy:
                     raise ExportError(f"{op['kernel']}: shape {kernel.shape} (bias {bias.shape}) does not "
                                       f"take {width} inputs")
                 width = kernel.shape[1]
+            elif op["op"] == "gaussian_head":
+                if width % 2:
+                    raise ExportError(f"gaussian_head splits {width} values into mean and log std")
+                width //= 2
             elif op["op"] == "scale":
                 for role in ("center", "half_range"):
                     if out[op[role]].shape != self.action_spec.shape:

@@ -143,3 +143,25 @@ def test_numpy_actor_example_runs_an_episode_without_jax(tmp_path):
     report = json.loads(out.stdout.strip().splitlines()[-1])
     assert len(report["returns"]) == 2 and all(r < 0 for r in report["returns"])
     assert report["jax_imported"] is False
+
+
+def test_sac_export_matches_jax_and_samples_like_it():
+    from embodyrl.algos import sac
+    from embodyrl.export import export_sac
+
+    spec = DictSpec.of(ArraySpec("pos", (3,), np.float32), ArraySpec("vel", (2,), np.float32))
+    action = ArraySpec("action", (2,), np.float32, [-2.0, 0.0], [2.0, 1.0])
+    config = sac.SACConfig(hidden_sizes=(16, 16))
+    networks, state = sac.init(jax.random.key(5), spec, action, config)
+    numpy_policy = runtime.NumpyPolicy(*export_sac(networks, state.actor_params, config, PolicyVersion(3, 4)), seed=0)
+    rng = np.random.default_rng(1)
+    obs = {"pos": rng.normal(size=(64, 3)).astype(np.float32), "vel": rng.normal(size=(64, 2)).astype(np.float32)}
+    np.testing.assert_allclose(numpy_policy.mean_action(obs), networks.mean_action(state.actor_params, obs),
+                               rtol=1e-5, atol=1e-5)
+    one = {k: v[0] for k, v in obs.items()}
+    samples = np.array([numpy_policy.act(one, explore=True)[0] for _ in range(4000)])
+    jax_samples = np.asarray(jax.vmap(lambda k: networks.sample(state.actor_params, one, k)[0])(
+        jax.random.split(jax.random.key(0), 4000)))
+    assert (samples >= action.minimum).all() and (samples <= action.maximum).all()
+    np.testing.assert_allclose(samples.mean(0), jax_samples.mean(0), atol=0.05)
+    np.testing.assert_allclose(samples.std(0), jax_samples.std(0), rtol=0.1, atol=0.01)
