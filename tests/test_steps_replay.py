@@ -3,7 +3,7 @@ import pytest
 
 from embodyrl.hal.specs import ArraySpec, DictSpec, SpecError
 from embodyrl.hal.steps import PolicyVersion, Source, StepRecorder, Steps
-from embodyrl.replay import StepReplay
+from embodyrl.replay import PersistentReplay
 
 OBS = DictSpec.of(ArraySpec("x", (1,), np.float32))
 ACT = ArraySpec("action", (1,), np.float32, -1, 1)
@@ -75,8 +75,12 @@ def all_transitions(replay, n=4000):
         batch["reward"], batch["discount"], strict=True)}
 
 
-def test_termination_stops_bootstrapping_and_truncation_does_not():
-    replay = StepReplay(100, OBS, ACT)
+def replay_at(path, capacity=4096):
+    return PersistentReplay(path, OBS, ACT, capacity=capacity, chunk_rows=64)
+
+
+def test_termination_stops_bootstrapping_and_truncation_does_not(tmp_path):
+    replay = replay_at(tmp_path)
     rec = StepRecorder(OBS, ACT, actor_id=0, device_id=0)
     record_episode(rec, [0.0, 1.0, 2.0], terminated=True)
     record_episode(rec, [10.0, 11.0, 12.0], truncated=True)
@@ -87,8 +91,8 @@ def test_termination_stops_bootstrapping_and_truncation_does_not():
     }
 
 
-def test_interleaved_streams_link_next_rows_by_index():
-    replay = StepReplay(1000, OBS, ACT)
+def test_interleaved_streams_link_next_rows_by_index(tmp_path):
+    replay = replay_at(tmp_path)
     a = StepRecorder(OBS, ACT, actor_id=0, device_id=0)
     b = StepRecorder(OBS, ACT, actor_id=1, device_id=0)
     # actor 0 sends its episode in two batches, with actor 1's batch in between
@@ -104,19 +108,8 @@ def test_interleaved_streams_link_next_rows_by_index():
     assert {t[:2] for t in all_transitions(replay)} == {(0.0, 1.0), (1.0, 2.0), (2.0, 3.0), (100.0, 101.0)}
 
 
-def test_overwritten_successors_are_never_sampled():
-    replay = StepReplay(6, OBS, ACT)
-    rec = StepRecorder(OBS, ACT, actor_id=0, device_id=0)
-    record_episode(rec, [0.0, 1.0, 2.0, 3.0, 4.0])  # rows 0..4
-    replay.add(rec.flush())
-    record_episode(rec, [10.0, 11.0, 12.0])  # rows 5, 0, 1: overwrites 0.0 and 1.0
-    replay.add(rec.flush())
-    assert {t[:2] for t in all_transitions(replay)} == {(2.0, 3.0), (3.0, 4.0), (10.0, 11.0), (11.0, 12.0)}
-    assert replay.size == 6
-
-
-def test_sampling_is_uniform_over_transitions():
-    replay = StepReplay(10_000, OBS, ACT)
+def test_sampling_is_uniform_over_transitions(tmp_path):
+    replay = replay_at(tmp_path, capacity=10_240)
     rec = StepRecorder(OBS, ACT, actor_id=0, device_id=0, capacity=64)
     for e in range(20):
         record_episode(rec, [float(e * 100 + t) for t in range(11)])  # 10 transitions each
@@ -127,8 +120,8 @@ def test_sampling_is_uniform_over_transitions():
     assert counts.min() > 0.85 * 1000 and counts.max() < 1.15 * 1000
 
 
-def test_too_few_transitions_is_a_clear_error():
-    replay = StepReplay(10, OBS, ACT)
+def test_too_few_transitions_is_a_clear_error(tmp_path):
+    replay = replay_at(tmp_path)
     rec = StepRecorder(OBS, ACT, actor_id=0, device_id=0)
     rec.add(obs(0.0), np.zeros(1, np.float32), np.zeros(1, np.float32), 0.0, False, False, V)
     replay.add(rec.flush())

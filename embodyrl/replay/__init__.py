@@ -2,13 +2,12 @@
 
 ``PersistentReplay`` is the learner's default (rows durable on disk, group
 commits, reopen without copying, n-step returns, sequences, per-source
-mixing, priorities); ``StepReplay`` is the small in-memory ring it grew from.
+mixing, priorities).
 """
 
 from .limiter import RateLimiter
-from .memory import StepReplay
 from .persistent import PersistentReplay
 from .prefetch import Prefetcher
 from .ring import ChunkRing, ReplayFullError
 
-__all__ = ["ChunkRing", "PersistentReplay", "Prefetcher", "RateLimiter", "ReplayFullError", "StepReplay"]
+__all__ = ["ChunkRing", "PersistentReplay", "Prefetcher", "RateLimiter", "ReplayFullError"]
