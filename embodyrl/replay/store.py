@@ -31,6 +31,7 @@ those rows.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import mmap
 import os
@@ -231,7 +232,8 @@ class ChunkStore:
     def _make_durable(self, number: int, index: bytes, seqs: dict[int, int]) -> None:
         os.fdatasync(self._fd)
         fd = self._index_fds[number % 2]
-        os.pwrite(fd, index, 0)
+        if os.pwrite(fd, index, 0) != len(index):  # a full disk writes short, without raising
+            raise OSError(errno.ENOSPC, f"{self.directory}: index write cut short (disk full?)")
         os.fdatasync(fd)
         with self._durable_lock:
             self.committed_seqs = seqs
