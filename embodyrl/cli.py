@@ -9,11 +9,28 @@ import time
 from pathlib import Path
 
 
-def _train(args) -> int:
-    import dataclasses
+def _overrides(extra: list[str]) -> list[tuple[str, str]]:
+    """``--ddpg.actor_lr 3e-4`` and ``--ddpg.actor_lr=3e-4`` pairs from the unparsed arguments."""
+    pairs, i = [], 0
+    while i < len(extra):
+        arg = extra[i]
+        if not arg.startswith("--") or len(arg) == 2:
+            raise ValueError(f"unexpected argument {arg!r}; overrides look like --section.key VALUE")
+        if "=" in arg:
+            key, raw = arg[2:].split("=", 1)
+            i += 1
+        else:
+            if i + 1 >= len(extra):
+                raise ValueError(f"{arg[2:]}: no value given")
+            key, raw = arg[2:], extra[i + 1]
+            i += 2
+        pairs.append((key.replace("-", "_"), raw))
+    return pairs
 
+
+def _train(args) -> int:
     from . import envs
-    from .config import default_config
+    from .config import build_config, default_config
     from .train import TrainingError, train
 
     if args.task not in envs.names():
@@ -27,18 +44,28 @@ def _train(args) -> int:
     if started and not args.resume:
         print(f"embodyrl: {run_dir} already holds a run; pass --resume to continue it", file=sys.stderr)
         return 2
-    if args.resume:
-        from .config import load
+    if args.config is not None and not Path(args.config).is_file():
+        print(f"embodyrl: --config: no file {args.config}", file=sys.stderr)
+        return 2
+    named = [(k, str(v)) for k, v in {"steps": args.steps, "seed": args.seed, "actors": args.actors,
+                                      "algorithm": args.algorithm}.items() if v is not None]
+    try:
+        if args.resume:
+            from .config import load
 
-        config = load(run_dir / "config.json")
-        if config.task != args.task:
-            print(f"embodyrl: {run_dir} is a run of {config.task!r}, not {args.task!r}", file=sys.stderr)
-            return 2
-    else:
-        config = default_config(args.task)
-    changes = {k: v for k, v in {"steps": args.steps, "seed": args.seed, "actors": args.actors,
-                                 "algorithm": args.algorithm}.items() if v is not None}
-    config = dataclasses.replace(config, **changes)
+            base = load(run_dir / "config.json")
+            if base.task != args.task:
+                print(f"embodyrl: {run_dir} is a run of {base.task!r}, not {args.task!r}", file=sys.stderr)
+                return 2
+        else:
+            base = default_config(args.task)
+        config = build_config(base, args.config, _overrides(args.overrides) + named)
+    except ValueError as err:
+        print(f"embodyrl: config: {err}", file=sys.stderr)
+        return 2
+    if args.config is not None:  # the file as written, beside the resolved config.json
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "config.yaml").write_bytes(Path(args.config).read_bytes())
     try:
         summary = train(config, run_dir, quiet=args.quiet)
     except KeyboardInterrupt:
@@ -49,6 +76,59 @@ def _train(args) -> int:
         return 1
     print(json.dumps(summary, indent=2))
     print(f"run directory: {run_dir}", file=sys.stderr)
+    return 0
+
+
+def _eval(args) -> int:
+    from .evaluate import evaluate_saved_run, render_strip
+
+    run_dir = Path(args.run_dir)
+    for needed in ("config.json", "policy"):
+        if not (run_dir / needed).exists():
+            print(f"embodyrl: {run_dir}: no {needed} (not a finished run directory?)", file=sys.stderr)
+            return 2
+    if args.episodes is not None and args.episodes < 1:
+        print("embodyrl: --episodes must be at least 1", file=sys.stderr)
+        return 2
+    try:
+        result = evaluate_saved_run(run_dir, args.episodes, args.seed)
+        if args.strip:
+            result.update(render_strip(run_dir, Path(args.strip), frames=args.frames,
+                                       size=(args.width, args.height), seed=result["seed"]))
+    except ValueError as err:
+        print(f"embodyrl: eval: {err}", file=sys.stderr)
+        return 1
+    print(json.dumps(result, indent=2))
+    return 0
+
+
+def _replay(args) -> int:
+    from .inspect_replay import format_report, inspect
+
+    try:
+        report = inspect(Path(args.directory))
+    except FileNotFoundError as err:
+        print(f"embodyrl: {err}", file=sys.stderr)
+        return 2
+    except ValueError as err:
+        print(f"embodyrl: replay: {err}", file=sys.stderr)
+        return 1
+    print(json.dumps(report, indent=2) if args.json else format_report(report))
+    return 0
+
+
+def _plot(args) -> int:
+    try:
+        from .plot import plot_runs
+
+        result = plot_runs([Path(r) for r in args.run_dirs], Path(args.out), args.metric, args.x)
+    except ImportError as err:
+        print(f"embodyrl: plot needs matplotlib (pip install 'embodyrl[plot]'): {err}", file=sys.stderr)
+        return 1
+    except (FileNotFoundError, ValueError) as err:
+        print(f"embodyrl: plot: {err}", file=sys.stderr)
+        return 2
+    print(json.dumps(result, indent=2))
     return 0
 
 
@@ -80,17 +160,58 @@ def _keys(args) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="embodyrl", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    t = sub.add_parser("train", help="train a task with local learner and actor processes")
+    t = sub.add_parser(
+        "train", help="train a task with local learner and actor processes",
+        allow_abbrev=False, formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Train TASK. Settings come from the task's defaults, then --config FILE.yaml, "
+                    "then dotted overrides.",
+        epilog="overrides: any config field as --SECTION.FIELD VALUE (or =VALUE), e.g.\n"
+               "  --ddpg.actor_lr 3e-4  --learner.updates_per_step 2  --eval_episodes 5\n"
+               "  --ddpg.hidden_sizes '[64, 64]'  (lists in YAML syntax)\n"
+               "exit codes: 0 done, 1 training failed, 2 bad arguments or config, 130 interrupted")
     t.add_argument("task", help="registered task name, e.g. pendulum")
     t.add_argument("--steps", type=int, help="environment steps, summed over all actors")
     t.add_argument("--run-dir", help="where the run directory goes (default runs/TASK-TIME)")
     t.add_argument("--seed", type=int)
     t.add_argument("--actors", type=int, help="number of actor processes")
     t.add_argument("--algorithm", choices=("ddpg", "td3", "sac", "rlpd"), help="off-policy algorithm (default ddpg)")
+    t.add_argument("--config", metavar="FILE.yaml", help="YAML file merged over the task's defaults")
     t.add_argument("--quiet", action="store_true", help="no progress lines")
     t.add_argument("--resume", action="store_true",
                    help="continue the run in --run-dir: its checkpoint, its replay, its actors' spools")
     t.set_defaults(func=_train)
+    e = sub.add_parser("eval", help="run a run's saved policy on its task; print JSON",
+                       description="Evaluate RUN_DIR's saved policy (policy/) on the task in its "
+                                   "config.json, without exploration. Prints one JSON object: "
+                                   "return_mean, return_std, returns, and the task's metrics (*_mean). "
+                                   "Exit codes: 0 done, 1 evaluation failed, 2 bad arguments.")
+    e.add_argument("run_dir", help="a run directory written by embodyrl train")
+    e.add_argument("--episodes", type=int, help="episodes to run (default: the run's eval_episodes)")
+    e.add_argument("--seed", type=int, help="seed of the first episode (default: 10000 + the run's seed)")
+    e.add_argument("--strip", metavar="OUT.png",
+                   help="also render one episode offscreen with MuJoCo as a PNG image strip")
+    e.add_argument("--frames", type=int, default=8, help="images in the strip (default 8)")
+    e.add_argument("--width", type=int, default=160, help="width of each image (default 160)")
+    e.add_argument("--height", type=int, default=120, help="height of each image (default 120)")
+    e.set_defaults(func=_eval)
+    r = sub.add_parser("replay", help="inspect a persistent replay: size, sources, actors, versions",
+                       description="Report what a replay directory holds, read-only (safe beside a "
+                                   "running learner): size, capacity, chunks, rows by source and by "
+                                   "actor, policy versions seen, committed sequence numbers. "
+                                   "Exit codes: 0 done, 1 corrupt replay, 2 no replay there.")
+    r.add_argument("directory", help="a run directory or its replay/ directory")
+    r.add_argument("--json", action="store_true", help="print one JSON object")
+    r.set_defaults(func=_replay)
+    p = sub.add_parser("plot", help="PNG learning curves comparing runs, seeds aggregated",
+                       description="Plot METRIC against X from each run's metrics.jsonl. Runs whose "
+                                   "config.json match apart from the seed form one group, drawn as the "
+                                   "mean with the min-max spread shaded. Prints JSON of what was drawn. "
+                                   "Exit codes: 0 done, 1 matplotlib missing, 2 bad run directory or metric.")
+    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories")
+    p.add_argument("--out", default="curves.png", help="PNG to write (default curves.png)")
+    p.add_argument("--metric", default="episode_return", help="y: a metrics.jsonl key (default episode_return)")
+    p.add_argument("--x", default="env_steps", help="x: a metrics.jsonl key (default env_steps)")
+    p.set_defaults(func=_plot)
     b = sub.add_parser("bench", help="run a shipped benchmark against its baseline")
     b.add_argument("name", help="benchmark name (hal, replay, ...)")
     b.add_argument("--json", action="store_true", help="print one JSON object")
@@ -104,7 +225,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra and args.command != "train":
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    args.overrides = extra
     return args.func(args)
 
 

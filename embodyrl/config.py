@@ -161,3 +161,87 @@ def save(config: TrainConfig, path: Path) -> None:
 
 def load(path: Path) -> TrainConfig:
     return from_dict(TrainConfig, json.loads(Path(path).read_text()))
+
+
+# -- loading from YAML and the command line ----------------------------------------
+
+def load_yaml(path: Path) -> dict:
+    """The mapping in a YAML config file (pyyaml's safe loader: plain data only)."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except yaml.YAMLError as err:
+        raise ValueError(f"{path}: not valid YAML ({err})") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a mapping at the top, got {type(data).__name__}")
+    return data
+
+
+def parse_override(key: str, raw: str) -> dict:
+    """``("ddpg.actor_lr", "3e-4")`` -> ``{"ddpg": {"actor_lr": 0.0003}}``, typed by the field."""
+    cls, parts = TrainConfig, key.split(".")
+    for depth, part in enumerate(parts):
+        fields = {f.name for f in dataclasses.fields(cls)}
+        if part not in fields:
+            where = ".".join(parts[:depth]) or "config"
+            raise ValueError(f"unknown config key {key}: {where} has no {part!r}; "
+                             f"known: {', '.join(sorted(fields))}")
+        hint = typing.get_type_hints(cls)[part]
+        if depth < len(parts) - 1:
+            if not dataclasses.is_dataclass(hint):
+                raise ValueError(f"unknown config key {key}: {'.'.join(parts[:depth + 1])} is not a section")
+            cls = hint
+        elif dataclasses.is_dataclass(hint):
+            raise ValueError(f"config key {key} is a section; set one of its fields, e.g. --{key}.FIELD")
+    value: object = _parse_value(hint, raw, key)
+    for part in reversed(parts):
+        value = {part: value}
+    return value
+
+
+def _parse_value(hint, raw: str, key: str):
+    """Text from the command line as the field's type; a bad value names the key."""
+    import yaml
+
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        if raw.lower() in ("none", "null", "~") and type(None) in typing.get_args(hint):
+            return None
+        hint = next(a for a in typing.get_args(hint) if a is not type(None))
+        origin = typing.get_origin(hint)
+    try:
+        if hint is str:
+            return raw
+        if hint is bool:
+            lowered = raw.lower()
+            if lowered not in ("true", "false", "1", "0", "yes", "no"):
+                raise ValueError
+            return lowered in ("true", "1", "yes")
+        if hint is int:
+            return int(raw)
+        if hint is float:
+            return float(raw)
+        if origin is tuple:
+            value = yaml.safe_load(raw)
+            return list(value) if isinstance(value, (list, tuple)) else value
+    except ValueError:
+        name = getattr(hint, "__name__", str(hint))
+        raise ValueError(f"{key}: expected {name}, got {raw!r}") from None
+    return yaml.safe_load(raw)
+
+
+def build_config(base: TrainConfig, yaml_path: Path | None = None,
+                 overrides: list[tuple[str, str]] = ()) -> TrainConfig:
+    """``base`` with the YAML file merged over it, then the dotted overrides, validated."""
+    data = to_dict(base)
+    if yaml_path is not None:
+        loaded = load_yaml(yaml_path)
+        if "task" in loaded and loaded["task"] != base.task:
+            raise ValueError(f"task: {yaml_path} is for {loaded['task']!r}, not {base.task!r}")
+        _merge(data, loaded)
+    for key, raw in overrides:
+        _merge(data, parse_override(key, raw))
+    return from_dict(TrainConfig, data)
