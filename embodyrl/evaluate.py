@@ -37,3 +37,97 @@ def evaluate(device: Device, task: Task, policy: Policy, episodes: int, seed: in
               "returns": [float(r) for r in returns]}
     result.update({f"{name}_mean": float(np.mean(v)) for name, v in metrics.items()})
     return result
+
+
+def evaluate_saved_run(run_dir, episodes: int | None = None, seed: int | None = None) -> dict:
+    """The saved policy of ``run_dir`` on its own task: mean return and task metrics."""
+    from pathlib import Path
+
+    from . import envs
+    from .config import load
+    from .policy import load_policy
+
+    run_dir = Path(run_dir)
+    config = load(run_dir / "config.json")
+    episodes = config.eval_episodes if episodes is None else episodes
+    seed = 10_000 + config.seed if seed is None else seed
+    device, task = envs.make(config.task)
+    policy = load_policy(run_dir / "policy", config.off_policy)
+    with device:
+        result = evaluate(device, task, policy, episodes, seed)
+    return {"task": config.task, "algorithm": config.algorithm, "episodes": episodes, "seed": seed,
+            "policy_version": list(policy.version) if getattr(policy, "version", None) else None,
+            **result}
+
+
+def render_strip(run_dir, path, frames: int = 8, size: tuple[int, int] = (160, 120),
+                 seed: int | None = None) -> dict:
+    """One episode of the saved policy, ``frames`` evenly spaced images side by side in a PNG.
+
+    Rendered offscreen with MuJoCo (the task's device must be a ``MujocoDevice``), from the
+    model's first MJCF camera, else MuJoCo's free camera.
+    """
+    from pathlib import Path
+
+    import mujoco
+
+    from . import envs
+    from .config import load
+    from .policy import load_policy
+
+    run_dir = Path(run_dir)
+    config = load(run_dir / "config.json")
+    device, task = envs.make(config.task)
+    if not hasattr(device, "model") or not hasattr(device, "data"):
+        raise ValueError(f"task {config.task!r}: its device is not a MuJoCo simulation; nothing to render")
+    policy = load_policy(run_dir / "policy", config.off_policy)
+    seed = 10_000 + config.seed if seed is None else seed
+    camera = mujoco.mj_id2name(device.model, mujoco.mjtObj.mjOBJ_CAMERA, 0) if device.model.ncam else -1
+    images = []
+    with device:
+        renderer = mujoco.Renderer(device.model, height=size[1], width=size[0])
+        try:
+            observation = device.reset(seed=seed)
+            limit = task.max_episode_steps or 1000
+            picks = set(np.linspace(0, limit, frames, dtype=int).tolist())
+            total = 0.0
+            for step in range(limit + 1):
+                if step in picks:
+                    renderer.update_scene(device.data, camera=camera)
+                    images.append(renderer.render().copy())
+                if step == limit:
+                    break
+                action, _ = policy.act(observation, explore=False)
+                action = device.action_spec.clip(action)
+                next_observation = device.step(action)
+                total += task.reward(observation, action, next_observation)
+                observation = next_observation
+                if task.terminated(observation):
+                    renderer.update_scene(device.data, camera=camera)
+                    images.append(renderer.render().copy())
+                    break
+        finally:
+            renderer.close()
+    strip = np.concatenate(images, axis=1)
+    write_png(Path(path), strip)
+    return {"strip": str(path), "frames": len(images), "width": int(strip.shape[1]),
+            "height": int(strip.shape[0]), "camera": camera if camera != -1 else "free",
+            "strip_return": float(total)}
+
+
+def write_png(path, image: np.ndarray) -> None:
+    """An RGB uint8 image as a PNG file (zlib only: no imaging library needed)."""
+    import struct
+    import zlib
+
+    height, width, channels = image.shape
+    if channels != 3 or image.dtype != np.uint8:
+        raise ValueError(f"write_png: expected an RGB uint8 image, got {image.dtype} {image.shape}")
+    raw = b"".join(b"\x00" + image[row].tobytes() for row in range(height))
+
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header)
+                     + chunk(b"IDAT", zlib.compress(raw, 6)) + chunk(b"IEND", b""))

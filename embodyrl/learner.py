@@ -117,6 +117,7 @@ class Learner:
         lc = self.config.learner
         self.publish()
         metrics_file = (self.run_dir / "metrics.jsonl").open("a")
+        self._tb = _tensorboard_writer(self.run_dir / "tb")
         start = last_log = last_beat = last_checkpoint = time.monotonic()
         last_updates = 0
         try:
@@ -143,6 +144,8 @@ class Learner:
         finally:
             self._log(metrics_file, time.monotonic() - start, 0.0)
             metrics_file.close()
+            if self._tb is not None:
+                self._tb.close()
             if self._prefetch is not None:
                 self._prefetch.close()
             self.replay.commit()
@@ -271,3 +274,17 @@ class Learner:
         }
         file.write(json.dumps(record) + "\n")
         file.flush()
+        if getattr(self, "_tb", None) is not None:
+            for name, value in record.items():  # the same scalars; dicts and absent values skipped
+                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                    self._tb.add_scalar(name, value, global_step=c.env_steps, walltime=None)
+            self._tb.flush()
+
+
+def _tensorboard_writer(directory: Path):
+    """A tensorboardX writer for ``directory``, or None where tensorboardX is not installed."""
+    try:
+        from tensorboardX import SummaryWriter
+    except ImportError:
+        return None
+    return SummaryWriter(str(directory), flush_secs=5)

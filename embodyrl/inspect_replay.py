@@ -1,0 +1,107 @@
+"""``embodyrl replay DIR``: what a persistent replay holds, read without changing a byte.
+
+Opening a replay with :class:`PersistentReplay` is a reopen: it may repair the
+links of open episodes, which a tool that only looks must not do (a learner may
+be writing the same directory). This module reads ``meta.json``, the newer of
+the two committed indexes and the committed rows of ``data.bin`` through a
+read-only mapping, so it reports exactly what a reopen would see.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+
+from .hal.steps import Source
+from .replay.layout import DATA_FILE, INDEX_FILES, META_FILE, Layout
+from .replay.ring import ChunkRing
+from .replay.store import ChunkStore
+
+
+def replay_directory(path: Path) -> Path:
+    """``path`` itself when it holds a replay, else its ``replay/`` (a run directory)."""
+    path = Path(path)
+    for candidate in (path, path / "replay"):
+        if (candidate / META_FILE).exists():
+            return candidate
+    raise FileNotFoundError(f"{path}: no replay here (neither {META_FILE} nor replay/{META_FILE})")
+
+
+def _newest_commit(directory: Path) -> dict | None:
+    bodies, errors = [], []
+    for name in INDEX_FILES:
+        try:
+            body = ChunkStore._read_index(directory / name)
+        except ValueError as err:
+            errors.append(str(err))
+            continue
+        if body is not None:
+            bodies.append(body)
+    if not bodies and errors:
+        raise ValueError(f"{directory}: corrupt index ({'; '.join(errors)})")
+    return max(bodies, key=lambda b: b["commit"]) if bodies else None
+
+
+def _source_name(value: int) -> str:
+    try:
+        return Source(value).name.lower()
+    except ValueError:
+        return f"source_{value}"
+
+
+def inspect(path: Path) -> dict:
+    """Size, capacity, chunks, rows by source and by actor, policy versions, committed seqs."""
+    directory = replay_directory(path)
+    layout = Layout.from_json((directory / META_FILE).read_text(), str(directory / META_FILE))
+    ring = ChunkRing(layout.chunks, layout.chunk_rows)
+    body = _newest_commit(directory)
+    if body is not None:
+        ring.load(body["ring"])
+    rows = np.memmap(directory / DATA_FILE, layout.dtype, mode="r", shape=(layout.capacity,))
+    by_source, by_actor, versions = Counter(), Counter(), Counter()
+    episodes = set()
+    for chunk in np.flatnonzero(ring.fill):
+        base = int(chunk) * layout.chunk_rows
+        part = rows[base:base + int(ring.fill[chunk])]
+        by_source.update(dict(zip(*np.unique(part["source"], return_counts=True), strict=True)))
+        by_actor.update(dict(zip(*np.unique(part["actor_id"], return_counts=True), strict=True)))
+        pairs = np.stack([part["policy_incarnation"], part["policy_count"]], axis=1)
+        unique, counts = np.unique(pairs, axis=0, return_counts=True)
+        versions.update({(int(i), int(c)): int(n) for (i, c), n in zip(unique, counts, strict=True)})
+        finals = part["final"].astype(bool)
+        episodes.update(zip(part["actor_id"][finals].tolist(), part["device_id"][finals].tolist(),
+                            part["episode_id"][finals].tolist(), strict=True))
+    del rows
+    counts = [v[1] for v in versions]
+    return {
+        "directory": str(directory),
+        "size": ring.size,
+        "capacity": layout.capacity,
+        "chunk_rows": layout.chunk_rows,
+        "chunks": layout.chunks,
+        "chunks_used": int(np.count_nonzero(ring.fill)),
+        "chunks_pinned": int(np.count_nonzero(ring.pinned)),
+        "row_bytes": layout.dtype.itemsize,
+        "commits": int(body["commit"]) if body else 0,
+        "rows_added": int(body["rows_added"]) if body else 0,
+        "episodes_complete": len(episodes),
+        "rows_by_source": {_source_name(int(s)): int(n) for s, n in sorted(by_source.items())},
+        "rows_by_actor": {str(int(a)): int(n) for a, n in sorted(by_actor.items())},
+        "policy_versions": len(versions),
+        "policy_count_min": min(counts) if counts else None,
+        "policy_count_max": max(counts) if counts else None,
+        "policy_incarnations": sorted({v[0] for v in versions}),
+        "rows_by_policy_version": {f"{i}:{c}": n for (i, c), n in sorted(versions.items())},
+        "committed_seqs": {str(a): int(q) for a, q in sorted(
+            ((int(a), q) for a, q in (body or {}).get("actor_seqs", {}).items()))},
+        "observation_spec": list(layout.observation_spec),
+    }
+
+
+def format_report(report: dict) -> str:
+    """The report as aligned lines for a terminal (the long per-version table summarised)."""
+    shown = {k: v for k, v in report.items() if k != "rows_by_policy_version"}
+    width = max(len(k) for k in shown)
+    return "\n".join(f"{k:<{width}}  {v}" for k, v in shown.items())
