@@ -9,6 +9,7 @@ are started with ``spawn``.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import socket
@@ -109,12 +110,14 @@ class LearnerSide:
         self.server.close()  # no BYE: whatever was in flight is lost
         self.server = None
 
-    def serve(self, seconds: float):
+    def serve(self, seconds: float, accept: bool = True):
+        """Receive, store and acknowledge for ``seconds``; ``accept=False`` drops what arrives
+        (as if lost in flight): it stays in the actor's spool."""
         end = time.monotonic() + seconds
         while time.monotonic() < end:
             batches = self.server.poll(20)
             self.max_backlog = max(self.max_backlog, len(batches))
-            for b in batches:
+            for b in batches if accept else ():
                 self.rows += row_keys(b.steps)
                 self.committed[b.session.actor_id] = b.seq
                 self.server.ack(b.session, b.seq, credits=len(b.steps))
@@ -147,10 +150,8 @@ def _pipe(src: socket.socket, dst: socket.socket, partitioned) -> None:
     except OSError:
         pass
     for s in (src, dst):
-        try:
+        with contextlib.suppress(OSError):
             s.close()
-        except OSError:
-            pass
 
 
 def tcp_proxy(listen_port: int, target_port: int, partitioned, ready) -> None:

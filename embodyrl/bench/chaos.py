@@ -1,0 +1,32 @@
+"""``embodyrl bench chaos``: break the system on purpose and count what was lost.
+
+Scenarios, in order: actor killed and restarted, learner side killed and
+restarted, network partition (a proxy drops every connection), hostile
+traffic beside an honest actor, slow learner (backpressure, memory), disk
+full under the replay (a small tmpfs; skipped with the reason when it cannot
+be mounted), bad config and bad device data. Each reports ``name``,
+``injected`` (faults), ``produced``, ``stored``, ``lost``, ``duplicated`` and
+``recovery_s`` (median seconds from the fault's end until every row produced
+before it was stored), plus what it measured. ``--quick`` makes each small.
+
+The baseline is built in: the hostile scenario measures the honest actor's
+throughput unattacked and attacked in the same run and reports the ratio; the
+slow learner compares the actor's memory in the first and second half.
+"""
+
+from __future__ import annotations
+
+from . import chaos_faults, chaos_link
+
+SCENARIOS = (chaos_link.actor_kill, chaos_link.learner_kill, chaos_link.partition, chaos_link.hostile,
+             chaos_link.slow_learner, chaos_faults.disk_full, chaos_faults.bad_input)
+
+
+def run(quick: bool = False, only: tuple[str, ...] | None = None) -> dict:
+    """Run every scenario (or those whose function name is in ``only``); one record each."""
+    scenarios = []
+    for scenario in SCENARIOS:
+        if only is None or scenario.__name__ in only:
+            scenarios.append(scenario(quick))
+    return {"quick": quick, "scenarios": scenarios,
+            "lost": sum(s["lost"] for s in scenarios), "duplicated": sum(s["duplicated"] for s in scenarios)}
