@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -28,44 +29,52 @@ def _overrides(extra: list[str]) -> list[tuple[str, str]]:
     return pairs
 
 
-def _train(args) -> int:
+class _Refused(Exception):
+    """Bad arguments or configuration: the message goes to stderr, the exit code is 2."""
+
+
+def _resolve_config(args, run_dir: Path | None, extra_named: dict | None = None):
+    """Task defaults (or the run's config.json with --resume), the YAML file, then overrides."""
     from . import envs
-    from .config import build_config, default_config
-    from .train import TrainingError, train
+    from .config import build_config, default_config, load
 
     if args.task not in envs.names():
-        print(f"embodyrl: unknown task {args.task!r}; known: {', '.join(envs.names())}", file=sys.stderr)
-        return 2
-    run_dir = Path(args.run_dir or f"runs/{args.task}-{time.strftime('%Y%m%d-%H%M%S')}")
-    started = (run_dir / "config.json").exists()
-    if args.resume and not started:
-        print(f"embodyrl: --resume: {run_dir} holds no run to resume", file=sys.stderr)
-        return 2
-    if started and not args.resume:
-        print(f"embodyrl: {run_dir} already holds a run; pass --resume to continue it", file=sys.stderr)
-        return 2
+        raise _Refused(f"unknown task {args.task!r}; known: {', '.join(envs.names())}")
+    if run_dir is not None:
+        started = (run_dir / "config.json").exists()
+        if args.resume and not started:
+            raise _Refused(f"--resume: {run_dir} holds no run to resume")
+        if started and not args.resume:
+            raise _Refused(f"{run_dir} already holds a run; pass --resume to continue it")
     if args.config is not None and not Path(args.config).is_file():
-        print(f"embodyrl: --config: no file {args.config}", file=sys.stderr)
-        return 2
-    named = [(k, str(v)) for k, v in {"steps": args.steps, "seed": args.seed, "actors": args.actors,
-                                      "algorithm": args.algorithm}.items() if v is not None]
+        raise _Refused(f"--config: no file {args.config}")
+    named = {"steps": args.steps, "seed": args.seed, **(extra_named or {})}
+    named = [(k, str(v)) for k, v in named.items() if v is not None]
     try:
-        if args.resume:
-            from .config import load
-
+        if run_dir is not None and args.resume:
             base = load(run_dir / "config.json")
             if base.task != args.task:
-                print(f"embodyrl: {run_dir} is a run of {base.task!r}, not {args.task!r}", file=sys.stderr)
-                return 2
+                raise _Refused(f"{run_dir} is a run of {base.task!r}, not {args.task!r}")
         else:
             base = default_config(args.task)
         config = build_config(base, args.config, _overrides(args.overrides) + named)
     except ValueError as err:
-        print(f"embodyrl: config: {err}", file=sys.stderr)
-        return 2
-    if args.config is not None:  # the file as written, beside the resolved config.json
+        raise _Refused(f"config: {err}") from None
+    if args.config is not None and run_dir is not None:  # the file as written, beside config.json
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / "config.yaml").write_bytes(Path(args.config).read_bytes())
+    return config
+
+
+def _train(args) -> int:
+    from .train import TrainingError, train
+
+    run_dir = Path(args.run_dir or f"runs/{args.task}-{time.strftime('%Y%m%d-%H%M%S')}")
+    try:
+        config = _resolve_config(args, run_dir, {"actors": args.actors, "algorithm": args.algorithm})
+    except _Refused as err:
+        print(f"embodyrl: {err}", file=sys.stderr)
+        return 2
     try:
         summary = train(config, run_dir, quiet=args.quiet)
     except KeyboardInterrupt:
@@ -76,6 +85,49 @@ def _train(args) -> int:
         return 1
     print(json.dumps(summary, indent=2))
     print(f"run directory: {run_dir}", file=sys.stderr)
+    return 0
+
+
+def _learner(args) -> int:
+    from . import envs
+    from .config import save
+    from .learner import Learner
+    from .workers import _stop_on_signals
+
+    run_dir = Path(args.run_dir or f"runs/{args.task}-{time.strftime('%Y%m%d-%H%M%S')}")
+    try:
+        config = _resolve_config(args, run_dir, {"algorithm": args.algorithm, "learner.bind": args.bind})
+    except _Refused as err:
+        print(f"embodyrl: {err}", file=sys.stderr)
+        return 2
+    should_stop = _stop_on_signals()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    save(config, run_dir / "config.json")
+    device, _ = envs.make(config.task)
+    learner = Learner(config, device.observation_spec, device.action_spec, run_dir)
+    (run_dir / "learner.json").write_text(json.dumps({"endpoint": learner.endpoint}) + "\n")
+    print(json.dumps({"endpoint": learner.endpoint, "run_dir": str(run_dir)}), flush=True)
+    counters = learner.run(should_stop)
+    print(json.dumps(dataclasses.asdict(counters)), flush=True)
+    return 130 if should_stop() else 0
+
+
+def _actor(args) -> int:
+    from .hal.wire.client import LinkError
+    from .workers import actor_main
+
+    try:
+        config = _resolve_config(args, None)
+    except _Refused as err:
+        print(f"embodyrl: {err}", file=sys.stderr)
+        return 2
+    if args.log_dir:
+        Path(args.log_dir).mkdir(parents=True, exist_ok=True)
+    try:
+        actor_main(dataclasses.asdict(config), args.connect, args.index, args.log_dir)
+    except LinkError as err:
+        print(f"embodyrl: actor: {err}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -180,6 +232,41 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--resume", action="store_true",
                    help="continue the run in --run-dir: its checkpoint, its replay, its actors' spools")
     t.set_defaults(func=_train)
+    overrides_epilog = ("overrides: any config field as --SECTION.FIELD VALUE (or =VALUE), e.g.\n"
+                        "  --ddpg.actor_lr 3e-4  --learner.updates_per_step 2\n")
+    ln = sub.add_parser(
+        "learner", help="run only the learner; actors on other machines dial its address",
+        allow_abbrev=False, formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Run the learner of TASK in this process. Prints one JSON line "
+                    '{"endpoint": ..., "run_dir": ...} once it listens, and the counters when '
+                    "the step budget is reached. Start actors with: embodyrl actor TASK "
+                    "--connect ENDPOINT --config RUN_DIR/config.json",
+        epilog=overrides_epilog + "exit codes: 0 done, 2 bad arguments or config, 130 stopped by a signal")
+    ln.add_argument("task", help="registered task name, e.g. pendulum")
+    ln.add_argument("--bind", help="address to listen on (default learner.bind, tcp://127.0.0.1:*); "
+                                   "e.g. tcp://0.0.0.0:5555 to accept other machines")
+    ln.add_argument("--run-dir", help="where the run directory goes (default runs/TASK-TIME)")
+    ln.add_argument("--config", metavar="FILE.yaml", help="YAML file merged over the task's defaults")
+    ln.add_argument("--steps", type=int, help="environment steps, summed over all actors")
+    ln.add_argument("--seed", type=int)
+    ln.add_argument("--algorithm", choices=("ddpg", "td3", "sac", "rlpd"))
+    ln.add_argument("--resume", action="store_true", help="continue the run in --run-dir")
+    ln.set_defaults(func=_learner)
+    a = sub.add_parser(
+        "actor", help="run one actor against a learner's address",
+        allow_abbrev=False, formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Run actor INDEX of TASK in this process, connected to the learner at --connect. "
+                    "Its config must match the learner's: pass the learner's RUN_DIR/config.json as "
+                    "--config (JSON is YAML). Ends when the learner says goodbye.",
+        epilog=overrides_epilog + "exit codes: 0 done, 1 no learner answered, 2 bad arguments or config")
+    a.add_argument("task", help="registered task name, e.g. pendulum")
+    a.add_argument("--connect", required=True, metavar="ENDPOINT", help="the learner's endpoint, tcp://HOST:PORT")
+    a.add_argument("--index", type=int, default=0, help="this actor's id, unique per learner (default 0)")
+    a.add_argument("--config", metavar="FILE", help="the learner's config.json, or a YAML file")
+    a.add_argument("--log-dir", help="append the actor's counters to LOG_DIR/actor-INDEX.jsonl")
+    a.add_argument("--steps", type=int, help=argparse.SUPPRESS)
+    a.add_argument("--seed", type=int, help="seed (the actor's own is seed * 1000 + index)")
+    a.set_defaults(func=_actor, resume=False)
     e = sub.add_parser("eval", help="run a run's saved policy on its task; print JSON",
                        description="Evaluate RUN_DIR's saved policy (policy/) on the task in its "
                                    "config.json, without exploration. Prints one JSON object: "
@@ -227,7 +314,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
-    if extra and args.command != "train":
+    if extra and args.command not in ("train", "learner", "actor"):
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     args.overrides = extra
     return args.func(args)
