@@ -8,6 +8,7 @@ be mounted), bad config and bad device data. Each reports ``name``,
 ``injected`` (faults), ``produced``, ``stored``, ``lost``, ``duplicated`` and
 ``recovery_s`` (median seconds from the fault's end until every row produced
 before it was stored), plus what it measured. ``--quick`` makes each small.
+``EMBODYRL_CHAOS_SOAK_S=3600`` adds a soak of that many seconds (not for CI).
 
 The baseline is built in: the hostile scenario measures the honest actor's
 throughput unattacked and attacked in the same run and reports the ratio; the
@@ -15,6 +16,8 @@ slow learner compares the actor's memory in the first and second half.
 """
 
 from __future__ import annotations
+
+import os
 
 from . import chaos_faults, chaos_link
 
@@ -28,5 +31,8 @@ def run(quick: bool = False, only: tuple[str, ...] | None = None) -> dict:
     for scenario in SCENARIOS:
         if only is None or scenario.__name__ in only:
             scenarios.append(scenario(quick))
+    soak_s = float(os.environ.get("EMBODYRL_CHAOS_SOAK_S", "0"))
+    if soak_s > 0 and (only is None or "soak" in only):
+        scenarios.append(chaos_link.soak(soak_s))
     return {"quick": quick, "scenarios": scenarios,
             "lost": sum(s["lost"] for s in scenarios), "duplicated": sum(s["duplicated"] for s in scenarios)}

@@ -279,3 +279,41 @@ def slow_learner(quick: bool) -> dict:
                    max_learner_poll_batches=learner.max_backlog,
                    actor_rss_mb_first_half=rss_first, actor_rss_mb_second_half=rss_last,
                    rss_growth_ratio=rss_last / rss_first if rss_first else 0.0, samples=samples)
+
+
+def soak(seconds: float, fault_every_s: float = 30.0) -> dict:
+    """A long run: one actor streams while the learner side and the actor are killed in turn every
+    ``fault_every_s``; the actor's memory is sampled throughout (not for CI: hours)."""
+    work = Path(tempfile.mkdtemp(prefix="chaos-soak-"))
+    learner = LearnerSide(free_port())
+    learner.start()
+    endpoint = f"tcp://127.0.0.1:{learner.port}"
+    stop = CTX.Event()
+    actor = _start_actor(endpoint, work, 6, 10**12, stop)
+    log, recoveries, rss, faults = work / "rows-6.jsonl", [], [], 0
+    try:
+        learner.serve_until(lambda: bool(learner.rows), 30)
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            learner.serve(fault_every_s)
+            rss.append(rss_bytes(actor.pid) / 2**20)
+            faults += 1
+            if faults % 2:
+                learner.crash()
+                time.sleep(1.0)
+                before = logged_rows(log)
+                learner.start()
+            else:
+                os.kill(actor.pid, signal.SIGKILL)
+                actor.join(10)
+                before = logged_rows(log)
+                actor = _start_actor(endpoint, work, 6, 10**12, stop)
+            recoveries.append(_wait_stored(learner, before))
+        stop.set()
+        _finish(learner, actor)
+    finally:
+        if actor.is_alive():
+            actor.kill()
+        learner.close()
+    return _record("soak", faults, logged_rows(log), learner.rows, recoveries, soak_s=seconds,
+                   actor_rss_mb_first=rss[0] if rss else 0.0, actor_rss_mb_last=rss[-1] if rss else 0.0)
