@@ -210,7 +210,11 @@ def _keys(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="embodyrl", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="embodyrl", description="Online RL on robots and simulators: train, run a learner or "
+                                     "actors by address, evaluate, inspect replay, plot, benchmark.",
+        epilog="embodyrl COMMAND --help describes each command. Exit codes: 0 done, 1 the job "
+               "failed, 2 bad arguments, configuration or directory, 130 interrupted.")
     sub = parser.add_subparsers(dest="command", required=True)
     t = sub.add_parser(
         "train", help="train a task with local learner and actor processes",
