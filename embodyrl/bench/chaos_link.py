@@ -75,6 +75,8 @@ def actor_kill(quick: bool) -> dict:
     try:
         for _ in range(kills):
             actor = _start_actor(endpoint, work, 1, 10**9)
+            stored = len(learner.rows)
+            learner.serve_until(lambda stored=stored: len(learner.rows) > stored, 60)  # started and streaming (slow under load)
             learner.serve(run_s)
             learner.serve(0.5, accept=False)  # lost in flight: only the spool still has these rows
             os.kill(actor.pid, signal.SIGKILL)
