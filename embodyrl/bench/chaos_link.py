@@ -94,7 +94,7 @@ def actor_kill(quick: bool) -> dict:
     finally:
         learner.close()
     return _record("actor_kill_restart", kills, logged_rows(work / "rows-1.jsonl"), learner.rows, recoveries,
-                   unacked_at_kill=spooled)
+                   unacked_at_kill=spooled, resends_dropped=learner.resends_dropped)
 
 
 def learner_kill(quick: bool) -> dict:
@@ -122,7 +122,7 @@ def learner_kill(quick: bool) -> dict:
             actor.kill()
         learner.close()
     return _record("learner_kill_restart", kills, logged_rows(work / "rows-2.jsonl"), learner.rows, recoveries,
-                   down_s=down_s)
+                   down_s=down_s, resends_dropped=learner.resends_dropped)
 
 
 def partition(quick: bool) -> dict:
@@ -318,4 +318,5 @@ def soak(seconds: float, fault_every_s: float = 30.0) -> dict:
             actor.kill()
         learner.close()
     return _record("soak", faults, logged_rows(log), learner.rows, recoveries, soak_s=seconds,
+                   resends_dropped=learner.resends_dropped,
                    actor_rss_mb_first=rss[0] if rss else 0.0, actor_rss_mb_last=rss[-1] if rss else 0.0)

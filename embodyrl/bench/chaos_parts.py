@@ -98,6 +98,7 @@ class LearnerSide:
         self.incarnation = 0
         self.server = None
         self.max_backlog = 0
+        self.resends_dropped = 0
 
     def start(self):
         from embodyrl.transport import LearnerServer
@@ -118,6 +119,12 @@ class LearnerSide:
             batches = self.server.poll(20)
             self.max_backlog = max(self.max_backlog, len(batches))
             for b in batches if accept else ():
+                if b.seq <= self.committed.get(b.session.actor_id, 0):
+                    # a resend racing a reconnect: the server checked the seq at HELLO, before this
+                    # poll's batches were stored; drop it as embodyrl.learner.Learner._ingest does
+                    self.resends_dropped += 1
+                    self.server.ack(b.session, b.seq, credits=len(b.steps))
+                    continue
                 self.rows += row_keys(b.steps)
                 self.committed[b.session.actor_id] = b.seq
                 self.server.ack(b.session, b.seq, credits=len(b.steps))
