@@ -24,6 +24,7 @@ class DurableLearnerSide:
     def __init__(self):
         self.rows: list[tuple[int, int]] = []
         self.committed: dict[int, int] = {}
+        self.received: dict[int, int] = {}
         self.server: LearnerServer | None = None
 
     def start(self, port: int):
@@ -41,6 +42,9 @@ class DurableLearnerSide:
             for b in self.server.poll(20):
                 if not accept(b):
                     continue  # as if it never arrived
+                if b.seq <= self.received.get(b.session.actor_id, 0):
+                    continue  # a resend of what this side already holds, as the real learner drops it
+                self.received[b.session.actor_id] = b.seq
                 self.rows += row_keys(b.steps)
                 self.committed[b.session.actor_id] = b.seq
                 self.server.ack(b.session, b.seq, credits=len(b.steps))
