@@ -104,8 +104,9 @@ def _receive_raw(batches: int, mode: str) -> float:
     proc = mp.get_context("spawn").Process(target=_raw_sender, args=(f"tcp://127.0.0.1:{port}", batches, mode))
     proc.start()
     if mode == "pickle":  # the receiver's work, made from a local twin of the payload (see above)
-        twin = pickle.dumps(_batch(IMAGE_SPEC, IMAGE_ACTION, 128, 0, 0).arrays(), protocol=pickle.HIGHEST_PROTOCOL)
-        ring = {k: np.zeros((8192, *v.shape[1:]), v.dtype) for k, v in pickle.loads(twin).items()}
+        local = _batch(IMAGE_SPEC, IMAGE_ACTION, 128, 0, 0).arrays()
+        twin = pickle.dumps(local, protocol=pickle.HIGHEST_PROTOCOL)
+        ring = {k: np.zeros((8192, *v.shape[1:]), v.dtype) for k, v in local.items()}
         cursor = 0
     nbytes, start = 0, None
     while True:
