@@ -9,8 +9,9 @@ import zmq
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from actor_helpers import logged_rows, row_keys, run_logging_actor
 from embodyrl import envs
+from embodyrl.bench.chaos_parts import logged_rows, row_keys
+from embodyrl.bench.chaos_parts import logging_actor as run_logging_actor
 from embodyrl.hal.wire import protocol as P
 from embodyrl.hal.wire.codec import PROTOCOL_VERSION, encode
 from embodyrl.transport import LearnerServer
@@ -94,7 +95,8 @@ def test_honest_actor_keeps_streaming_under_attack(tmp_path):
     log = tmp_path / "rows.jsonl"
     ctx = mp.get_context("spawn")
     honest = ctx.Process(target=run_logging_actor,
-                         args=(server.endpoint, 1, str(tmp_path / "spool"), str(log), 2000, 10.0))
+                         args=(server.endpoint, 1, str(tmp_path / "spool"), str(log), 2000),
+                         kwargs={"peer_timeout_s": 10.0})
     honest.start()
     attacker = zmq.Context.instance().socket(zmq.DEALER)
     attacker.setsockopt(zmq.LINGER, 0)

@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from actor_helpers import logged_rows, row_keys, run_logging_actor
+from embodyrl.bench.chaos_parts import logged_rows, row_keys
+from embodyrl.bench.chaos_parts import logging_actor as run_logging_actor
 from embodyrl.transport import LearnerServer
 
 
