@@ -66,15 +66,15 @@ def _resolve_config(args, run_dir: Path | None, extra_named: dict | None = None)
     return config
 
 
+def _run_dir(args) -> Path:
+    return Path(args.run_dir or f"runs/{args.task}-{time.strftime('%Y%m%d-%H%M%S')}")
+
+
 def _train(args) -> int:
     from .train import TrainingError, train
 
-    run_dir = Path(args.run_dir or f"runs/{args.task}-{time.strftime('%Y%m%d-%H%M%S')}")
-    try:
-        config = _resolve_config(args, run_dir, {"actors": args.actors, "algorithm": args.algorithm})
-    except _Refused as err:
-        print(f"embodyrl: {err}", file=sys.stderr)
-        return 2
+    run_dir = _run_dir(args)
+    config = _resolve_config(args, run_dir, {"actors": args.actors, "algorithm": args.algorithm})
     try:
         summary = train(config, run_dir, quiet=args.quiet)
     except KeyboardInterrupt:
@@ -94,12 +94,8 @@ def _learner(args) -> int:
     from .learner import Learner
     from .workers import _stop_on_signals
 
-    run_dir = Path(args.run_dir or f"runs/{args.task}-{time.strftime('%Y%m%d-%H%M%S')}")
-    try:
-        config = _resolve_config(args, run_dir, {"algorithm": args.algorithm, "learner.bind": args.bind})
-    except _Refused as err:
-        print(f"embodyrl: {err}", file=sys.stderr)
-        return 2
+    run_dir = _run_dir(args)
+    config = _resolve_config(args, run_dir, {"algorithm": args.algorithm, "learner.bind": args.bind})
     should_stop = _stop_on_signals()
     run_dir.mkdir(parents=True, exist_ok=True)
     save(config, run_dir / "config.json")
@@ -116,11 +112,7 @@ def _actor(args) -> int:
     from .hal.wire.client import LinkError
     from .workers import actor_main
 
-    try:
-        config = _resolve_config(args, None)
-    except _Refused as err:
-        print(f"embodyrl: {err}", file=sys.stderr)
-        return 2
+    config = _resolve_config(args, None)
     if args.log_dir:
         Path(args.log_dir).mkdir(parents=True, exist_ok=True)
     try:
@@ -321,7 +313,11 @@ def main(argv: list[str] | None = None) -> int:
     if extra and args.command not in ("train", "learner", "actor"):
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     args.overrides = extra
-    return args.func(args)
+    try:
+        return args.func(args)
+    except _Refused as err:
+        print(f"embodyrl: {err}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":
