@@ -15,7 +15,7 @@ def test_staged_batches_come_from_the_pool_and_cover_the_buffer_uniformly(tmp_pa
     staged = StagedSampler(replay, pool_chunks=4, turnover_every=1)
     rng = np.random.default_rng(0)
     counts = np.zeros(32)
-    for _ in range(4000):
+    for _ in range(12000):  # enough pool turnovers that residence times average out
         batch = staged.sample(rng, 64, 0.9)
         chunks = (batch["observation"]["x"][:, 0] // 64).astype(int)
         pooled = set(staged.pool)
