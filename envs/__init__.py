@@ -14,6 +14,7 @@ _REGISTRY: dict[str, str] = {
     "pendulum": "embodyrl.envs.pendulum:make",
     "arm_reach": "embodyrl.envs.arm:make",
     "pendulum_pixels": "embodyrl.envs.pixels:make",
+    "halfcheetah": "embodyrl.envs.gym_tasks:make_halfcheetah",
 }
 
 
