@@ -21,6 +21,12 @@ systematic errors: a stronger equator-pole heating contrast, a shorter
 relaxation time, and convection that tolerates a slightly unstable
 profile. Diagnostics per latitude band: the height of the 500 hPa surface
 from hydrostatic integration (a Z500 analogue) and T at 850 hPa.
+
+Decomposition: a :class:`ColumnModel` steps a block of latitude rows
+(``rows``); the horizontal exchange then needs one halo row from each
+neighbouring block, which :meth:`ColumnModel.step` asks of a callback (an
+MPI rank asks its neighbours). Every block draws the same full-grid weather
+noise from the shared seed, so a decomposed run equals the serial one.
 """
 
 from __future__ import annotations
@@ -75,6 +81,19 @@ class ColumnConfig:
         return self.nlat * self.nlon
 
 
+def row_split(nlat: int, parts: int) -> list[range]:
+    """Latitude rows per block, of nearly equal area: polar blocks get more rows than
+    tropical ones, so the blocks' column counts differ (as in a real decomposition)."""
+    if not 1 <= parts <= nlat:
+        raise ValueError(f"cannot split {nlat} latitude rows into {parts} blocks")
+    lat = np.deg2rad(np.linspace(-90 + 90 / nlat, 90 - 90 / nlat, nlat))
+    cum = np.cumsum(np.cos(lat))
+    edges = [0, *[int(np.searchsorted(cum, cum[-1] * i / parts)) + 1 for i in range(1, parts)], nlat]
+    for i in range(1, parts + 1):  # every block keeps at least one row
+        edges[i] = min(max(edges[i], edges[i - 1] + 1), nlat - (parts - i))
+    return [range(a, b) for a, b in zip(edges[:-1], edges[1:], strict=True)]
+
+
 class ColumnGrid:
     """Geometry and vertical coordinates shared by truth and model."""
 
@@ -105,9 +124,11 @@ class ColumnGrid:
         return np.sum(R_DRY * T / GRAVITY * below, axis=-1)
 
     def t850(self, theta):
-        return np.array([np.interp(-850.0, -self.p, t) for t in self.temperature(theta)]) \
-            if theta.ndim == 1 else np.apply_along_axis(lambda t: np.interp(-850.0, -self.p, t), -1,
-                                                        self.temperature(theta))
+        """Temperature (K) at 850 hPa, linear in pressure between the levels around it."""
+        k = int(np.searchsorted(-self.p, -850.0)) - 1
+        w = (self.p[k] - 850.0) / (self.p[k] - self.p[k + 1])
+        T = self.temperature(theta)
+        return (1 - w) * T[..., k] + w * T[..., k + 1]
 
     def band_means(self, field):
         """Area-weighted mean of a per-column field in each of the 6 latitude bands."""
@@ -117,17 +138,27 @@ class ColumnGrid:
 
 
 class ColumnModel:
-    """Steps a set of columns (all, or one rank's ``columns`` subset) of the grid."""
+    """Steps a block of latitude rows (all of them by default) of the grid."""
 
-    def __init__(self, cfg: ColumnConfig, seed: int = 0, columns: np.ndarray | None = None):
+    FEATURES = 3
+    """Per-level features of :meth:`features`: theta, pressure, relaxation tendency (scaled)."""
+    CONTEXT = 6
+    """Per-column context of :meth:`context`: latitude, local hour, season (sin and cos)."""
+
+    def __init__(self, cfg: ColumnConfig, seed: int = 0, rows: range | None = None):
         self.cfg = cfg
         self.grid = ColumnGrid(cfg)
-        self.columns = np.arange(cfg.columns) if columns is None else np.asarray(columns)
-        self.rng = np.random.default_rng(seed)
-        self.weather = np.zeros((cfg.columns, cfg.levels))
-        self.time_s = 0.0
+        self.rows = range(cfg.nlat) if rows is None else rows
+        if not (0 <= self.rows.start < self.rows.stop <= cfg.nlat and self.rows.step == 1):
+            raise ValueError(f"rows {self.rows} is not a block of the {cfg.nlat} latitude rows")
+        self.columns = np.arange(self.rows.start * cfg.nlon, self.rows.stop * cfg.nlon)
         g = self.grid
-        lat = g.col_lat[:, None]
+        self.col_lat, self.col_lon = g.col_lat[self.columns], g.col_lon[self.columns]
+        self.band, self.area = g.band[self.columns], g.area[self.columns]
+        self.rng = np.random.default_rng(seed)
+        self.weather = np.zeros((len(self.columns), cfg.levels))
+        self.time_s = 0.0
+        lat = self.col_lat[:, None]
         self._tau = DAY_S * (cfg.tau_free_days + (cfg.tau_surface_days - cfg.tau_free_days)
                              * np.clip((g.p - 700.0) / 295.0, 0, 1)[None, :] * np.cos(lat) ** 4)
         self._level_shape = np.exp(-((g.p - 500.0) / 250.0) ** 2)[None, :]
@@ -136,20 +167,20 @@ class ColumnModel:
     def equilibrium(self, time_s: float) -> np.ndarray:
         cfg, g = self.cfg, self.grid
         season = np.deg2rad(23.5) * np.sin(2 * np.pi * time_s / (365.0 * DAY_S))
-        lat = g.col_lat[:, None] - season
+        lat = self.col_lat[:, None] - season
         log_p = np.log(g.p / 1000.0)[None, :]
         T = (315.0 - cfg.delta_t_y * np.sin(lat) ** 2 - cfg.delta_theta_z * log_p * np.cos(lat) ** 2) * g.exner
-        local_hour = 2 * np.pi * (time_s / DAY_S) + g.col_lon[:, None]
+        local_hour = 2 * np.pi * (time_s / DAY_S) + self.col_lon[:, None]
         surface = np.clip((g.p - 800.0) / 195.0, 0, 1)[None, :]
-        T = T + cfg.diurnal_amplitude * surface * np.cos(local_hour - np.pi) * np.cos(g.col_lat[:, None])
+        T = T + cfg.diurnal_amplitude * surface * np.cos(local_hour - np.pi) * np.cos(self.col_lat[:, None])
         return np.maximum(T, 200.0) / g.exner
 
     def tendency(self, theta: np.ndarray, time_s: float) -> np.ndarray:
-        """Relaxation plus weather heating (K/s) for every column of the grid."""
-        cfg, g = self.cfg, self.grid
+        """Relaxation plus weather heating (K/s) for every column of the block."""
+        cfg = self.cfg
         relax = (self.equilibrium(time_s) - theta) / self._tau
-        waves = cfg.wave_amplitude / DAY_S * np.cos(3 * g.col_lon[:, None] - 2 * np.pi * time_s / (6 * DAY_S)) \
-            * np.sin(2 * g.col_lat[:, None]) ** 2 * self._level_shape
+        waves = cfg.wave_amplitude / DAY_S * np.cos(3 * self.col_lon[:, None] - 2 * np.pi * time_s / (6 * DAY_S)) \
+            * np.sin(2 * self.col_lat[:, None]) ** 2 * self._level_shape
         return relax + self.weather / DAY_S + waves
 
     def _advance_weather(self) -> None:
@@ -160,22 +191,27 @@ class ColumnModel:
             noise = (noise + np.roll(noise, 1, 1) + np.roll(noise, -1, 1)
                      + np.vstack([noise[:1], noise[:-1]]) + np.vstack([noise[1:], noise[-1:]])) / 5
         noise /= noise.std() + 1e-12
-        field = noise.reshape(-1, 1) * self._level_shape
+        field = noise.reshape(-1, 1)[self.columns] * self._level_shape
         self.weather = a * self.weather + np.sqrt(1 - a * a) * cfg.weather_std * field
 
-    def mix(self, theta: np.ndarray) -> np.ndarray:
-        """Vertical diffusion and horizontal exchange (full grid)."""
+    def _diffuse(self, theta: np.ndarray) -> np.ndarray:
+        v = self.cfg.vertical_diffusion
+        up = np.concatenate([theta[..., 1:], theta[..., -1:]], -1)
+        down = np.concatenate([theta[..., :1], theta[..., :-1]], -1)
+        return theta + v * (up + down - 2 * theta)
+
+    def mix(self, theta: np.ndarray, south: np.ndarray | None = None,
+            north: np.ndarray | None = None) -> np.ndarray:
+        """Vertical diffusion and horizontal exchange of the block. ``south``/``north``
+        are the neighbouring blocks' adjacent rows [nlon, levels] before mixing; None at
+        a pole (no flux across it)."""
         cfg = self.cfg
-        v = cfg.vertical_diffusion
-        up = np.concatenate([theta[:, 1:], theta[:, -1:]], 1)
-        down = np.concatenate([theta[:, :1], theta[:, :-1]], 1)
-        theta = theta + v * (up + down - 2 * theta)
-        grid = theta.reshape(cfg.nlat, cfg.nlon, -1)
-        north = np.concatenate([grid[1:], grid[-1:]], 0)
-        south = np.concatenate([grid[:1], grid[:-1]], 0)
-        h = cfg.horizontal_exchange
-        lap = np.roll(grid, 1, 1) + np.roll(grid, -1, 1) + north + south - 4 * grid
-        return (grid + h * lap / 4).reshape(theta.shape)
+        grid = self._diffuse(theta).reshape(len(self.rows), cfg.nlon, -1)
+        s = grid[:1] if south is None else self._diffuse(south)[None]
+        n = grid[-1:] if north is None else self._diffuse(north)[None]
+        ext = np.concatenate([s, grid, n], 0)
+        lap = np.roll(grid, 1, 1) + np.roll(grid, -1, 1) + ext[2:] + ext[:-2] - 4 * grid
+        return (grid + cfg.horizontal_exchange * lap / 4).reshape(theta.shape)
 
     def convect(self, theta: np.ndarray) -> np.ndarray:
         """Dry convective adjustment: mix unstable layers to a common theta, exactly
@@ -218,21 +254,54 @@ class ColumnModel:
         return np.take_along_axis(means, segment, axis=1)
 
     def step(self, theta: np.ndarray, correction: np.ndarray | None = None,
-             nudge_to: np.ndarray | None = None, nudge_tau_s: float = 3 * 3600.0) -> tuple[np.ndarray, np.ndarray]:
-        """One step of the full grid; returns (new theta, the nudging increment applied or zeros).
+             nudge_to: np.ndarray | None = None, nudge_tau_s: float = 3 * 3600.0,
+             halos=None) -> tuple[np.ndarray, np.ndarray]:
+        """One step of the block; returns (new theta, the nudging increment applied or zeros).
 
         ``correction`` is an added tendency (K/s) [columns, levels]; with
         ``nudge_to``, Newtonian relaxation ``(x_ref - x) / tau`` is applied too.
+        ``halos(theta) -> (south, north)`` supplies the neighbouring blocks' edge
+        rows of the updated state (None: this block is the whole grid).
         """
-        dt = self.cfg.dt_s
-        tend = self.tendency(theta, self.time_s)
-        if correction is not None:
-            tend = tend + correction
         nudge = np.zeros_like(theta) if nudge_to is None else (nudge_to - theta) / nudge_tau_s
-        theta = self.convect(self.mix(theta + dt * (tend + nudge)))
+        theta = self.tendency_update(theta, correction, nudge)
+        south, north = (None, None) if halos is None else halos(theta)
+        theta = self.convect(self.mix(theta, south, north))
         self._advance_weather()
-        self.time_s += dt
+        self.time_s += self.cfg.dt_s
         return theta, nudge
+
+    def tendency_update(self, theta: np.ndarray, correction: np.ndarray | None = None,
+                        nudge: np.ndarray | None = None) -> np.ndarray:
+        """theta + dt * (physics + correction + nudging): the state whose edge rows a
+        neighbouring block needs before it mixes."""
+        tend = self.tendency(theta, self.time_s)
+        for extra in (correction, nudge):
+            if extra is not None:
+                tend = tend + extra
+        return theta + self.cfg.dt_s * tend
+
+    # -- what a learnt correction sees ------------------------------------
+    def features(self, theta: np.ndarray) -> np.ndarray:
+        """[columns, levels, FEATURES] float32: theta, pressure and the relaxation
+        tendency, each scaled to order one."""
+        relax = (self.equilibrium(self.time_s) - theta) / self._tau * DAY_S
+        p = np.broadcast_to(self.grid.p / 1000.0, theta.shape)
+        return np.stack([(theta - 300.0) / 50.0, p, relax / 5.0], axis=-1).astype(np.float32)
+
+    def context(self) -> np.ndarray:
+        """[columns, CONTEXT] float32: where and when each column is."""
+        hour = 2 * np.pi * self.time_s / DAY_S + self.col_lon
+        season = np.full_like(hour, 2 * np.pi * self.time_s / (365.0 * DAY_S))
+        return np.stack([np.sin(self.col_lat), np.cos(self.col_lat), np.sin(hour), np.cos(hour),
+                         np.sin(season), np.cos(season)], axis=-1).astype(np.float32)
+
+    def band_sums(self, field: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(sum of area * field, sum of area) per band over this block's columns, for a
+        reduction across blocks."""
+        values = np.bincount(self.band, self.area * field, minlength=BANDS)
+        weights = np.bincount(self.band, self.area, minlength=BANDS)
+        return values, weights
 
     def initial_state(self, spin_up_days: float = 30.0) -> np.ndarray:
         theta = self.equilibrium(0.0)

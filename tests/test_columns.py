@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from embodyrl.envs.columns import DAY_S, ColumnConfig, ColumnModel
+from embodyrl.envs.columns import DAY_S, ColumnConfig, ColumnModel, row_split
 
 SMALL = {"nlat": 8, "nlon": 16}
 
@@ -73,3 +73,61 @@ def test_truth_and_model_differ_and_nudging_pulls_the_model_to_the_analysis(trut
     free, nudged = run(False), run(True)
     assert free > 5.0  # metres of Z500 error after two days: the model is wrong
     assert nudged < 0.5 * free
+
+
+def test_row_split_covers_the_grid_with_unequal_blocks():
+    blocks = row_split(32, 4)
+    assert [r.start for r in blocks[1:]] == [r.stop for r in blocks[:-1]]
+    assert blocks[0].start == 0 and blocks[-1].stop == 32
+    sizes = [len(r) for r in blocks]
+    assert len(set(sizes)) > 1 and sizes[0] > sizes[1]  # polar blocks hold more rows
+    assert [len(r) for r in row_split(5, 5)] == [1] * 5
+    with pytest.raises(ValueError, match="cannot split"):
+        row_split(4, 5)
+
+
+def test_blocks_stepped_with_halos_reproduce_the_serial_grid(truth_state):
+    full, theta0 = truth_state
+    cfg = full.cfg
+    serial = ColumnModel(cfg, seed=7)
+    blocks = [ColumnModel(cfg, seed=7, rows=r) for r in row_split(cfg.nlat, 3)]
+    for m in [serial, *blocks]:
+        m.time_s = 5 * DAY_S
+    x = theta0.copy()
+    parts = [theta0[m.columns].copy() for m in blocks]
+    rng = np.random.default_rng(3)
+    for _ in range(6):
+        correction = rng.normal(size=x.shape) * 1e-5
+        x, _ = serial.step(x, correction)
+        # each block's state after its tendency update, edge rows passed as MPI would
+        updated = [m.tendency_update(p, correction[m.columns]) for m, p in zip(blocks, parts, strict=True)]
+        parts = [m.step(p, correction[m.columns], halos=_halos(updated, i, cfg.nlon))[0]
+                 for i, (m, p) in enumerate(zip(blocks, parts, strict=True))]
+    np.testing.assert_allclose(np.concatenate(parts), x, rtol=0, atol=1e-9)
+
+
+def _halos(updated, i, nlon):
+    return lambda theta: (None if i == 0 else updated[i - 1][-nlon:],
+                          None if i == len(updated) - 1 else updated[i + 1][:nlon])
+
+
+def test_block_diagnostics_add_up_to_the_grid_means(truth_state):
+    model, theta = truth_state
+    g = model.grid
+    z = g.z500(theta)
+    total_v, total_w = np.zeros(6), np.zeros(6)
+    for rows in row_split(model.cfg.nlat, 3):
+        block = ColumnModel(model.cfg, rows=rows)
+        v, w = block.band_sums(z[block.columns])
+        total_v, total_w = total_v + v, total_w + w
+    np.testing.assert_allclose(total_v / total_w, g.band_means(z), rtol=1e-12)
+    t = g.temperature(theta)
+    np.testing.assert_allclose(g.t850(theta), [np.interp(-850.0, -g.p, row) for row in t], rtol=1e-12)
+
+
+def test_features_and_context_are_finite_and_of_order_one(truth_state):
+    model, theta = truth_state
+    f, c = model.features(theta), model.context()
+    assert f.shape == (*theta.shape, ColumnModel.FEATURES) and f.dtype == np.float32
+    assert c.shape == (theta.shape[0], ColumnModel.CONTEXT)
+    assert np.isfinite(f).all() and np.abs(f).max() < 10 and np.abs(c).max() <= 1
