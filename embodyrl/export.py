@@ -91,3 +91,34 @@ def export_sac(networks: sac.SACNetworks, actor_params, config: sac.SACConfig,
             "action_spec": networks.action_spec.to_msg(),
             "exploration": {"kind": "squashed_gaussian"}, "graph": graph}
     return meta, {k: np.asarray(v, np.float32) for k, v in arrays.items()}
+
+
+def export_ppo(networks, actor_params, version: PolicyVersion = NO_POLICY) -> tuple[dict, dict[str, np.ndarray]]:
+    """(graph, arrays) of PPO's policy (:mod:`embodyrl.algos.ppo`): the MLP's mean plus noise of its
+    learned ``log_std`` then the action scale (Gaussian), or its logits sampled or maxed (categorical).
+    ``actor_params`` as published: ``{"policy": ..., "log_std": ...}``; the runtime returns the
+    sample's log-probability, so a numpy actor can feed asynchronous PPO."""
+    policy = nnx.merge(networks.policy_graph, actor_params["policy"])
+    if type(policy) is not MLP or policy.norms is not None:
+        raise NotImplementedError("export covers the plain MLP policy")
+    arrays = flat_params.flatten({"actor": jax.device_get(actor_params)})
+    n_layers = len(policy.layers)
+    graph: list[dict] = [{"op": "concat", "fields": list(networks.observation_spec)}]
+    for i in range(n_layers):
+        graph.append({"op": "dense", "kernel": f"actor/policy/layers/{i}/kernel",
+                      "bias": f"actor/policy/layers/{i}/bias"})
+        if i < n_layers - 1:
+            graph.append({"op": "relu"})
+    if networks.discrete:
+        graph.append({"op": "categorical"})
+    else:
+        graph += [{"op": "gaussian_noise", "log_std": "actor/log_std"},
+                  {"op": "scale", "center": "scale/center", "half_range": "scale/half_range"}]
+        arrays["scale/center"] = np.asarray(networks.scale.center, np.float32)
+        arrays["scale/half_range"] = np.asarray(networks.scale.half_range, np.float32)
+    meta = {"format": runtime.FORMAT, "format_version": runtime.FORMAT_VERSION, "algo": "ppo",
+            "policy_version": list(version),
+            "observation_spec": networks.observation_spec.to_msg(),
+            "action_spec": networks.action_spec.to_msg(),
+            "exploration": {"kind": "sampled"}, "graph": graph}
+    return meta, {k: np.asarray(v, np.float32) for k, v in arrays.items()}

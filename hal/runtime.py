@@ -22,7 +22,12 @@ export format (version 1) is two files with the same stem:
 loaded with ``allow_pickle=False``). ``concat`` flattens each named
 observation field to float32 and concatenates them; ``dense`` is ``x @ kernel
 + bias`` (kernel ``[in, out]``); ``scale`` maps [-1, 1] to ``center +
-half_range * x``. Weight names are the learner's (``actor/...``), so
+half_range * x``. ``gaussian_noise`` adds ``exp(log_std) * N(0, 1)`` (a
+learned ``log_std`` array) when sampling, and ``categorical`` turns logits
+into a sampled or the most likely integer action (PPO); ``argmax`` takes
+the best of the values (DQN, explored epsilon-greedily). These three also
+give the sample's log-probability, returned as ``log_prob`` by
+:meth:`NumpyPolicy.act`. Weight names are the learner's (``actor/...``), so
 :meth:`NumpyPolicy.load_weights` follows the weights it publishes. A new
 network extends ``OPS`` and passes the same parity test against JAX.
 """
@@ -46,8 +51,10 @@ class ExportError(ValueError):
     """An export (graph or arrays) is malformed; the message names the op or array."""
 
 
-OPS = ("concat", "dense", "relu", "tanh", "scale", "gaussian_head")
-EXPLORATION = ("gaussian", "squashed_gaussian")
+OPS = ("concat", "dense", "relu", "tanh", "scale", "gaussian_head", "gaussian_noise", "categorical", "argmax")
+EXPLORATION = ("gaussian", "squashed_gaussian", "sampled", "epsilon_greedy")
+"""gaussian: noise of ``std`` half ranges on the action (DDPG); squashed_gaussian and sampled: the
+graph's own sample (SAC, PPO); epsilon_greedy: a uniform action with probability ``epsilon`` (DQN)."""
 
 
 class NumpyPolicy:
@@ -66,6 +73,7 @@ class NumpyPolicy:
         if self.exploration_kind not in EXPLORATION:
             raise ExportError(f"exploration kind {self.exploration_kind!r} is not one of {EXPLORATION}")
         self.exploration_std = float(exploration.get("std", 0.0))
+        self.epsilon = float(exploration.get("epsilon", 0.0))
         self._check_graph()
         self.arrays = self._checked_arrays(arrays, require_all=True)
         self.version = PolicyVersion(*graph.get("policy_version", NO_POLICY))
@@ -75,8 +83,13 @@ class NumpyPolicy:
     def act(self, observation: Mapping[str, np.ndarray], *, explore: bool = True) -> tuple[np.ndarray, dict]:
         """mu(o), plus noise from this policy's own RNG when exploring, clipped: Gaussian on
         the action (DDPG), or a sample of the squashed Gaussian the network outputs (SAC)."""
-        if explore and self.exploration_kind == "squashed_gaussian":
-            return self.action_spec.clip(self._forward(observation, sample=True)), {}
+        if explore and self.exploration_kind in ("squashed_gaussian", "sampled"):
+            action, log_prob = self._run(observation, sample=True)
+            extras = {} if log_prob is None else {"log_prob": float(np.sum(log_prob))}
+            return self.action_spec.clip(action), extras
+        if explore and self.exploration_kind == "epsilon_greedy" and self.rng.random() < self.epsilon:
+            spec = self.action_spec  # integers: every action equally likely, the maximum included
+            return np.asarray(self.rng.integers(int(spec.minimum), int(spec.maximum) + 1), spec.dtype), {}
         action = self.mean_action(observation)
         if explore and self.exploration_std > 0:
             half_range = (self.action_spec.maximum - self.action_spec.minimum) / 2
@@ -100,7 +113,11 @@ class NumpyPolicy:
         return self._forward(observation, sample=False)
 
     def _forward(self, observation: Mapping[str, np.ndarray], sample: bool) -> np.ndarray:
-        x = None
+        return self._run(observation, sample)[0]
+
+    def _run(self, observation: Mapping[str, np.ndarray], sample: bool) -> tuple[np.ndarray, np.ndarray | None]:
+        """(action, log-probability of a sample or None) through the graph."""
+        x, log_prob = None, None
         for op in self.ops:
             kind = op["op"]
             if kind == "concat":
@@ -120,6 +137,26 @@ class NumpyPolicy:
                 x = np.tanh(x)
             elif kind == "scale":
                 x = x * self.arrays[op["half_range"]] + self.arrays[op["center"]]
+                if log_prob is not None:  # the density in environment units
+                    log_prob = log_prob - np.sum(np.log(self.arrays[op["half_range"]]))
+            elif kind == "gaussian_noise":  # a learned state-independent std, in the units so far
+                log_std = self.arrays[op["log_std"]]
+                z = self.rng.normal(size=x.shape) if sample else np.zeros_like(x)
+                x = x + np.exp(log_std) * z
+                log_prob = np.sum(-0.5 * z**2 - log_std - 0.5 * np.log(2 * np.pi), axis=-1)
+            elif kind in ("categorical", "argmax"):  # logits (or values) -> an integer action
+                if kind == "categorical" and sample:
+                    shifted = x - x.max(axis=-1, keepdims=True)
+                    probs = np.exp(shifted) / np.exp(shifted).sum(axis=-1, keepdims=True)
+                    flat = probs.reshape(-1, probs.shape[-1])
+                    choice = np.array([self.rng.choice(len(p), p=p / p.sum()) for p in flat]).reshape(probs.shape[:-1])
+                else:
+                    choice = np.argmax(x, axis=-1)
+                if kind == "categorical":
+                    logits = x - x.max(axis=-1, keepdims=True)
+                    logp = logits - np.log(np.exp(logits).sum(axis=-1, keepdims=True))
+                    log_prob = np.take_along_axis(logp, choice[..., None], -1)[..., 0]
+                x = choice + int(self.action_spec.minimum)
             elif kind == "gaussian_head":  # [mean, raw log std] -> the mean, or a sample
                 mean, raw = np.split(x, 2, axis=-1)
                 lo, hi = float(op["log_std_min"]), float(op["log_std_max"])
@@ -127,14 +164,14 @@ class NumpyPolicy:
                 if sample:
                     log_std = lo + 0.5 * (hi - lo) * (np.tanh(raw) + 1.0)
                     x = mean + np.exp(log_std) * self.rng.normal(size=mean.shape)
-        return x.astype(self.action_spec.dtype, copy=False)
+        return x.astype(self.action_spec.dtype, copy=False), log_prob
 
     # -- validation ----------------------------------------------------------
     def _names(self) -> dict[str, str]:
         """Array name -> the role it plays, for every array the graph reads."""
         names = {}
         for op in self.ops:
-            for role in ("kernel", "bias", "center", "half_range"):
+            for role in ("kernel", "bias", "center", "half_range", "log_std"):
                 if role in op:
                     names[op[role]] = role
         return names
@@ -167,6 +204,14 @@ class NumpyPolicy:
                 if width % 2:
                     raise ExportError(f"gaussian_head splits {width} values into mean and log std")
                 width //= 2
+            elif op["op"] in ("categorical", "argmax"):
+                if self.action_spec.dtype.kind not in "iu" or self.action_spec.shape != ():
+                    raise ExportError(f"{op['op']}: needs a scalar integer action, not {self.action_spec.dtype}"
+                                      f"{self.action_spec.shape}")
+                width = 1
+            elif op["op"] == "gaussian_noise":
+                if out[op["log_std"]].shape != (width,):
+                    raise ExportError(f"{op['log_std']}: shape {out[op['log_std']].shape}; expected ({width},)")
             elif op["op"] == "scale":
                 for role in ("center", "half_range"):
                     if out[op[role]].shape != self.action_spec.shape:
