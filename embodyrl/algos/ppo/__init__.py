@@ -2,9 +2,9 @@
 synchronous or asynchronous with V-trace-style staleness corrections."""
 
 from .config import PPOConfig
-from .learning import TrainingState, act, init, make_update
+from .learning import TrainingState, act, act_with_log_prob, actor_params, init, make_update
 from .losses import clipped_surrogate, effective_sample_size, gae, gae_loop, vtrace, vtrace_loop
 from .networks import PPONetworks, make_networks
 
-__all__ = ["PPOConfig", "PPONetworks", "TrainingState", "act", "clipped_surrogate", "effective_sample_size",
+__all__ = ["PPOConfig", "PPONetworks", "TrainingState", "act", "act_with_log_prob", "actor_params", "clipped_surrogate", "effective_sample_size",
            "gae", "gae_loop", "init", "make_networks", "make_update", "vtrace", "vtrace_loop"]

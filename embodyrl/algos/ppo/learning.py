@@ -6,6 +6,12 @@ then ``epochs`` passes of ``minibatches`` clipped-surrogate steps, all in one
 ``lax.scan``. With staleness correction, the effective sample size of the
 batch's importance weights is measured and the step shrinks when it
 collapses.
+
+Truncation is not termination: a batch may carry ``truncated`` [T, B] and
+``next_observation`` [T, B, ...]; where an episode was cut by its time
+limit, gamma V(o_T+1) is folded into the reward and the discount set to 0,
+so the return bootstraps from the episode's own last observation rather
+than the next episode's first one.
 """
 
 from __future__ import annotations
@@ -47,6 +53,17 @@ def act(networks: PPONetworks, config: PPOConfig, params, observation, key, expl
                     "value": networks.value(params, observation)}
 
 
+def actor_params(params) -> dict:
+    """What an actor needs to act: the policy (and the Gaussian's log std), not the value network."""
+    return {k: v for k, v in params.items() if k != "value"}
+
+
+def act_with_log_prob(networks: PPONetworks, params, observation, key, explore: bool = True):
+    """The actor's step: (action, {"log_prob"}) from actor parameters alone (no value network)."""
+    action = networks.sample(params, observation, key) if explore else networks.mode(params, observation)
+    return action, {"log_prob": networks.log_prob(params, observation, action)}
+
+
 def make_update(networks: PPONetworks, config: PPOConfig):
     optimizer = _optimizer(config)
 
@@ -55,11 +72,16 @@ def make_update(networks: PPONetworks, config: PPOConfig):
         bootstrap = networks.value(params, batch["bootstrap_observation"])
         logp = networks.log_prob(params, batch["observation"], batch["action"])
         log_rhos = logp - batch["behaviour_log_prob"]
-        if config.staleness_correction:
-            returns, advantages = vtrace(batch["reward"], values, batch["discount"], bootstrap, log_rhos,
+        rewards, discounts = batch["reward"], batch["discount"]
+        if "truncated" in batch:  # bootstrap through the time limit from the episode's own last observation
+            cut = batch["truncated"].astype(jnp.float32)
+            rewards = rewards + cut * config.discount * networks.value(params, batch["next_observation"])
+            discounts = discounts * (1.0 - cut)
+        if config.corrects_staleness:
+            returns, advantages = vtrace(rewards, values, discounts, bootstrap, log_rhos,
                                          config.rho_clip, config.c_clip)
         else:
-            advantages, returns = gae(batch["reward"], values, batch["discount"], bootstrap, config.gae_lambda)
+            advantages, returns = gae(rewards, values, discounts, bootstrap, config.gae_lambda)
         ess = effective_sample_size(log_rhos.reshape(-1)) / log_rhos.size
         return advantages, returns, values, logp, ess
 
@@ -77,7 +99,7 @@ def make_update(networks: PPONetworks, config: PPOConfig):
 
     def update(state: TrainingState, batch) -> tuple[TrainingState, dict]:
         advantages, returns, values, logp, ess = targets(state.params, batch)
-        lr_scale = jnp.minimum(1.0, ess / config.min_ess_fraction) if config.staleness_correction else 1.0
+        lr_scale = jnp.minimum(1.0, ess / config.min_ess_fraction) if config.corrects_staleness else 1.0
         flat = jax.tree.map(lambda x: x.reshape(-1, *x.shape[2:]), {
             "observation": batch["observation"], "action": batch["action"], "advantage": advantages,
             "return": returns, "old_value": values, "old_log_prob": logp})
