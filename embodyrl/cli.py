@@ -102,7 +102,8 @@ def _learner(args) -> int:
     device, _ = envs.make(config.task)
     learner = Learner(config, device.observation_spec, device.action_spec, run_dir)
     (run_dir / "learner.json").write_text(json.dumps({"endpoint": learner.endpoint}) + "\n")
-    print(json.dumps({"endpoint": learner.endpoint, "run_dir": str(run_dir)}), flush=True)
+    print(json.dumps({"endpoint": learner.endpoint, "run_dir": str(run_dir),
+                      "resumed_from_updates": learner.counters.updates if learner.resumed else None}), flush=True)
     counters = learner.run(should_stop)
     print(json.dumps(dataclasses.asdict(counters)), flush=True)
     return 130 if should_stop() else 0
@@ -116,7 +117,7 @@ def _actor(args) -> int:
     if args.log_dir:
         Path(args.log_dir).mkdir(parents=True, exist_ok=True)
     try:
-        actor_main(dataclasses.asdict(config), args.connect, args.index, args.log_dir)
+        actor_main(dataclasses.asdict(config), args.connect, args.index, args.log_dir, args.max_steps)
     except LinkError as err:
         print(f"embodyrl: actor: {err}", file=sys.stderr)
         return 1
@@ -222,7 +223,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--run-dir", help="where the run directory goes (default runs/TASK-TIME)")
     t.add_argument("--seed", type=int)
     t.add_argument("--actors", type=int, help="number of actor processes")
-    t.add_argument("--algorithm", choices=("ddpg", "td3", "sac", "rlpd"), help="off-policy algorithm (default ddpg)")
+    t.add_argument("--algorithm", choices=("ddpg", "td3", "sac", "rlpd", "ppo"), help="algorithm (default ddpg; ppo is on-policy)")
     t.add_argument("--config", metavar="FILE.yaml", help="YAML file merged over the task's defaults")
     t.add_argument("--quiet", action="store_true", help="no progress lines")
     t.add_argument("--resume", action="store_true",
@@ -245,7 +246,7 @@ def build_parser() -> argparse.ArgumentParser:
     ln.add_argument("--config", metavar="FILE.yaml", help="YAML file merged over the task's defaults")
     ln.add_argument("--steps", type=int, help="environment steps, summed over all actors")
     ln.add_argument("--seed", type=int)
-    ln.add_argument("--algorithm", choices=("ddpg", "td3", "sac", "rlpd"))
+    ln.add_argument("--algorithm", choices=("ddpg", "td3", "sac", "rlpd", "ppo"))
     ln.add_argument("--resume", action="store_true", help="continue the run in --run-dir")
     ln.set_defaults(func=_learner)
     a = sub.add_parser(
@@ -259,7 +260,11 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--connect", required=True, metavar="ENDPOINT", help="the learner's endpoint, tcp://HOST:PORT")
     a.add_argument("--index", type=int, default=0, help="this actor's id, unique per learner (default 0)")
     a.add_argument("--config", metavar="FILE", help="the learner's config.json, or a YAML file")
-    a.add_argument("--log-dir", help="append the actor's counters to LOG_DIR/actor-INDEX.jsonl")
+    a.add_argument("--log-dir", help="append the actor's counters to LOG_DIR/actor-INDEX.jsonl and its "
+                                     "batch ledger (seq, rows, digest) to LOG_DIR/actor-INDEX.ledger.jsonl")
+    a.add_argument("--max-steps", type=int, metavar="N",
+                   help="stop after N control steps, once the learner has acknowledged them (or "
+                        "actor.flush_timeout_s has passed); default: run until the learner says goodbye")
     a.add_argument("--steps", type=int, help=argparse.SUPPRESS)
     a.add_argument("--seed", type=int, help="seed (the actor's own is seed * 1000 + index)")
     a.set_defaults(func=_actor, resume=False)

@@ -14,10 +14,13 @@ from pathlib import Path
 
 import numpy as np
 
-from .hal.steps import Source
+from .hal.steps import Source, rows_digest
 from .replay.layout import DATA_FILE, INDEX_FILES, META_FILE, Layout
 from .replay.ring import ChunkRing
 from .replay.store import ChunkStore
+
+_IDENTITY = ("actor_id", "device_id", "episode_id", "step_index")
+"""The columns of a row's identity, digested as the actor's ledger digests them."""
 
 
 def replay_directory(path: Path) -> Path:
@@ -29,7 +32,7 @@ def replay_directory(path: Path) -> Path:
     raise FileNotFoundError(f"{path}: no replay here (neither {META_FILE} nor replay/{META_FILE})")
 
 
-def _newest_commit(directory: Path) -> dict | None:
+def newest_commit(directory: Path) -> dict | None:
     bodies, errors = [], []
     for name in INDEX_FILES:
         try:
@@ -52,21 +55,24 @@ def _source_name(value: int) -> str:
 
 
 def inspect(path: Path) -> dict:
-    """Size, capacity, chunks, rows by source and by actor, policy versions, committed seqs."""
+    """Size, capacity, chunks, rows by source and by actor (with their digest), policy versions, committed seqs."""
     directory = replay_directory(path)
     layout = Layout.from_json((directory / META_FILE).read_text(), str(directory / META_FILE))
     ring = ChunkRing(layout.chunks, layout.chunk_rows)
-    body = _newest_commit(directory)
+    body = newest_commit(directory)
     if body is not None:
         ring.load(body["ring"])
     rows = np.memmap(directory / DATA_FILE, layout.dtype, mode="r", shape=(layout.capacity,))
-    by_source, by_actor, versions = Counter(), Counter(), Counter()
+    by_source, by_actor, versions, digests = Counter(), Counter(), Counter(), Counter()
     episodes = set()
     for chunk in np.flatnonzero(ring.fill):
         base = int(chunk) * layout.chunk_rows
         part = rows[base:base + int(ring.fill[chunk])]
         by_source.update(dict(zip(*np.unique(part["source"], return_counts=True), strict=True)))
         by_actor.update(dict(zip(*np.unique(part["actor_id"], return_counts=True), strict=True)))
+        for actor in np.unique(part["actor_id"]):
+            mine = part[part["actor_id"] == actor]
+            digests[int(actor)] = (digests[int(actor)] + rows_digest({k: mine[k] for k in _IDENTITY})) % (1 << 64)
         pairs = np.stack([part["policy_incarnation"], part["policy_count"]], axis=1)
         unique, counts = np.unique(pairs, axis=0, return_counts=True)
         versions.update({(int(i), int(c)): int(n) for (i, c), n in zip(unique, counts, strict=True)})
@@ -89,6 +95,7 @@ def inspect(path: Path) -> dict:
         "episodes_complete": len(episodes),
         "rows_by_source": {_source_name(int(s)): int(n) for s, n in sorted(by_source.items())},
         "rows_by_actor": {str(int(a)): int(n) for a, n in sorted(by_actor.items())},
+        "digest_by_actor": {str(a): d for a, d in sorted(digests.items())},
         "policy_versions": len(versions),
         "policy_count_min": min(counts) if counts else None,
         "policy_count_max": max(counts) if counts else None,

@@ -26,16 +26,29 @@ def _stop_on_signals():
     return lambda: state["stop"]
 
 
+def learner_class(algorithm: str):
+    """The learner service for ``algorithm``: on-policy (PPO) or off-policy with replay."""
+    from .algos.registry import ON_POLICY
+
+    if algorithm in ON_POLICY:
+        from .onpolicy import OnPolicyLearner
+
+        return OnPolicyLearner
+    from .learner import Learner
+
+    return Learner
+
+
 def learner_main(config_dict: dict, run_dir: str, conn) -> None:
     should_stop = _stop_on_signals()
     try:
         from . import envs
         from .config import TrainConfig, from_dict
-        from .learner import Learner
 
         config = from_dict(TrainConfig, config_dict)
         device, _ = envs.make(config.task)
-        learner = Learner(config, device.observation_spec, device.action_spec, Path(run_dir))
+        learner = learner_class(config.algorithm)(config, device.observation_spec, device.action_spec,
+                                                  Path(run_dir))
         conn.send(("ready", learner.endpoint))
         learner.run(should_stop)
         conn.send(("done", dataclasses.asdict(learner.counters)))
@@ -46,26 +59,50 @@ def learner_main(config_dict: dict, run_dir: str, conn) -> None:
         conn.close()
 
 
-def actor_main(config_dict: dict, endpoint: str, index: int, run_dir: str | None = None) -> None:
-    """Run actor ``index``; with ``run_dir``, append its stats to ``actor-<index>.jsonl`` each second."""
+def actor_main(config_dict: dict, endpoint: str, index: int, run_dir: str | None = None,
+               max_steps: int | None = None) -> None:
+    """Run actor ``index`` until the learner says goodbye, a signal, or ``max_steps`` control steps.
+
+    With ``run_dir`` it appends its stats to ``actor-<index>.jsonl`` each second and keeps
+    ``actor-<index>.ledger.jsonl``, one line per batch its link took (see
+    :mod:`embodyrl.hal.ledger`). With ``actor.spool_dir`` its unacknowledged batches live on disk
+    and a restart resends them. On a clean stop it waits ``actor.flush_timeout_s`` for the
+    learner to acknowledge what it spooled.
+    """
     should_stop = _stop_on_signals()
     from . import envs
     from .config import TrainConfig, from_dict
     from .hal.actor import ActorLoop
+    from .hal.ledger import BatchLedger
     from .hal.safety import SafeDevice, SafetyConfig
     from .hal.wire.client import LearnerLink
     from .hal.wire.protocol import DeviceInfo
+    from .hal.wire.spool import Spool
     from .policy import JaxPolicy
 
     config = from_dict(TrainConfig, config_dict)
-    actor_config = dataclasses.replace(config.actor, actor_id=index, seed=config.seed * 1000 + index)
+    ac = config.actor
+    actor_config = dataclasses.replace(ac, actor_id=index, seed=config.seed * 1000 + index)
     raw_device, task = envs.make(config.task)
     device = SafeDevice(raw_device, SafetyConfig())  # clipping to the spec, counted
     policy = JaxPolicy(device.observation_spec, device.action_spec, config.off_policy, seed=actor_config.seed)
     info = DeviceInfo(0, config.task, device.observation_spec, device.action_spec)
+    spool = Spool(Path(ac.spool_dir) / f"actor-{index}" if ac.spool_dir else None,
+                  disk_bytes=ac.spool_disk_mb << 20, on_full=ac.spool_on_full)
     link = LearnerLink(endpoint, actor_name=f"actor-{index}", actor_id=index, devices=[info],
-                       peer_timeout_s=config.learner.peer_timeout_s)
+                       peer_timeout_s=config.learner.peer_timeout_s, spool=spool)
     log = open(Path(run_dir) / f"actor-{index}.jsonl", "a") if run_dir else None  # noqa: SIM115
+    ledger = BatchLedger(Path(run_dir) / f"actor-{index}.ledger.jsonl") if run_dir else None
+    if ledger is not None:
+        ledger.reconcile(spool)
+        send_steps = link.send_steps
+
+        def send_and_record(device_id, steps):
+            seq = send_steps(device_id, steps)
+            ledger.record(seq, steps)
+            return seq
+
+        link.send_steps = send_and_record
 
     def report(snapshot: dict) -> None:
         log.write(json.dumps({"time": time.time(), "actor": index, **snapshot}) + "\n")
@@ -74,7 +111,10 @@ def actor_main(config_dict: dict, endpoint: str, index: int, run_dir: str | None
     try:
         with device, link:
             ActorLoop(device, task, policy, link, actor_config).run(
-                should_stop=should_stop, report=report if log else None)
+                max_steps=max_steps, should_stop=should_stop, report=report if log else None)
+            if link.bye_reason is None:
+                link.flush(ac.flush_timeout_s)
     finally:
-        if log:
-            log.close()
+        for file in (log, ledger):
+            if file is not None:
+                file.close()

@@ -52,6 +52,21 @@ class ActorConfig:
     """Pace the loop with a RateClock at the control rate (real hardware); off for simulators."""
     realtime_priority: int = 0
     """With ``realtime``: run the loop under SCHED_FIFO at this priority (1-99) if permitted; 0: don't."""
+    spool_dir: str = ""
+    """Directory of the spool of unacknowledged batches (each actor uses ``actor-INDEX`` inside it):
+    an actor restarted on it resends what the learner has not acknowledged. Empty: RAM only."""
+    spool_disk_mb: int = 8192
+    """The spool's disk budget; past it the actor pauses its devices or drops the oldest batches."""
+    spool_on_full: str = "pause"
+    """``pause`` (devices held in their safe state until acks drain the spool) or ``drop_oldest``."""
+    flush_timeout_s: float = 10.0
+    """On a clean stop, how long the actor waits for the learner to acknowledge what it spooled."""
+
+    def __post_init__(self):
+        if self.spool_on_full not in ("pause", "drop_oldest"):
+            raise ValueError(f"actor.spool_on_full must be 'pause' or 'drop_oldest', not {self.spool_on_full!r}")
+        if self.spool_disk_mb <= 0 or self.flush_timeout_s < 0:
+            raise ValueError("actor.spool_disk_mb must be positive and actor.flush_timeout_s non-negative")
 
 
 @dataclass

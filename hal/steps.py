@@ -275,3 +275,33 @@ class StepRecorder:
         )
         self._rows = 0
         return steps
+
+
+_MIX1, _MIX2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+
+
+def _splitmix(x: np.ndarray) -> np.ndarray:
+    """SplitMix64's finaliser: a well-mixed 64-bit hash of each element."""
+    x = x ^ (x >> np.uint64(30))
+    x = x * _MIX1
+    x = x ^ (x >> np.uint64(27))
+    x = x * _MIX2
+    return x ^ (x >> np.uint64(31))
+
+
+def rows_digest(columns) -> int:
+    """An order-independent 64-bit digest of a batch's row identities.
+
+    ``columns`` is a :class:`Steps` or a mapping with ``actor_id``,
+    ``device_id``, ``episode_id`` and ``step_index``. Digests add (mod 2**64),
+    so the digest of everything an actor sent is the sum of its batches',
+    and a row stored twice or not at all changes it: the exact-once check of
+    an actor's ledger against the replay (``embodyrl replay DIR``).
+    """
+    get = columns.get if hasattr(columns, "get") else lambda name: getattr(columns, name)
+    with np.errstate(over="ignore"):
+        ident = (np.asarray(get("actor_id")).astype(np.uint64) << np.uint64(40)) ^ \
+            (np.asarray(get("device_id")).astype(np.uint64) << np.uint64(32)) ^ \
+            np.asarray(get("step_index")).astype(np.uint32).astype(np.uint64)
+        hashed = _splitmix(_splitmix(np.asarray(get("episode_id")).astype(np.uint64)) ^ ident)
+        return int(hashed.sum(dtype=np.uint64))
