@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import json
 import multiprocessing as mp
-import sys
 import time
 from pathlib import Path
 
 from .config import TrainConfig, save, to_dict
+from .display import Display
 from .workers import actor_main, learner_main
 
 START_TIMEOUT_S = 180.0
@@ -40,36 +40,8 @@ def _stop(processes, grace_s: float = GRACE_S) -> None:
             p.join(5)
 
 
-class Progress:
-    """Prints the newest metrics line every few seconds (nothing when quiet)."""
-
-    def __init__(self, path: Path, total_steps: int, quiet: bool, every_s: float = 2.0):
-        self.path, self.total, self.quiet, self.every_s = path, total_steps, quiet, every_s
-        self._last = 0.0
-        self._return = None
-
-    def show(self, force: bool = False) -> None:
-        if self.quiet or (not force and time.monotonic() - self._last < self.every_s):
-            return
-        self._last = time.monotonic()
-        if not self.path.exists():
-            return
-        lines = self.path.read_text().splitlines()
-        if not lines:
-            return
-        m = json.loads(lines[-1])
-        for line in reversed(lines):
-            r = json.loads(line).get("episode_return")
-            if r is not None:
-                self._return = r
-                break
-        ret = "-" if self._return is None else f"{self._return:8.1f}"
-        print(f"[{m['time']:7.1f}s] steps {m['env_steps']:>8}/{self.total}  episodes {m['episodes']:>5}  "
-              f"return {ret}  updates {m['updates']:>8} ({m['updates_per_s']:.0f}/s)  "
-              f"version {m['policy_version']}  actors {m['actors']}", file=sys.stderr, flush=True)
-
-
-def train(config: TrainConfig, run_dir: Path, quiet: bool = False) -> dict:
+def train(config: TrainConfig, run_dir: Path, quiet: bool = False, progress: str = "auto") -> dict:
+    """Run ``config`` into ``run_dir``; ``progress`` is a display mode of :mod:`embodyrl.display`."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     save(config, run_dir / "config.json")
@@ -79,8 +51,10 @@ def train(config: TrainConfig, run_dir: Path, quiet: bool = False) -> dict:
     learner = ctx.Process(target=learner_main, name="embodyrl-learner",
                           args=(to_dict(config), str(run_dir), child_conn))
     processes = [learner]
-    progress = Progress(run_dir / "metrics.jsonl", config.steps, quiet)
+    progress = Display(run_dir / "metrics.jsonl", config.steps, "quiet" if quiet else progress,
+                       title=f"embodyrl train {config.task}")
     try:
+        progress.__enter__()
         learner.start()
         child_conn.close()
         endpoint = _expect(parent_conn, learner, "ready", START_TIMEOUT_S)
@@ -103,6 +77,7 @@ def train(config: TrainConfig, run_dir: Path, quiet: bool = False) -> dict:
         for actor in processes[1:]:
             actor.join(30)
     finally:
+        progress.close()
         _stop(processes)
     wall_s = time.monotonic() - started
     summary = {"env_steps": _last_metrics(run_dir)["env_steps"], "wall_s": round(wall_s, 1)}
