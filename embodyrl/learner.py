@@ -34,6 +34,7 @@ from .hal import params as flat_params
 from .hal.specs import ArraySpec, DictSpec
 from .hal.steps import PolicyVersion, new_incarnation
 from .hal.wire.protocol import DeviceInfo
+from .hal.wire.security import ServerKeys
 from .policy import save_policy
 from .replay import PersistentReplay, Prefetcher, RateLimiter
 from .transport import LearnerServer, ReceivedSteps
@@ -50,7 +51,8 @@ class Counters:
 
 class Learner:
     def __init__(self, config: TrainConfig, observation_spec: DictSpec, action_spec: ArraySpec,
-                 run_dir: Path):
+                 run_dir: Path, *, keys: ServerKeys | None = None, allow_insecure: bool = False):
+        """``keys``: CurveZMQ for the actors' link; without them only loopback unless ``allow_insecure``."""
         self.config = config
         self.observation_spec = observation_spec
         self.action_spec = action_spec
@@ -71,6 +73,7 @@ class Learner:
             self.limiter.restore(self.replay.size)
         self.server = LearnerServer(lc.bind, run_id=self.run_dir.name, incarnation=self.incarnation,
                                     admit=self._admit, peer_timeout_s=lc.peer_timeout_s,
+                                    keys=keys, allow_insecure=allow_insecure,
                                     committed_seq=lambda actor_id: self.replay.committed_seqs.get(actor_id, 0))
         self.rng = np.random.default_rng(config.seed)
         self.counters = Counters()
