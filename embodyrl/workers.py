@@ -39,7 +39,8 @@ def learner_class(algorithm: str):
     return Learner
 
 
-def learner_main(config_dict: dict, run_dir: str, conn) -> None:
+def learner_main(config_dict: dict, run_dir: str, conn, security: dict | None = None) -> None:
+    """Run the learner; ``security``: its ``keys``/``allow_insecure`` keyword arguments (CurveZMQ)."""
     should_stop = _stop_on_signals()
     try:
         from . import envs
@@ -48,7 +49,7 @@ def learner_main(config_dict: dict, run_dir: str, conn) -> None:
         config = from_dict(TrainConfig, config_dict)
         device, _ = envs.make(config.task)
         learner = learner_class(config.algorithm)(config, device.observation_spec, device.action_spec,
-                                                  Path(run_dir))
+                                                  Path(run_dir), **(security or {}))
         conn.send(("ready", learner.endpoint))
         learner.run(should_stop)
         conn.send(("done", dataclasses.asdict(learner.counters)))
@@ -60,14 +61,15 @@ def learner_main(config_dict: dict, run_dir: str, conn) -> None:
 
 
 def actor_main(config_dict: dict, endpoint: str, index: int, run_dir: str | None = None,
-               max_steps: int | None = None) -> None:
+               max_steps: int | None = None, *, keys=None, allow_insecure: bool = False) -> None:
     """Run actor ``index`` until the learner says goodbye, a signal, or ``max_steps`` control steps.
 
     With ``run_dir`` it appends its stats to ``actor-<index>.jsonl`` each second and keeps
     ``actor-<index>.ledger.jsonl``, one line per batch its link took (see
     :mod:`embodyrl.hal.ledger`). With ``actor.spool_dir`` its unacknowledged batches live on disk
     and a restart resends them. On a clean stop it waits ``actor.flush_timeout_s`` for the
-    learner to acknowledge what it spooled.
+    learner to acknowledge what it spooled. ``keys`` (``ClientKeys``) secure its link with CurveZMQ;
+    without them it dials only loopback unless ``allow_insecure``.
     """
     should_stop = _stop_on_signals()
     from . import envs
@@ -90,7 +92,8 @@ def actor_main(config_dict: dict, endpoint: str, index: int, run_dir: str | None
     spool = Spool(Path(ac.spool_dir) / f"actor-{index}" if ac.spool_dir else None,
                   disk_bytes=ac.spool_disk_mb << 20, on_full=ac.spool_on_full)
     link = LearnerLink(endpoint, actor_name=f"actor-{index}", actor_id=index, devices=[info],
-                       peer_timeout_s=config.learner.peer_timeout_s, spool=spool)
+                       peer_timeout_s=config.learner.peer_timeout_s, spool=spool,
+                       keys=keys, allow_insecure=allow_insecure)
     log = open(Path(run_dir) / f"actor-{index}.jsonl", "a") if run_dir else None  # noqa: SIM115
     ledger = BatchLedger(Path(run_dir) / f"actor-{index}.ledger.jsonl") if run_dir else None
     if ledger is not None:
