@@ -10,8 +10,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .algos.ddpg.config import DDPGConfig
+from .algos.ppo.config import PPOConfig
 from .algos.registry import NAMES as ALGORITHMS
-from .algos.registry import OffPolicy, resolve
+from .algos.registry import OffPolicy, OnPolicy, resolve
 from .algos.sac.config import SACConfig
 from .hal.actor import ActorConfig
 
@@ -69,11 +70,13 @@ class TrainConfig:
     actors: int = 1
     eval_episodes: int = 10
     algorithm: str = "ddpg"
-    """ddpg, td3 (DDPG with TD3's options), sac, or rlpd (SAC with RLPD's options)."""
+    """ddpg, td3 (DDPG with TD3's options), sac, rlpd (SAC with RLPD's options), or ppo (on-policy)."""
     ddpg: DDPGConfig = field(default_factory=DDPGConfig)
     """DDPG's and TD3's settings."""
     sac: SACConfig = field(default_factory=SACConfig)
     """SAC's and RLPD's settings."""
+    ppo: PPOConfig = field(default_factory=PPOConfig)
+    """PPO's settings (rollout shape, staleness: ``ppo.max_staleness``)."""
     learner: LearnerConfig = field(default_factory=LearnerConfig)
     actor: ActorConfig = field(default_factory=ActorConfig)
 
@@ -82,9 +85,9 @@ class TrainConfig:
             raise ValueError(f"algorithm: unknown {self.algorithm!r}; known: {', '.join(ALGORITHMS)}")
 
     @property
-    def off_policy(self) -> OffPolicy:
-        """The configured algorithm with its settings resolved."""
-        return resolve(self.algorithm, self.ddpg, self.sac)
+    def off_policy(self) -> OffPolicy | OnPolicy:
+        """The configured algorithm with its settings resolved (PPO too: the actor side is shared)."""
+        return resolve(self.algorithm, self.ddpg, self.sac, self.ppo)
 
 
 # Tuned per-task values, kept apart from the generic defaults above.

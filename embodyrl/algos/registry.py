@@ -1,9 +1,12 @@
-"""The off-policy algorithms a learner can run, by name, behind one interface.
+"""The algorithms a learner can run, by name, behind one interface.
 
 ``ddpg`` and ``td3`` share DDPG's code and config section (``td3`` applies
 TD3's options on top); ``sac`` and ``rlpd`` share SAC's. Each resolves to an
 :class:`OffPolicy`: build networks and state, the update, the action, and
-the deterministic action used for evaluation and export.
+the deterministic action used for evaluation and export. ``ppo`` resolves
+to an :class:`OnPolicy` with the same actor side (its action carries the
+log-probability the learner's staleness corrections need); its learner is
+:mod:`embodyrl.onpolicy`.
 """
 
 from __future__ import annotations
@@ -13,9 +16,10 @@ from typing import Any
 
 import jax
 
-from . import ddpg, sac
+from . import ddpg, ppo, sac
 
-NAMES = ("ddpg", "td3", "sac", "rlpd")
+NAMES = ("ddpg", "td3", "sac", "rlpd", "ppo")
+ON_POLICY = ("ppo",)
 
 
 @dataclass(frozen=True)
@@ -56,7 +60,34 @@ class OffPolicy:
         return self.config.discount
 
 
-def resolve(name: str, ddpg_config: ddpg.DDPGConfig, sac_config: sac.SACConfig) -> OffPolicy:
+@dataclass(frozen=True)
+class OnPolicy:
+    """PPO behind the actor-side interface of :class:`OffPolicy` (its learner is :mod:`embodyrl.onpolicy`)."""
+
+    name: str
+    config: Any
+    module: Any = ppo
+
+    def init(self, key, observation_spec, action_spec):
+        return ppo.init(key, observation_spec, action_spec, self.config)
+
+    def actor_networks(self, observation_spec, action_spec, key):
+        networks, params = ppo.make_networks(observation_spec, action_spec, self.config, key)
+        return networks, ppo.actor_params(params)
+
+    def act(self, networks, actor_params, observation, key, explore: bool):
+        return ppo.act_with_log_prob(networks, actor_params, observation, key, explore)
+
+    def mean_action(self, networks, actor_params, observation) -> jax.Array:
+        return networks.mode(actor_params, observation)
+
+    @property
+    def discount(self) -> float:
+        return self.config.discount
+
+
+def resolve(name: str, ddpg_config: ddpg.DDPGConfig, sac_config: sac.SACConfig,
+            ppo_config: ppo.PPOConfig | None = None) -> OffPolicy | OnPolicy:
     if name == "ddpg":
         return OffPolicy(name, ddpg_config, ddpg)
     if name == "td3":
@@ -65,13 +96,17 @@ def resolve(name: str, ddpg_config: ddpg.DDPGConfig, sac_config: sac.SACConfig) 
         return OffPolicy(name, sac_config, sac)
     if name == "rlpd":
         return OffPolicy(name, sac.rlpd(sac_config), sac)
+    if name == "ppo":
+        return OnPolicy(name, ppo_config or ppo.PPOConfig())
     raise ValueError(f"unknown algorithm {name!r}; known: {', '.join(NAMES)}")
 
 
-def as_algorithm(spec) -> OffPolicy:
-    """An :class:`OffPolicy` from itself or from a bare DDPG or SAC config."""
-    if isinstance(spec, OffPolicy):
+def as_algorithm(spec) -> OffPolicy | OnPolicy:
+    """An :class:`OffPolicy` (or :class:`OnPolicy`) from itself or from a bare DDPG, SAC or PPO config."""
+    if isinstance(spec, (OffPolicy, OnPolicy)):
         return spec
+    if isinstance(spec, ppo.PPOConfig):
+        return OnPolicy("ppo", spec)
     if isinstance(spec, ddpg.DDPGConfig):
         return OffPolicy("ddpg", spec, ddpg)
     if isinstance(spec, sac.SACConfig):

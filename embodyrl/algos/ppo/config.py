@@ -28,6 +28,8 @@ class PPOConfig:
     """V-trace's c-bar (truncation of the trace)."""
     min_ess_fraction: float = 0.5
     """When a batch's effective sample size falls below this fraction, the step shrinks in proportion."""
+    reward_scale: float = 1.0
+    """Rewards are multiplied by this before the returns (keeps the value targets near unit scale)."""
     rollout_length: int = 128
     """Steps per rollout segment (T): the learner cuts each actor's step stream into segments of T."""
     rollouts_per_iteration: int = 8

@@ -72,7 +72,7 @@ def make_update(networks: PPONetworks, config: PPOConfig):
         bootstrap = networks.value(params, batch["bootstrap_observation"])
         logp = networks.log_prob(params, batch["observation"], batch["action"])
         log_rhos = logp - batch["behaviour_log_prob"]
-        rewards, discounts = batch["reward"], batch["discount"]
+        rewards, discounts = batch["reward"] * config.reward_scale, batch["discount"]
         if "truncated" in batch:  # bootstrap through the time limit from the episode's own last observation
             cut = batch["truncated"].astype(jnp.float32)
             rewards = rewards + cut * config.discount * networks.value(params, batch["next_observation"])

@@ -1,0 +1,221 @@
+"""The on-policy learner service: PPO, synchronous or asynchronous, from the actors' step stream.
+
+One loop, as the off-policy :class:`~embodyrl.learner.Learner`, on the same
+transport (:class:`~embodyrl.transport.LearnerServer`: handshakes, acks,
+credits, versioned weights)::
+
+    poll the socket -> validated step batches -> RolloutAssembler (per-stream segments of T)
+    ACK each batch at once: on-policy data is used once and need not survive a crash
+    grant credits while the rows held and promised stay within (1 + max_staleness) iterations
+    when B segments are ready: one jitted PPO iteration on the [T, B] batch, then publish
+
+There is no replay: a batch is trained on once and dropped, so nothing is
+written to disk and a crash loses at most one iteration's data (the actors'
+spools resend what was not acked, and the learner takes it if still fresh).
+Every iteration publishes, so staleness is counted in iterations.
+``ppo.max_staleness = 0`` is synchronous PPO: the assembler keeps only
+transitions acted by the current weights, and everything acted by older
+weights is discarded (counted as ``discarded``). ``k > 0`` accepts data up
+to k iterations old; the update corrects it with V-trace from the behaviour
+log-probabilities, measures the effective sample size and shrinks the step
+when it collapses. Credits bound how far the actors run ahead: with k = 0
+they stop after one iteration's data (plus a quantum each) while the learner
+trains; with larger k they keep acting with older weights.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import jax
+import numpy as np
+
+from .algos import ppo
+from .algos.ppo.rollouts import RolloutAssembler
+from .algos.registry import OnPolicy
+from .config import TrainConfig
+from .hal import params as flat_params
+from .hal.specs import ArraySpec, DictSpec
+from .hal.steps import PolicyVersion, new_incarnation
+from .hal.wire.protocol import DeviceInfo
+from .policy import save_policy
+from .transport import LearnerServer, ReceivedSteps
+
+
+@dataclass
+class Counters:
+    env_steps: int = 0
+    rows: int = 0
+    episodes: int = 0
+    updates: int = 0
+    """PPO iterations."""
+    publications: int = 0
+    discarded: int = 0
+    """Transitions dropped as too stale (or taken before any weights)."""
+
+
+class OnPolicyLearner:
+    def __init__(self, config: TrainConfig, observation_spec: DictSpec, action_spec: ArraySpec,
+                 run_dir: Path):
+        self.config = config
+        self.ppo = config.ppo
+        self.observation_spec = observation_spec
+        self.action_spec = action_spec
+        self.run_dir = Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.incarnation = new_incarnation()
+        self.algorithm = OnPolicy("ppo", config.ppo)
+        self.networks, self.state = ppo.init(jax.random.key(config.seed), observation_spec, action_spec, config.ppo)
+        self._update = jax.jit(ppo.make_update(self.networks, config.ppo), donate_argnums=0)
+        self.server = LearnerServer(config.learner.bind, run_id=self.run_dir.name, incarnation=self.incarnation,
+                                    admit=self._admit, peer_timeout_s=config.learner.peer_timeout_s)
+        self.counters = Counters()
+        self.assembler = RolloutAssembler(config.ppo.rollout_length, config.ppo.max_staleness, self.version)
+        self.resumed = False  # on-policy: nothing to resume but the weights (see the module docstring)
+        self._credit: dict[bytes, int] = {}
+        self._received: dict[int, int] = {}
+        self._returns: dict[tuple[int, int, int], float] = {}
+        self._recent_returns: list[float] = []
+        self._metrics: dict[str, float] = {}
+        self._iteration_s: list[float] = []
+
+    @property
+    def endpoint(self) -> str:
+        return self.server.endpoint
+
+    @property
+    def version(self) -> PolicyVersion:
+        return PolicyVersion(self.incarnation, self.counters.publications)
+
+    def _admit(self, devices: list[DeviceInfo]) -> str | None:
+        for d in devices:
+            if d.observation_spec != self.observation_spec or d.action_spec != self.action_spec:
+                return f"device {d.name!r} has specs that differ from this learner's task"
+        return None
+
+    # -- the loop --------------------------------------------------------
+    def run(self, should_stop=lambda: False) -> Counters:
+        lc = self.config.learner
+        self.publish()
+        metrics_file = (self.run_dir / "metrics.jsonl").open("a")
+        start = last_log = last_beat = time.monotonic()
+        last_updates = 0
+        try:
+            while self.counters.env_steps < self.config.steps and not should_stop():
+                trainable = self.assembler.ready >= self.ppo.rollouts_per_iteration
+                for batch in self.server.poll(timeout_ms=0 if trainable else 10):
+                    self._ingest(batch)
+                self._grant_credits()
+                if self.assembler.ready >= self.ppo.rollouts_per_iteration:
+                    self._train()
+                now = time.monotonic()
+                if now - last_beat >= 1.0:
+                    self.server.heartbeat()
+                    last_beat = now
+                if now - last_log >= lc.log_every_s:
+                    rate = (self.counters.updates - last_updates) / (now - last_log)
+                    self._log(metrics_file, now - start, rate)
+                    last_log, last_updates = now, self.counters.updates
+        finally:
+            self._log(metrics_file, time.monotonic() - start, 0.0)
+            metrics_file.close()
+            self.server.bye("training complete")
+            self.save()
+            self.server.close()
+        return self.counters
+
+    def _ingest(self, batch: ReceivedSteps) -> None:
+        steps, session = batch.steps, batch.session
+        self.server.ack(session, batch.seq)  # used once, never stored: nothing to make durable first
+        if batch.seq <= self._received.get(session.actor_id, 0):  # a resend of a batch already taken
+            return
+        self._received[session.actor_id] = batch.seq
+        c = self.counters
+        c.rows += len(steps)
+        c.env_steps += steps.env_steps
+        self._credit[session.identity] = self._credit.get(session.identity, 0) - len(steps)
+        before = self.assembler.stats.discarded
+        self.assembler.add(steps)
+        c.discarded += self.assembler.stats.discarded - before
+        self._track_returns(steps)
+
+    def _track_returns(self, steps) -> None:
+        for episode in np.unique(steps.episode_id):
+            rows = steps.episode_id == episode
+            key = (int(steps.actor_id[0]), int(steps.device_id[0]), int(episode))
+            total = self._returns.pop(key, 0.0) + float(steps.reward[rows & ~steps.final].sum())
+            if steps.final[rows].any():
+                self.counters.episodes += 1
+                self._recent_returns.append(total)
+            else:
+                self._returns[key] = total
+
+    def _grant_credits(self) -> None:
+        """Keep rows held plus rows promised within (1 + max_staleness) iterations, plus a quantum
+        per actor so that the last segment of an iteration can always complete."""
+        quantum = self.config.learner.credit_quantum
+        sessions = self.server.sessions
+        for identity in list(self._credit):
+            if identity not in sessions:
+                del self._credit[identity]
+        per_iteration = self.ppo.rollout_length * self.ppo.rollouts_per_iteration
+        target = per_iteration * (1 + self.ppo.max_staleness) + quantum * len(sessions)
+        for identity, session in sessions.items():
+            outstanding = sum(max(v, 0) for v in self._credit.values())
+            if outstanding + self.assembler.buffered_rows + quantum > target:
+                return
+            if self._credit.get(identity, 0) < quantum:
+                self._credit[identity] = self._credit.get(identity, 0) + quantum
+                self.server.grant(session, quantum)
+
+    def _train(self) -> None:
+        started = time.monotonic()
+        batch, counts = self.assembler.take(self.ppo.rollouts_per_iteration)
+        gamma = self.ppo.discount
+        batch["discount"] = (gamma * (1.0 - batch.pop("terminated"))).astype(np.float32)
+        batch["truncated"] = batch["truncated"].astype(np.float32)
+        staleness = self.counters.publications - counts
+        self.state, metrics = self._update(self.state, batch)
+        self.counters.updates += 1
+        self.publish()
+        self._metrics = {k: float(v) for k, v in metrics.items()}
+        self._metrics.update(staleness_mean=float(staleness.mean()), staleness_max=int(staleness.max()))
+        self._iteration_s.append(time.monotonic() - started)
+
+    # -- weights ---------------------------------------------------------
+    def actor_weights(self) -> dict[str, np.ndarray]:
+        actor = jax.device_get(ppo.actor_params(self.state.params))
+        return flat_params.flatten({"actor": actor})
+
+    def publish(self) -> None:
+        """Send the new weights; from now on, data of older ones ages by one iteration."""
+        self.counters.publications += 1
+        self.counters.discarded += self.assembler.advance(self.version)
+        self.server.publish(self.version, self.actor_weights())
+
+    def save(self) -> None:
+        save_policy(self.run_dir / "policy", self.version, self.actor_weights(),
+                    self.observation_spec, self.action_spec, self.algorithm)
+
+    def _log(self, file, elapsed: float, updates_per_s: float) -> None:
+        c = self.counters
+        returns, self._recent_returns = self._recent_returns, []
+        iteration_s, self._iteration_s = self._iteration_s, []
+        record = {
+            "time": round(elapsed, 3), "env_steps": c.env_steps, "episodes": c.episodes,
+            "episode_return": float(np.mean(returns)) if returns else None,
+            "updates": c.updates, "updates_per_s": round(updates_per_s, 2),
+            "policy_version": c.publications, "actors": len(self.server.sessions),
+            "max_staleness": self.ppo.max_staleness, "discarded": c.discarded,
+            "discarded_fraction": round(c.discarded / max(1, self.assembler.stats.transitions), 4),
+            "ready_segments": self.assembler.ready, "buffered_rows": self.assembler.buffered_rows,
+            "iteration_s": float(np.mean(iteration_s)) if iteration_s else None,
+            "rejected": sum(self.server.stats.rejected.values()),
+            "messages_in": self.server.stats.messages_in, "duplicates_dropped": self.server.stats.duplicates,
+            **self._metrics,
+        }
+        file.write(json.dumps(record) + "\n")
+        file.flush()
