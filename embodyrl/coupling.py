@@ -1,0 +1,233 @@
+"""The learner side of a coupled model: a per-level DDPG over column steps from many ranks.
+
+Ranks stream column steps (:mod:`embodyrl.hal.coupling`); this learner
+receives them through the ordinary :class:`~embodyrl.transport.server.LearnerServer`,
+keeps them in a RAM ring, trains DDPG with the repository's pure update
+(:func:`embodyrl.algos.ddpg.make_update_many`) and publishes the actor's
+weights to every rank directly.
+
+The networks are shared across levels: the actor maps one level's input
+window (:func:`embodyrl.hal.coupling.level_inputs`) to that level's
+correction, and the critic is a sum over levels of one shared per-level
+term, ``Q(o, a) = sum_k q(window_k, a_k)``. The reward the link computes,
+``-mean_k ((a_k - target_k) / bound) ** 2``, is itself such a sum, so the
+decomposition loses nothing and each level's actor gradient comes from its
+own term. :class:`ColumnNetworks` offers the interface the DDPG losses use
+(``policy``, ``q_values``, ``q_value``, ``scale``), so the update is DDPG's
+own, not a copy.
+
+The discount is 0. The nudging increment at step t is the correction the
+model needed at step t, known when the step is recorded; with the nudged
+state held near the analysis, a correction's later consequences are erased
+by the nudging itself (and depend on its time scale, not on the policy), so
+bootstrapping would add critic bias and no information. Rows therefore
+arrive ``terminated`` and carry no successor.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from .algos import ddpg
+from .algos.networks import MLP, ActionScale
+from .export import export_ddpg
+from .hal import params as flat_params
+from .hal.coupling import CouplingConfig
+from .hal.steps import PolicyVersion, new_incarnation
+from .transport.server import LearnerServer
+
+
+def level_windows(profile: jax.Array, context: jax.Array | None, radius: int) -> jax.Array:
+    """JAX twin of :func:`embodyrl.hal.coupling.level_inputs`."""
+    levels = profile.shape[-2]
+    index = np.clip(np.arange(levels)[:, None] + np.arange(-radius, radius + 1)[None, :], 0, levels - 1)
+    window = profile[..., index, :].reshape(*profile.shape[:-2], levels, -1)
+    if context is None:
+        return window
+    ctx = jnp.broadcast_to(context[..., None, :], (*context.shape[:-1], levels, context.shape[-1]))
+    return jnp.concatenate([window, ctx], axis=-1)
+
+
+@dataclass(frozen=True, eq=False)
+class ColumnNetworks:
+    """Per-level actor and critic over column observations (see the module docstring)."""
+
+    coupling: CouplingConfig
+    actor_graph: nnx.GraphDef
+    critic_graph: nnx.GraphDef
+    scale: ActionScale
+    encoder: None = None
+    """No image encoder (the DDPG update asks)."""
+
+    def windows(self, observation) -> jax.Array:
+        context = observation.get("context") if self.coupling.context else None
+        return level_windows(jnp.asarray(observation["profile"], jnp.float32),
+                             None if context is None else jnp.asarray(context, jnp.float32), self.coupling.radius)
+
+    def policy(self, actor_params, observation) -> jax.Array:
+        unit = jnp.tanh(nnx.merge(self.actor_graph, actor_params)(self.windows(observation)))[..., 0]
+        return self.scale.to_env(unit)
+
+    def q_values(self, critic_params, observation, action) -> jax.Array:
+        """[critics, batch...]: every critic's sum of per-level terms."""
+        x = jnp.concatenate([self.windows(observation), self.scale.to_unit(action)[..., None]], axis=-1)
+        return jax.vmap(lambda p: jnp.sum(nnx.merge(self.critic_graph, p)(x)[..., 0], axis=-1))(critic_params)
+
+    def q_value(self, critic_params, observation, action) -> jax.Array:
+        return self.q_values(critic_params, observation, action)[0]
+
+    def level_networks(self) -> ddpg.DDPGNetworks:
+        """The actor seen as an ordinary DDPG actor over one level's window (for export)."""
+        level_action = self.coupling.level_action_spec()
+        return ddpg.DDPGNetworks(self.coupling.level_observation_spec(), level_action,
+                                 self.actor_graph, self.critic_graph, ActionScale(level_action))
+
+
+def init(key: jax.Array, coupling: CouplingConfig, config: ddpg.DDPGConfig) -> tuple[ColumnNetworks,
+                                                                                      ddpg.TrainingState]:
+    """Fresh networks and a DDPG training state for them."""
+    actor_key, state_key, *critic_keys = jax.random.split(key, 2 + config.num_critics)
+    actor_graph, actor = nnx.split(MLP(coupling.window, config.hidden_sizes, 1, rngs=nnx.Rngs(actor_key)))
+    critics = [nnx.split(MLP(coupling.window + 1, config.hidden_sizes, 1, rngs=nnx.Rngs(k))) for k in critic_keys]
+    critic = jax.tree.map(lambda *xs: jnp.stack(xs), *[nnx.to_pure_dict(s) for _, s in critics])
+    actor = nnx.to_pure_dict(actor)
+    networks = ColumnNetworks(coupling, actor_graph, critics[0][0], ActionScale(coupling.action_spec()))
+    actor_opt, critic_opt = ddpg.learning._optimizers(config)
+    state = ddpg.TrainingState(
+        actor_params=actor, critic_params=critic,
+        target_actor_params=jax.tree.map(jnp.copy, actor), target_critic_params=jax.tree.map(jnp.copy, critic),
+        actor_opt_state=actor_opt.init(actor), critic_opt_state=critic_opt.init(critic),
+        key=state_key, steps=jnp.zeros((), jnp.int32))
+    return networks, state
+
+
+def export_policy(networks: ColumnNetworks, actor_params, config: ddpg.DDPGConfig,
+                  version: PolicyVersion) -> tuple[dict, dict[str, np.ndarray]]:
+    """(graph, arrays) of the per-level actor for :class:`~embodyrl.hal.runtime.NumpyPolicy`."""
+    return export_ddpg(networks.level_networks(), actor_params, config, version)
+
+
+@dataclass(frozen=True)
+class CouplingLearnerConfig:
+    ddpg: ddpg.DDPGConfig = field(default_factory=lambda: ddpg.DDPGConfig(
+        hidden_sizes=(64, 64), discount=0.0, actor_lr=1e-3, critic_lr=2e-3, batch_size=64,
+        exploration_noise=0.1, tau=0.01))
+    """DDPG settings; batch_size counts columns (each brings all its levels)."""
+    capacity: int = 200_000
+    """Column steps kept in the RAM ring."""
+    min_steps: int = 2_000
+    """Column steps held before the first update."""
+    updates_per_call: int = 20
+    """Updates fused in one jitted scan."""
+    publish_every: int = 100
+    """Updates between weight publications."""
+    seed: int = 0
+
+
+class CouplingLearner:
+    """Receives column steps from every rank, trains, publishes (one process)."""
+
+    def __init__(self, coupling: CouplingConfig, config: CouplingLearnerConfig = CouplingLearnerConfig(),
+                 bind: str = "tcp://127.0.0.1:*"):
+        if config.ddpg.discount != 0.0:
+            raise ValueError("coupled-model steps carry no successor: ddpg.discount must be 0")
+        self.coupling = coupling
+        self.config = config
+        self.incarnation = new_incarnation()
+        self.server = LearnerServer(bind, run_id=f"coupling-{self.incarnation:x}", incarnation=self.incarnation)
+        self.endpoint = self.server.endpoint
+        self.networks, self.state = init(jax.random.key(config.seed), coupling, config.ddpg)
+        self._update_many = jax.jit(ddpg.make_update_many(self.networks, config.ddpg))
+        n, L, F, C = config.capacity, coupling.levels, coupling.features, max(coupling.context, 1)
+        self._profile = np.zeros((n, L, F), np.float32)
+        self._context = np.zeros((n, C), np.float32)
+        self._action = np.zeros((n, L), np.float32)
+        self._reward = np.zeros(n, np.float32)
+        self._size = self._next = 0
+        self._rng = np.random.default_rng(config.seed)
+        self._granted: set[bytes] = set()
+        self.steps_by_rank: dict[int, int] = {}
+        self.updates = 0
+        self.published = 0
+        self.metrics: dict[str, float] = {}
+
+    # -- ingest ----------------------------------------------------------------
+    def poll(self, timeout_ms: int = 0) -> int:
+        """Take arrived step batches into the ring and acknowledge them; return rows taken."""
+        taken = 0
+        for batch in self.server.poll(timeout_ms):
+            steps = batch.steps
+            live = ~steps.final
+            rows = int(live.sum())
+            idx = (self._next + np.arange(rows)) % self.config.capacity
+            self._profile[idx] = steps.observation["profile"][live]
+            if self.coupling.context:
+                self._context[idx] = steps.observation["context"][live]
+            self._action[idx] = steps.action[live]
+            self._reward[idx] = steps.reward[live]
+            self._next = (self._next + rows) % self.config.capacity
+            self._size = min(self._size + rows, self.config.capacity)
+            rank = batch.session.actor_id
+            self.steps_by_rank[rank] = self.steps_by_rank.get(rank, 0) + rows
+            self.server.ack(batch.session, batch.seq, credits=len(steps))
+            taken += rows
+        for identity, session in self.server.sessions.items():
+            if identity not in self._granted:  # a new rank: let it stream at once
+                self._granted.add(identity)
+                self.server.grant(session, 1 << 30)
+        return taken
+
+    @property
+    def size(self) -> int:
+        return self._size
+
+    # -- training --------------------------------------------------------------
+    def _batches(self, k: int) -> dict:
+        b = self.config.ddpg.batch_size
+        idx = self._rng.integers(0, self._size, size=(k, b))
+        obs = {"profile": self._profile[idx]}
+        if self.coupling.context:
+            obs["context"] = self._context[idx]
+        return {"observation": obs, "next_observation": obs, "action": self._action[idx],
+                "reward": self._reward[idx], "discount": np.zeros((k, b), np.float32)}
+
+    def train(self) -> bool:
+        """One fused chunk of updates when enough steps are held; publish when due."""
+        if self._size < self.config.min_steps:
+            return False
+        k = self.config.updates_per_call
+        self.state, metrics = self._update_many(self.state, self._batches(k))
+        before = self.updates // self.config.publish_every
+        self.updates += k
+        if self.updates // self.config.publish_every > before:
+            self.publish()
+            self.metrics = {name: float(np.mean(v)) for name, v in jax.device_get(metrics).items()}
+        return True
+
+    def actor_arrays(self) -> dict[str, np.ndarray]:
+        return {k: np.asarray(v, np.float32)
+                for k, v in flat_params.flatten({"actor": jax.device_get(self.state.actor_params)}).items()}
+
+    def publish(self) -> None:
+        self.published += 1
+        self.server.publish(PolicyVersion(self.incarnation, self.published), self.actor_arrays())
+
+    def export(self) -> tuple[dict, dict[str, np.ndarray]]:
+        return export_policy(self.networks, self.state.actor_params, self.config.ddpg,
+                             PolicyVersion(self.incarnation, self.published))
+
+    def run(self, duration_s: float, stop=None) -> None:
+        """Poll and train for ``duration_s`` seconds (or until ``stop()`` says so)."""
+        deadline = time.monotonic() + duration_s
+        while time.monotonic() < deadline and not (stop and stop()):
+            self.poll(0 if self._size >= self.config.min_steps else 20)
+            self.train()
+
+    def close(self) -> None:
+        self.server.close()

@@ -1,0 +1,359 @@
+"""The rank-local link between a running numerical model and the learning system.
+
+Every MPI rank of the model holds one :class:`CouplingLink` and calls, once
+per model step::
+
+    correction = link.exchange(state, info)   # state: [columns, levels, features]
+
+with its *own* columns only. The link returns a bounded correction
+``[columns, levels]`` for exactly those columns, computed by a policy
+replica on the rank (the numpy runtime, no JAX) or by a nearby inference
+process (``inference=`` endpoint, see :mod:`.coupling_inference`). Each
+column is one agent step: its observation is the column's profile with its
+context, its action the column's correction. While training, ``info``
+carries the target the reward needs (the nudging increment) and the rank
+streams its steps to the learner itself (a :class:`~.wire.client.LearnerLink`
+of its own, actor id = device id = rank) and takes the learner's weights
+itself: nothing passes through rank 0, and ranks with different column
+counts need no special shapes.
+
+The shared per-level network. The policy is one small network applied to
+every level of every column: level k's input is the profile's features at
+levels k-r..k+r (edge levels repeated) followed by the column's context
+(:func:`level_inputs`), its output that level's correction. The exported
+policy therefore reads one field ``window`` [(2r+1) F + C] and writes one
+value ``correction`` [1]; the link builds the windows, so the same export
+runs here, in JAX, or in a Fortran model that builds the windows itself.
+
+Failure never hangs the model. Every wait has a deadline; a rank that has
+no weights yet (it joined late, or the learner is not up), an inference
+process that does not answer in time, a learner that has gone silent for
+``peer_timeout_s`` (with ``zero_when_learner_lost``), or a spool that is
+full all give a zero correction (or drop the steps) and a logged warning.
+
+Steps are contextual-bandit rows (discount 0): the reward of row t is
+complete when it is recorded, so every row is ``terminated`` and carries no
+successor (no ``final`` rows are sent). The message schema for other
+languages is in ``docs/coupling.md``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .runtime import NumpyPolicy
+from .specs import ArraySpec, DictSpec
+from .steps import NO_POLICY, SCALAR_COLUMNS, PolicyVersion, Steps, new_episode_id
+from .wire import protocol as P
+from .wire.client import LearnerLink, LinkError
+from .wire.spool import Spool, SpoolFull
+
+log = logging.getLogger(__name__)
+
+
+class CouplingError(ValueError):
+    """A model passed tensors the link cannot use; the message names the field and why."""
+
+
+@dataclass(frozen=True)
+class CouplingConfig:
+    levels: int
+    """Vertical levels per column (the model's second axis)."""
+    features: int
+    """Features per level (the model's third axis)."""
+    context: int = 0
+    """Per-column context values (``info["context"]``: [columns, context])."""
+    radius: int = 2
+    """Levels on each side in a level's input window."""
+    max_correction: float = 1.0
+    """Bound of every correction value, in the model's units."""
+    learner: str | None = None
+    """Learner endpoint to stream steps to and take weights from; None: frozen policy."""
+    inference: str | None = None
+    """Endpoint of a nearby inference process; None: this rank's own policy replica."""
+    explore: bool = True
+    """Add the policy's exploration noise (training)."""
+    stream_fraction: float = 1.0
+    """Fraction of the rank's columns streamed per exchange (a random subset)."""
+    connect_timeout_s: float = 10.0
+    """Deadline of the first handshake with the learner; after it the rank goes on without."""
+    reconnect_s: float = 5.0
+    """While the learner is unreachable, how often to try a short handshake again."""
+    inference_timeout_s: float = 1.0
+    """Deadline of one inference request."""
+    weights_wait_s: float = 0.0
+    """How long one exchange may wait for the first weights before answering zero."""
+    peer_timeout_s: float = 10.0
+    """Silence after which the learner counts as lost."""
+    zero_when_learner_lost: bool = True
+    """Answer zero corrections (not the stale policy) while the learner is lost."""
+    spool_bytes: int = 256 << 20
+    """RAM for steps the learner has not acknowledged; beyond it the oldest are dropped."""
+
+    @property
+    def window(self) -> int:
+        """Width of one level's input: (2 radius + 1) features, then the context."""
+        return (2 * self.radius + 1) * self.features + self.context
+
+    def observation_spec(self) -> DictSpec:
+        """One column step's observation: its profile and its context."""
+        specs = [ArraySpec("profile", (self.levels, self.features), np.float32)]
+        if self.context:
+            specs.append(ArraySpec("context", (self.context,), np.float32))
+        return DictSpec.of(*specs)
+
+    def action_spec(self) -> ArraySpec:
+        """One column step's action: its bounded correction at every level."""
+        b = float(self.max_correction)
+        return ArraySpec("correction", (self.levels,), np.float32, -b, b)
+
+    def level_observation_spec(self) -> DictSpec:
+        """What the exported per-level policy reads."""
+        return DictSpec.of(ArraySpec("window", (self.window,), np.float32))
+
+    def level_action_spec(self) -> ArraySpec:
+        b = float(self.max_correction)
+        return ArraySpec("correction", (1,), np.float32, -b, b)
+
+
+def level_inputs(profile: np.ndarray, context: np.ndarray | None, radius: int) -> np.ndarray:
+    """[..., levels, (2r+1) F + C]: each level's features at levels k-r..k+r (the
+    edge levels repeated beyond the column), then the column's context."""
+    levels = profile.shape[-2]
+    index = np.clip(np.arange(levels)[:, None] + np.arange(-radius, radius + 1)[None, :], 0, levels - 1)
+    window = profile[..., index, :].reshape(*profile.shape[:-2], levels, -1)
+    if context is None or context.shape[-1] == 0:
+        return window
+    ctx = np.broadcast_to(context[..., None, :], (*context.shape[:-1], levels, context.shape[-1]))
+    return np.concatenate([window, ctx], axis=-1)
+
+
+@dataclass
+class CouplingStats:
+    exchanges: int = 0
+    link_s: float = 0.0
+    """Time in the link's own work (checks, steps, sockets, weights), inference excluded."""
+    inference_s: float = 0.0
+    zero_answers: int = 0
+    steps_sent: int = 0
+    steps_dropped: int = 0
+    weights_taken: int = 0
+    warnings: dict[str, int] = field(default_factory=dict)
+
+
+class CouplingLink:
+    """One rank's end of the coupling (see the module docstring)."""
+
+    def __init__(self, config: CouplingConfig, rank: int, policy: NumpyPolicy | None = None,
+                 seed: int | None = None):
+        if (policy is None) == (config.inference is None):
+            raise CouplingError("give either a policy replica or an inference endpoint, not both or neither")
+        if policy is not None:
+            want = config.level_observation_spec()
+            if policy.observation_spec != want:
+                raise CouplingError(f"policy reads {policy.observation_spec}, the link builds {want}")
+            if policy.action_spec.shape != (1,):
+                raise CouplingError(f"policy action shape {policy.action_spec.shape}; expected (1,)")
+        self.config = config
+        self.rank = int(rank)
+        self.policy = policy
+        self.stats = CouplingStats()
+        self.observation_spec = config.observation_spec()
+        self.action_spec = config.action_spec()
+        self._rng = np.random.default_rng(seed)
+        self._episodes: np.ndarray | None = None
+        self._step_index = 0
+        self._link: LearnerLink | None = None
+        self._spool = Spool(ram_bytes=config.spool_bytes, disk_bytes=config.spool_bytes, on_full="drop_oldest")
+        self._next_connect = 0.0
+        self._lost_since: float | None = None
+        self._inference = None
+        if config.inference is not None:
+            from .coupling_inference import InferenceClient
+            self._inference = InferenceClient(config.inference, self.rank, config.inference_timeout_s)
+        if config.learner is not None:
+            self._connect(config.connect_timeout_s)
+
+    # -- the one call a model makes ---------------------------------------
+    def exchange(self, state: np.ndarray, info: Mapping[str, np.ndarray] | None = None) -> np.ndarray:
+        """Corrections [columns, levels] (the state's dtype) for this rank's columns.
+
+        ``info`` may hold ``context`` [columns, context] and, while training,
+        ``target`` [columns, levels]: the reward of a column is
+        ``-mean(((correction - target) / max_correction) ** 2)``.
+        """
+        start = time.perf_counter()
+        info = info or {}
+        profile, context, target = self._checked(state, info)
+        self._service_learner()
+        inference_s = 0.0
+        answer = None
+        if self._ready():
+            t0 = time.perf_counter()
+            answer = self._infer(profile, context)
+            inference_s = time.perf_counter() - t0
+        if answer is None:
+            answer = np.zeros(profile.shape[:2], np.float32)
+            self.stats.zero_answers += 1
+        elif target is not None and self._link is not None:
+            self._stream(profile, context, answer, target)
+        self.stats.exchanges += 1
+        self.stats.inference_s += inference_s
+        self.stats.link_s += time.perf_counter() - start - inference_s
+        return answer.astype(state.dtype, copy=False)
+
+    @property
+    def version(self) -> PolicyVersion:
+        return self.policy.version if self.policy is not None else self._inference.version
+
+    def close(self, flush_s: float = 5.0) -> None:
+        """Hand what is spooled to the learner (within ``flush_s``) and close the sockets."""
+        if self._link is not None:
+            self._link.flush(flush_s)
+            self._link.close()
+            self._link = None
+        if self._inference is not None:
+            self._inference.close()
+
+    # -- internals ----------------------------------------------------------
+    def _warn(self, kind: str, message: str) -> None:
+        """Log the first occurrence of each kind of trouble, and every 100th after it."""
+        n = self.stats.warnings.get(kind, 0)
+        self.stats.warnings[kind] = n + 1
+        if n % 100 == 0:
+            log.warning("rank %d: %s (%d times so far)", self.rank, message, n + 1)
+
+    def _checked(self, state, info):
+        cfg = self.config
+        if not isinstance(state, np.ndarray) or state.dtype not in (np.float32, np.float64):
+            raise CouplingError(f"state: a float32 or float64 array, not {type(state).__name__} "
+                                f"{getattr(state, 'dtype', '')}")
+        if state.ndim != 3 or state.shape[1:] != (cfg.levels, cfg.features):
+            raise CouplingError(f"state: shape {state.shape}; expected [columns, {cfg.levels}, {cfg.features}]")
+        if not np.isfinite(state).all():
+            raise CouplingError("state: non-finite values")
+        n = state.shape[0]
+        context = None
+        if cfg.context:
+            context = info.get("context")
+            if context is None or np.shape(context) != (n, cfg.context):
+                raise CouplingError(f"info['context']: shape {np.shape(context)}; expected ({n}, {cfg.context})")
+            context = np.asarray(context, np.float32)
+        target = info.get("target")
+        if target is not None:
+            if np.shape(target) != (n, cfg.levels):
+                raise CouplingError(f"info['target']: shape {np.shape(target)}; expected ({n}, {cfg.levels})")
+            target = np.asarray(target, np.float32)
+        return np.asarray(state, np.float32), context, target
+
+    def _ready(self) -> bool:
+        """Whether a policy answer may be used now: weights held, learner not lost."""
+        if self.policy is None:
+            return True  # the inference process answers with its own version (zero if it has none)
+        if self.version == NO_POLICY and self.config.weights_wait_s > 0 and self._link is not None:
+            deadline = time.monotonic() + self.config.weights_wait_s
+            while self.version == NO_POLICY and time.monotonic() < deadline:
+                self._link.poll(10)
+                self._take_weights()
+        if self.version == NO_POLICY:
+            self._warn("no_weights", "no policy weights yet: zero correction")
+            return False
+        if self._lost_since is not None and self.config.zero_when_learner_lost:
+            self._warn("learner_lost", "learner silent: zero correction")
+            return False
+        return True
+
+    def _infer(self, profile: np.ndarray, context: np.ndarray | None) -> np.ndarray | None:
+        if self._inference is not None:
+            answer = self._inference.infer(profile, context)
+            if answer is None:
+                self._warn("inference_timeout", "inference process did not answer in time: zero correction")
+            elif self._inference.version == NO_POLICY:
+                self._warn("no_weights", "inference process holds no weights yet: zero correction")
+                return None
+            return answer
+        windows = level_inputs(profile, context, self.config.radius)
+        action, _ = self.policy.act({"window": windows}, explore=self.config.explore)
+        return action[..., 0]
+
+    def _connect(self, timeout_s: float) -> None:
+        cfg = self.config
+        device = P.DeviceInfo(self.rank, f"rank-{self.rank}", self.observation_spec, self.action_spec)
+        link = LearnerLink(cfg.learner, actor_name=f"rank-{self.rank}", actor_id=self.rank, devices=[device],
+                           handshake_timeout_s=timeout_s, peer_timeout_s=cfg.peer_timeout_s, spool=self._spool)
+        try:
+            link.connect()
+        except LinkError as err:
+            self._warn("learner_unreachable", f"learner unreachable ({err}); streaming paused")
+            self._link = None
+            self._lost_since = self._lost_since or time.monotonic()
+            self._next_connect = time.monotonic() + cfg.reconnect_s
+            return
+        self._link = link
+        self._lost_since = None
+
+    def _service_learner(self) -> None:
+        """Poll the learner link without waiting; take new weights; track silence."""
+        if self.config.learner is None:
+            return
+        if self._link is None:
+            if time.monotonic() >= self._next_connect:
+                self._connect(0.05)
+            return
+        self._link.poll(0)
+        self._take_weights()
+        if self._link.connected:
+            self._lost_since = None
+        elif self._lost_since is None:  # the link gave up after peer_timeout_s of silence
+            self._lost_since = time.monotonic()
+
+    def _take_weights(self) -> None:
+        weights = self._link.take_weights() if self._link is not None else None
+        if weights is None:
+            return
+        if self.policy is not None:
+            self.policy.load_weights(*weights)
+        self.stats.weights_taken += 1
+
+    def _stream(self, profile, context, action, target) -> None:
+        """One exchange's column steps (a random subset) to the learner."""
+        n = profile.shape[0]
+        if self._episodes is None or len(self._episodes) != n:
+            self._episodes = np.array([new_episode_id() for _ in range(n)], np.int64)
+        rows = np.arange(n)
+        if self.config.stream_fraction < 1.0:
+            k = max(1, int(round(self.config.stream_fraction * n)))
+            rows = np.sort(self._rng.choice(n, k, replace=False))
+        a = action[rows]
+        reward = -np.mean(((a - target[rows]) / self.config.max_correction) ** 2, axis=1)
+        m = len(rows)
+        version = self.version
+        cols = {name: np.zeros(m, dtype) for name, dtype in SCALAR_COLUMNS.items()}
+        cols["reward"][:] = reward
+        cols["terminated"][:] = True
+        cols["episode_id"][:] = self._episodes[rows]
+        cols["step_index"][:] = self._step_index
+        cols["device_id"][:] = self.rank
+        cols["actor_id"][:] = self.rank
+        cols["policy_incarnation"][:] = version.incarnation
+        cols["policy_count"][:] = version.count
+        observation = {"profile": profile[rows]}
+        if context is not None:
+            observation["context"] = context[rows]
+        steps = Steps(observation=observation, action=a, proposed_action=a, **cols)
+        self._step_index += 1
+        before = self._link.spool.dropped_rows
+        try:
+            self._link.send_steps(self.rank, steps)
+            self.stats.steps_sent += m
+        except SpoolFull:
+            self.stats.steps_dropped += m
+            self._warn("spool_full", "spool full: steps dropped")
+        if self._link.spool.dropped_rows > before:
+            self.stats.steps_dropped += self._link.spool.dropped_rows - before
+            self._warn("spool_full", "spool full: oldest steps dropped")
