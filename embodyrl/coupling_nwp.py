@@ -1,0 +1,336 @@
+"""The nudged-training / free-forecast experiment on the column testbed, one MPI rank's part.
+
+Run by ``examples/nwp_column_correction.py`` as ``mpiexec -n N python -m
+embodyrl.coupling_nwp ARGS.json``. Every rank owns a block of latitude rows
+(:func:`embodyrl.envs.columns.row_split`: unequal column counts), steps it
+with halo rows from its neighbours, and holds its own
+:class:`~embodyrl.hal.coupling.CouplingLink`. In order:
+
+1. **Analysis**: the truth configuration, spun up, then run through the
+   whole period; each rank writes its own columns of every snapshot (every
+   ``analysis_every`` steps) into one shared ``.npy`` file.
+2. **Training**: the model configuration in forecasts nudged toward the
+   analysis (``(x_ref - x) / tau``, the reference interpolated between
+   snapshots). Each step the link gets the rank's columns and the nudging
+   increment (K/day) as the target; the proposed correction is scored
+   against it (the reward) but not added to the state, since nudging would
+   absorb it and change its own target. Each rank also sums the increment:
+   the constant bias correction.
+3. **Evaluation**: from start dates after the training period, non-nudged
+   forecasts of the native model, of the model plus the constant bias
+   correction, and of the model plus the frozen learnt policy (the
+   learner's final export, run by each rank's own replica), all with the
+   same stochastic forcing; MAE of Z500 and T850 against the analysis per
+   band and lead time. Then a long free run with the learnt correction.
+
+Only diagnostics (band sums, timings) are reduced to rank 0, after the fact.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .envs.columns import BANDS, DAY_S, ColumnConfig, ColumnModel, row_split
+from .hal import runtime
+from .hal.coupling import CouplingConfig, CouplingLink
+
+BAND_NAMES = ["90S-60S", "60S-30S", "30S-0", "0-30N", "30N-60N", "60N-90N"]
+VARIANTS = ("native", "bias_corrected", "corrected")
+
+
+@dataclass(frozen=True)
+class ExperimentConfig:
+    nlat: int = 32
+    nlon: int = 64
+    spin_up_days: float = 20.0
+    """Truth spin-up before the analysis period starts."""
+    train_starts_days: tuple[float, ...] = (0.0, 2.0, 4.0, 6.0)
+    """Start dates (days into the analysis period) of the nudged training forecasts."""
+    train_days: float = 2.0
+    eval_starts_days: tuple[float, ...] = (8.5, 10.0, 11.5, 13.0)
+    """Start dates of the evaluation forecasts: after the training period, never trained on."""
+    lead_hours: tuple[int, ...] = (6, 12, 24, 48)
+    free_run_days: float = 30.0
+    """Length of the free run with the learnt correction (stability)."""
+    nudge_tau_h: float = 3.0
+    analysis_every: int = 6
+    """Model steps between analysis snapshots (3 h)."""
+    max_correction: float = 3.0
+    """Bound of the learnt correction (K/day)."""
+    radius: int = 2
+    stream_fraction: float = 0.25
+    """Fraction of a rank's columns streamed to the learner per step."""
+    policy_wait_s: float = 900.0
+    """How long ranks wait for the learner's final policy before evaluating without it."""
+
+    @classmethod
+    def quick(cls) -> ExperimentConfig:
+        return cls(nlat=8, nlon=16, spin_up_days=3.0, train_starts_days=(0.0, 1.0), train_days=1.0,
+                   eval_starts_days=(2.25, 2.75), lead_hours=(6, 12), free_run_days=2.0)
+
+    def coupling(self) -> CouplingConfig:
+        cfg = ColumnConfig()
+        return CouplingConfig(levels=cfg.levels, features=ColumnModel.FEATURES, context=ColumnModel.CONTEXT,
+                              radius=self.radius, max_correction=self.max_correction,
+                              stream_fraction=self.stream_fraction)
+
+    @property
+    def period_days(self) -> float:
+        return max(max(self.train_starts_days) + self.train_days,
+                   max(self.eval_starts_days) + max(self.lead_hours) / 24.0)
+
+
+class Rank:
+    """One rank's block of the grid and its MPI neighbours."""
+
+    def __init__(self, exp: ExperimentConfig, comm):
+        self.exp, self.comm = exp, comm
+        self.truth_cfg = ColumnConfig.truth(nlat=exp.nlat, nlon=exp.nlon)
+        self.model_cfg = ColumnConfig.model(nlat=exp.nlat, nlon=exp.nlon)
+        self.rows = row_split(exp.nlat, comm.size)[comm.rank]
+        self.dt = self.truth_cfg.dt_s
+        self.timing = {"model_s": 0.0, "feature_s": 0.0, "steps": 0}
+
+    def model(self, cfg: ColumnConfig, seed: int) -> ColumnModel:
+        return ColumnModel(cfg, seed=seed, rows=self.rows)
+
+    def halos(self, theta: np.ndarray):
+        """Edge rows to and from the neighbouring blocks (rank order is latitude order)."""
+        from mpi4py import MPI
+
+        comm, nlon, r = self.comm, self.exp.nlon, self.comm.rank
+        south = np.empty((nlon, theta.shape[1])) if r > 0 else None
+        north = np.empty((nlon, theta.shape[1])) if r < comm.size - 1 else None
+        first, last = np.ascontiguousarray(theta[:nlon]), np.ascontiguousarray(theta[-nlon:])
+        requests = []
+        if south is not None:
+            requests += [comm.Isend(first, r - 1, tag=1), comm.Irecv(south, r - 1, tag=2)]
+        if north is not None:
+            requests += [comm.Isend(last, r + 1, tag=2), comm.Irecv(north, r + 1, tag=1)]
+        MPI.Request.Waitall(requests)
+        return south, north
+
+    def step(self, model, theta, **kw):
+        t0 = time.perf_counter()
+        out = model.step(theta, halos=self.halos, **kw)
+        self.timing["model_s"] += time.perf_counter() - t0
+        self.timing["steps"] += 1
+        return out
+
+
+def make_analysis(rank: Rank, path: Path) -> None:
+    """Truth spin-up, then every ``analysis_every``-th state of the period into ``path``."""
+    exp, comm = rank.exp, rank.comm
+    truth = rank.model(rank.truth_cfg, seed=0)
+    per_day = int(DAY_S / rank.dt)
+    snapshots = int(round(exp.period_days * per_day / exp.analysis_every)) + 1
+    if comm.rank == 0:
+        np.lib.format.open_memmap(path, "w+", np.float32,
+                                (snapshots, rank.truth_cfg.columns, rank.truth_cfg.levels)).flush()
+    comm.Barrier()
+    store = np.load(path, mmap_mode="r+")
+    theta = truth.equilibrium(0.0)
+    for _ in range(int(exp.spin_up_days * per_day)):
+        theta, _ = rank.step(truth, theta)
+    for s in range(snapshots):
+        store[s, truth.columns] = theta
+        if s < snapshots - 1:
+            for _ in range(exp.analysis_every):
+                theta, _ = rank.step(truth, theta)
+    store.flush()
+    comm.Barrier()
+
+
+class Analysis:
+    """This rank's columns of the analysis, interpolated linearly between snapshots."""
+
+    def __init__(self, rank: Rank, path: Path):
+        self.every = rank.exp.analysis_every
+        self.start_s = rank.exp.spin_up_days * DAY_S
+        self.dt = rank.dt
+        self.columns = ColumnModel(rank.truth_cfg, rows=rank.rows).columns
+        self.data = np.load(path, mmap_mode="r")
+
+    def at_step(self, k: int) -> np.ndarray:
+        s, frac = divmod(k, self.every)
+        a = self.data[s, self.columns].astype(np.float64)
+        if frac == 0:
+            return a
+        b = self.data[s + 1, self.columns].astype(np.float64)
+        return a + (b - a) * frac / self.every
+
+    def step_of(self, day: float) -> int:
+        return int(round(day * DAY_S / self.dt))
+
+
+def train(rank: Rank, analysis: Analysis, link: CouplingLink) -> np.ndarray:
+    """Nudged forecasts from every training start; returns the mean nudging increment (K/day)."""
+    exp = rank.exp
+    tau = exp.nudge_tau_h * 3600.0
+    total, count = 0.0, 0
+    for i, day in enumerate(exp.train_starts_days):
+        model = rank.model(rank.model_cfg, seed=100 + i)
+        k0 = analysis.step_of(day)
+        model.time_s = analysis.start_s + k0 * rank.dt
+        theta = analysis.at_step(k0)
+        for k in range(int(exp.train_days * DAY_S / rank.dt)):
+            reference = analysis.at_step(k0 + k)
+            increment = (reference - theta) / tau * DAY_S
+            t0 = time.perf_counter()
+            state, context = model.features(theta), model.context()
+            rank.timing["feature_s"] += time.perf_counter() - t0
+            link.exchange(state, {"context": context, "target": increment})
+            total, count = total + increment, count + 1
+            theta, _ = rank.step(model, theta, nudge_to=reference, nudge_tau_s=tau)
+    return total / count
+
+
+def forecast_errors(rank: Rank, analysis: Analysis, bias_kday: np.ndarray, link: CouplingLink | None):
+    """Band sums of |error| per variant, start and lead: arrays [variants, leads, 2 (z, t), bands] and
+    the band weights [bands]."""
+    exp = rank.exp
+    leads = [int(h * 3600 / rank.dt) for h in exp.lead_hours]
+    sums = np.zeros((len(VARIANTS), len(leads), 2, BANDS))
+    weights = None
+    for i, day in enumerate(exp.eval_starts_days):
+        k0 = analysis.step_of(day)
+        for v, variant in enumerate(VARIANTS):
+            if variant == "corrected" and link is None:
+                continue
+            model = rank.model(rank.model_cfg, seed=500 + i)  # the same forcing for every variant
+            model.time_s = analysis.start_s + k0 * rank.dt
+            theta = analysis.at_step(k0)
+            g = model.grid
+            for k in range(1, max(leads) + 1):
+                correction = None
+                if variant == "bias_corrected":
+                    correction = bias_kday / DAY_S
+                elif variant == "corrected":
+                    correction = link.exchange(model.features(theta), {"context": model.context()}) / DAY_S
+                theta, _ = rank.step(model, theta, correction=correction)
+                if k in leads:
+                    ref = analysis.at_step(k0 + k)
+                    for j, field in enumerate((g.z500, g.t850)):
+                        value, weights = model.band_sums(np.abs(field(theta) - field(ref)))
+                        sums[v, leads.index(k), j] += value
+    return sums, weights
+
+
+def free_run(rank: Rank, analysis: Analysis, link: CouplingLink) -> dict:
+    """The learnt correction in a long non-nudged run: finite, physical, corrections within bounds."""
+    exp = rank.exp
+    model = rank.model(rank.model_cfg, seed=900)
+    k0 = analysis.step_of(exp.eval_starts_days[0])
+    model.time_s = analysis.start_s + k0 * rank.dt
+    theta = analysis.at_step(k0)
+    z0 = model.band_sums(model.grid.z500(theta))[0]
+    largest, finite = 0.0, True
+    for _ in range(int(exp.free_run_days * DAY_S / rank.dt)):
+        correction = None
+        if finite:  # a blown-up state is not sent to the link; every rank keeps stepping (halos)
+            correction = link.exchange(model.features(theta), {"context": model.context()}) / DAY_S
+            largest = max(largest, float(np.abs(correction).max()) * DAY_S)
+        theta, _ = rank.step(model, theta, correction=correction)
+        finite = finite and bool(np.isfinite(theta).all() and theta.min() > 150 and theta.max() < 2000)
+    z1 = model.band_sums(model.grid.z500(theta))[0] if finite else np.full(BANDS, np.nan)
+    return {"finite": finite, "largest_correction": largest, "z500_sum_start": z0, "z500_sum_end": z1,
+            "theta_min": float(theta.min()), "theta_max": float(theta.max())}
+
+
+def main(args_path: str) -> None:
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    args = json.loads(Path(args_path).read_text())
+    exp = ExperimentConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in args["experiment"].items()})
+    out = Path(args["out"])
+    rank = Rank(exp, comm)
+    t_start = time.perf_counter()
+    make_analysis(rank, out / "analysis.npy")
+    analysis = Analysis(rank, out / "analysis.npy")
+    t_analysis = time.perf_counter()
+
+    coupling = exp.coupling()
+    rank.timing = {"model_s": 0.0, "feature_s": 0.0, "steps": 0}
+    train_link = CouplingLink(CouplingConfig(**{**asdict(coupling), "learner": args["learner"],
+                                                "connect_timeout_s": 60.0}),
+                              comm.rank, runtime.load(out / "policy_init", seed=comm.rank), seed=comm.rank)
+    bias = train(rank, analysis, train_link)
+    train_stats, train_timing = train_link.stats, dict(rank.timing)
+    train_link.close(flush_s=30.0)
+    comm.Barrier()
+    if comm.rank == 0:
+        (out / "training_done").write_text("done\n")
+    t_train = time.perf_counter()
+
+    rank.timing = {"model_s": 0.0, "feature_s": 0.0, "steps": 0}
+    baseline, weights = forecast_errors(rank, analysis, bias, link=None)
+    deadline = time.monotonic() + exp.policy_wait_s
+    while not (out / "policy.npz").exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    link = None
+    if comm.bcast((out / "policy.npz").exists(), root=0):  # every rank takes the same branch
+        link = CouplingLink(CouplingConfig(**{**asdict(coupling), "explore": False}), comm.rank,
+                            runtime.load(out / "policy"))
+    learnt, _ = forecast_errors(rank, analysis, bias, link)
+    sums = baseline + learnt
+    stability = free_run(rank, analysis, link) if link is not None else {"finite": False}
+    t_eval = time.perf_counter()
+
+    report = {"rank": comm.rank, "columns": len(rank.rows) * exp.nlon, "train_timing": train_timing,
+              "train_link": {"link_s": train_stats.link_s, "inference_s": train_stats.inference_s,
+                             "exchanges": train_stats.exchanges, "steps_sent": train_stats.steps_sent,
+                             "zero_answers": train_stats.zero_answers, "weights_taken": train_stats.weights_taken},
+              "eval_timing": dict(rank.timing),
+              "eval_link": None if link is None else {"link_s": link.stats.link_s,
+                                                      "inference_s": link.stats.inference_s},
+              "stability": {k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in stability.items()},
+              "wall_s": {"analysis": t_analysis - t_start, "train": t_train - t_analysis, "eval": t_eval - t_train}}
+    reports = comm.gather(report, root=0)
+    total = np.zeros_like(sums)
+    comm.Reduce(sums, total, op=MPI.SUM, root=0)
+    total_w = np.zeros_like(weights)
+    comm.Reduce(weights, total_w, op=MPI.SUM, root=0)
+    if comm.rank == 0:
+        np.save(out / "band_error_sums.npy", total)
+        np.save(out / "band_weights.npy", total_w)
+        (out / "ranks.json").write_text(json.dumps(reports, indent=1) + "\n")
+
+
+def learner_main(coupling: dict, out: str, endpoint_queue, min_updates: int, max_s: float) -> None:
+    """The learner process: serve the ranks until training is done and ``min_updates`` are made,
+    then write the final export ``policy`` (and ``learner.json``)."""
+    from .coupling import CouplingLearner
+
+    out_dir = Path(out)
+    learner = CouplingLearner(CouplingConfig(**coupling))
+    runtime.save(out_dir / "policy_init", *learner.export())
+    endpoint_queue.put(learner.endpoint)
+    start = time.monotonic()
+    while time.monotonic() - start < max_s:
+        learner.poll(0 if learner.size >= learner.config.min_steps else 20)
+        learner.train()
+        if (out_dir / "training_done").exists() and learner.updates >= min_updates:
+            learner.poll(0)
+            break
+    learner.publish()
+    graph, arrays = learner.export()
+    json_path, npz_path = runtime.save(out_dir / "policy_partial", graph, arrays)
+    json_path.replace(out_dir / "policy.json")
+    npz_path.replace(out_dir / "policy.npz")  # last: ranks wait for this file
+    (out_dir / "learner.json").write_text(json.dumps({
+        "updates": learner.updates, "published": learner.published, "column_steps": learner.size,
+        "steps_by_rank": {str(k): v for k, v in sorted(learner.steps_by_rank.items())},
+        "metrics": learner.metrics, "wall_s": time.monotonic() - start,
+        "discount": learner.config.ddpg.discount, "batch_columns": learner.config.ddpg.batch_size}, indent=1) + "\n")
+    learner.close()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
