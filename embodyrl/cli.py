@@ -9,6 +9,13 @@ import sys
 import time
 from pathlib import Path
 
+from .cli_security import (
+    SecurityOptionError,
+    add_actor_options,
+    add_learner_options,
+    add_train_options,
+)
+
 
 def _overrides(extra: list[str]) -> list[tuple[str, str]]:
     """``--ddpg.actor_lr 3e-4`` and ``--ddpg.actor_lr=3e-4`` pairs from the unparsed arguments."""
@@ -38,8 +45,8 @@ def _resolve_config(args, run_dir: Path | None, extra_named: dict | None = None)
     from . import envs
     from .config import build_config, default_config, load
 
-    if args.task not in envs.names():
-        raise _Refused(f"unknown task {args.task!r}; known: {', '.join(envs.names())}")
+    if not envs.is_known(args.task):
+        raise _Refused(envs.unknown_reason(args.task))
     if run_dir is not None:
         started = (run_dir / "config.json").exists()
         if args.resume and not started:
@@ -67,16 +74,21 @@ def _resolve_config(args, run_dir: Path | None, extra_named: dict | None = None)
 
 
 def _run_dir(args) -> Path:
-    return Path(args.run_dir or f"runs/{args.task}-{time.strftime('%Y%m%d-%H%M%S')}")
+    task = args.task.replace(":", "-").replace("/", "-")  # gym:embodyrl/Pendulum-v0 -> one folder
+    return Path(args.run_dir or f"runs/{task}-{time.strftime('%Y%m%d-%H%M%S')}")
 
 
 def _train(args) -> int:
+    from .cli_security import check_address, local_key_pairs
     from .train import TrainingError, train
 
     run_dir = _run_dir(args)
     config = _resolve_config(args, run_dir, {"actors": args.actors, "algorithm": args.algorithm})
+    check_address(config.learner.bind, args.curve or None, args.insecure, "--learner.bind")
+    keys = local_key_pairs(run_dir / "keys") if args.curve else None
     try:
-        summary = train(config, run_dir, quiet=args.quiet)
+        summary = train(config, run_dir, progress="quiet" if args.quiet else args.progress,
+                        keys=keys, allow_insecure=args.insecure)
     except KeyboardInterrupt:
         print("embodyrl: interrupted; every process stopped", file=sys.stderr)
         return 130
@@ -90,17 +102,21 @@ def _train(args) -> int:
 
 def _learner(args) -> int:
     from . import envs
+    from .cli_security import check_address, server_keys
     from .config import save
     from .learner import Learner
     from .workers import _stop_on_signals
 
     run_dir = _run_dir(args)
+    keys = server_keys(args)
     config = _resolve_config(args, run_dir, {"algorithm": args.algorithm, "learner.bind": args.bind})
+    check_address(config.learner.bind, keys, args.insecure, "--bind")
     should_stop = _stop_on_signals()
     run_dir.mkdir(parents=True, exist_ok=True)
     save(config, run_dir / "config.json")
     device, _ = envs.make(config.task)
-    learner = Learner(config, device.observation_spec, device.action_spec, run_dir)
+    learner = Learner(config, device.observation_spec, device.action_spec, run_dir,
+                      keys=keys, allow_insecure=args.insecure)
     (run_dir / "learner.json").write_text(json.dumps({"endpoint": learner.endpoint}) + "\n")
     print(json.dumps({"endpoint": learner.endpoint, "run_dir": str(run_dir),
                       "resumed_from_updates": learner.counters.updates if learner.resumed else None}), flush=True)
@@ -110,14 +126,18 @@ def _learner(args) -> int:
 
 
 def _actor(args) -> int:
+    from .cli_security import check_address, client_keys
     from .hal.wire.client import LinkError
     from .workers import actor_main
 
+    keys = client_keys(args)
+    check_address(args.connect, keys, args.insecure, "--connect")
     config = _resolve_config(args, None)
     if args.log_dir:
         Path(args.log_dir).mkdir(parents=True, exist_ok=True)
     try:
-        actor_main(dataclasses.asdict(config), args.connect, args.index, args.log_dir, args.max_steps)
+        actor_main(dataclasses.asdict(config), args.connect, args.index, args.log_dir, args.max_steps,
+                   keys=keys, allow_insecure=args.insecure)
     except LinkError as err:
         print(f"embodyrl: actor: {err}", file=sys.stderr)
         return 1
@@ -194,12 +214,36 @@ def _bench(args) -> int:
     return 0
 
 
+def _bench_names() -> list[str]:
+    from . import bench
+
+    return bench.names()
+
+
+def _tasks(args) -> int:
+    from . import envs
+
+    gym_ids = {task: env_id for task, (env_id, _) in envs.GYMNASIUM_IDS.items()}
+    if args.json:
+        print(json.dumps({"tasks": envs.names(), "gymnasium_ids": gym_ids}))
+        return 0
+    for name in envs.names():
+        registered = f"  (gymnasium: {gym_ids[name]})" if name in gym_ids else ""
+        print(f"{name}{registered}")
+    print("gym:ID  any Gymnasium id with a Box action space, e.g. gym:Pendulum-v1")
+    return 0
+
+
 def _keys(args) -> int:
     from .hal.wire.security import generate_keys
 
     public, secret = generate_keys(args.directory, args.name)
     print(f"public key (share it): {public}\nsecret key (keep it):  {secret}")
     return 0
+
+
+TASK_HELP = ("a task: pendulum, pendulum_pixels, arm_reach, ... (embodyrl tasks lists them), "
+             "or gym:ID for any Gymnasium id with a Box action space, e.g. gym:Pendulum-v1")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -217,17 +261,22 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="overrides: any config field as --SECTION.FIELD VALUE (or =VALUE), e.g.\n"
                "  --ddpg.actor_lr 3e-4  --learner.updates_per_step 2  --eval_episodes 5\n"
                "  --ddpg.hidden_sizes '[64, 64]'  (lists in YAML syntax)\n"
+               "progress: a live panel when stdout and stderr are terminals, else a line every 5 s;\n"
+               "  the summary JSON goes to stdout, progress and messages to stderr\n"
                "exit codes: 0 done, 1 training failed, 2 bad arguments or config, 130 interrupted")
-    t.add_argument("task", help="registered task name, e.g. pendulum")
+    t.add_argument("task", help=TASK_HELP)
     t.add_argument("--steps", type=int, help="environment steps, summed over all actors")
     t.add_argument("--run-dir", help="where the run directory goes (default runs/TASK-TIME)")
-    t.add_argument("--seed", type=int)
+    t.add_argument("--seed", type=int, help="seed of the learner and actors (default 0)")
     t.add_argument("--actors", type=int, help="number of actor processes")
     t.add_argument("--algorithm", choices=("ddpg", "td3", "sac", "rlpd", "ppo"), help="algorithm (default ddpg; ppo is on-policy)")
     t.add_argument("--config", metavar="FILE.yaml", help="YAML file merged over the task's defaults")
-    t.add_argument("--quiet", action="store_true", help="no progress lines")
+    t.add_argument("--progress", choices=("auto", "live", "plain"), default="auto",
+                   help="live: a rich panel; plain: a line every 5 s; auto (default): live on a terminal")
+    t.add_argument("--quiet", action="store_true", help="no progress at all (for logs and CI)")
     t.add_argument("--resume", action="store_true",
                    help="continue the run in --run-dir: its checkpoint, its replay, its actors' spools")
+    add_train_options(t)
     t.set_defaults(func=_train)
     overrides_epilog = ("overrides: any config field as --SECTION.FIELD VALUE (or =VALUE), e.g.\n"
                         "  --ddpg.actor_lr 3e-4  --learner.updates_per_step 2\n")
@@ -238,16 +287,18 @@ def build_parser() -> argparse.ArgumentParser:
                     '{"endpoint": ..., "run_dir": ...} once it listens, and the counters when '
                     "the step budget is reached. Start actors with: embodyrl actor TASK "
                     "--connect ENDPOINT --config RUN_DIR/config.json",
-        epilog=overrides_epilog + "exit codes: 0 done, 2 bad arguments or config, 130 stopped by a signal")
-    ln.add_argument("task", help="registered task name, e.g. pendulum")
+        epilog=overrides_epilog + "a --bind off this machine needs --secret-key and --authorized-keys, "
+               "or --insecure\nexit codes: 0 done, 2 bad arguments, config or keys, 130 stopped by a signal")
+    ln.add_argument("task", help=TASK_HELP)
     ln.add_argument("--bind", help="address to listen on (default learner.bind, tcp://127.0.0.1:*); "
                                    "e.g. tcp://0.0.0.0:5555 to accept other machines")
     ln.add_argument("--run-dir", help="where the run directory goes (default runs/TASK-TIME)")
     ln.add_argument("--config", metavar="FILE.yaml", help="YAML file merged over the task's defaults")
     ln.add_argument("--steps", type=int, help="environment steps, summed over all actors")
-    ln.add_argument("--seed", type=int)
-    ln.add_argument("--algorithm", choices=("ddpg", "td3", "sac", "rlpd", "ppo"))
+    ln.add_argument("--seed", type=int, help="seed of the learner (default 0)")
+    ln.add_argument("--algorithm", choices=("ddpg", "td3", "sac", "rlpd", "ppo"), help="algorithm (default ddpg)")
     ln.add_argument("--resume", action="store_true", help="continue the run in --run-dir")
+    add_learner_options(ln)
     ln.set_defaults(func=_learner)
     a = sub.add_parser(
         "actor", help="run one actor against a learner's address",
@@ -255,8 +306,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run actor INDEX of TASK in this process, connected to the learner at --connect. "
                     "Its config must match the learner's: pass the learner's RUN_DIR/config.json as "
                     "--config (JSON is YAML). Ends when the learner says goodbye.",
-        epilog=overrides_epilog + "exit codes: 0 done, 1 no learner answered, 2 bad arguments or config")
-    a.add_argument("task", help="registered task name, e.g. pendulum")
+        epilog=overrides_epilog + "a --connect off this machine needs --secret-key and --server-key, "
+               "or --insecure\nexit codes: 0 done, 1 no learner answered, 2 bad arguments, config or keys")
+    a.add_argument("task", help=TASK_HELP)
     a.add_argument("--connect", required=True, metavar="ENDPOINT", help="the learner's endpoint, tcp://HOST:PORT")
     a.add_argument("--index", type=int, default=0, help="this actor's id, unique per learner (default 0)")
     a.add_argument("--config", metavar="FILE", help="the learner's config.json, or a YAML file")
@@ -267,6 +319,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "actor.flush_timeout_s has passed); default: run until the learner says goodbye")
     a.add_argument("--steps", type=int, help=argparse.SUPPRESS)
     a.add_argument("--seed", type=int, help="seed (the actor's own is seed * 1000 + index)")
+    add_actor_options(a)
     a.set_defaults(func=_actor, resume=False)
     e = sub.add_parser("eval", help="run a run's saved policy on its task; print JSON",
                        description="Evaluate RUN_DIR's saved policy (policy/) on the task in its "
@@ -300,15 +353,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--metric", default="episode_return", help="y: a metrics.jsonl key (default episode_return)")
     p.add_argument("--x", default="env_steps", help="x: a metrics.jsonl key (default env_steps)")
     p.set_defaults(func=_plot)
-    b = sub.add_parser("bench", help="run a shipped benchmark against its baseline")
-    b.add_argument("name", help="benchmark name (hal, replay, ...)")
+    b = sub.add_parser("bench", help="run a shipped benchmark against its baseline",
+                       description="Run benchmark NAME: the real thing and a baseline measured in the "
+                                   "same run, with their ratio. Exit codes: 0 done, 2 unknown benchmark.")
+    b.add_argument("name", help=f"benchmark name: {', '.join(_bench_names())}")
     b.add_argument("--json", action="store_true", help="print one JSON object")
     b.add_argument("--quick", action="store_true", help="small sizes, for smoke tests")
     b.set_defaults(func=_bench)
-    k = sub.add_parser("keys", help="generate a CurveZMQ key pair for a learner or an actor")
+    k = sub.add_parser("keys", help="generate a CurveZMQ key pair for a learner or an actor",
+                       description="Write DIRECTORY/NAME.key (public: give it to the other side) and "
+                                   "DIRECTORY/NAME.key_secret (secret, mode 600: keep it). A learner takes "
+                                   "--secret-key and --authorized-keys (a directory of actors' .key files); "
+                                   "an actor takes --secret-key and --server-key (the learner's .key). "
+                                   "Exit codes: 0 done.")
     k.add_argument("directory", help="where to write NAME.key and NAME.key_secret")
     k.add_argument("name", help="who the keys are for, e.g. learner or robot-3")
     k.set_defaults(func=_keys)
+    ts = sub.add_parser("tasks", help="list the task names train, learner and actor accept",
+                        description="List the registered tasks and the Gymnasium ids they are registered "
+                                    "under (gymnasium.make('embodyrl/Pendulum-v0') after importing "
+                                    "embodyrl.envs). Any Gymnasium id works as a task as gym:ID. "
+                                    "Exit codes: 0 done.")
+    ts.add_argument("--json", action="store_true", help="print one JSON object")
+    ts.set_defaults(func=_tasks)
     return parser
 
 
@@ -320,7 +387,7 @@ def main(argv: list[str] | None = None) -> int:
     args.overrides = extra
     try:
         return args.func(args)
-    except _Refused as err:
+    except (_Refused, SecurityOptionError) as err:
         print(f"embodyrl: {err}", file=sys.stderr)
         return 2
 

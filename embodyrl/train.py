@@ -40,8 +40,15 @@ def _stop(processes, grace_s: float = GRACE_S) -> None:
             p.join(5)
 
 
-def train(config: TrainConfig, run_dir: Path, quiet: bool = False, progress: str = "auto") -> dict:
-    """Run ``config`` into ``run_dir``; ``progress`` is a display mode of :mod:`embodyrl.display`."""
+def train(config: TrainConfig, run_dir: Path, quiet: bool = False, progress: str = "auto", *,
+          keys: tuple | None = None, allow_insecure: bool = False) -> dict:
+    """Run ``config`` into ``run_dir``; ``progress`` is a display mode of :mod:`embodyrl.display`.
+
+    ``keys``: a ``(ServerKeys, ClientKeys)`` pair securing the link with CurveZMQ
+    (:func:`embodyrl.cli_security.local_key_pairs`); ``allow_insecure`` lets a
+    non-loopback ``learner.bind`` go without them.
+    """
+    server_keys, client_keys = keys if keys is not None else (None, None)
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     save(config, run_dir / "config.json")
@@ -49,7 +56,9 @@ def train(config: TrainConfig, run_dir: Path, quiet: bool = False, progress: str
     started = time.monotonic()
     parent_conn, child_conn = ctx.Pipe(duplex=False)
     learner = ctx.Process(target=learner_main, name="embodyrl-learner",
-                          args=(to_dict(config), str(run_dir), child_conn))
+                          args=(to_dict(config), str(run_dir), child_conn),
+                          kwargs={"security": {"keys": server_keys, "allow_insecure": allow_insecure}
+                                  if server_keys is not None or allow_insecure else None})
     processes = [learner]
     progress = Display(run_dir / "metrics.jsonl", config.steps, "quiet" if quiet else progress,
                        title=f"embodyrl train {config.task}")
@@ -61,7 +70,8 @@ def train(config: TrainConfig, run_dir: Path, quiet: bool = False, progress: str
         (run_dir / "learner.json").write_text(json.dumps({"endpoint": endpoint}) + "\n")
         for i in range(config.actors):
             actor = ctx.Process(target=actor_main, name=f"embodyrl-actor-{i}",
-                                args=(to_dict(config), endpoint, i, str(run_dir)))
+                                args=(to_dict(config), endpoint, i, str(run_dir)),
+                                kwargs={"keys": client_keys, "allow_insecure": allow_insecure})
             actor.start()
             processes.append(actor)
         while not parent_conn.poll(0.2):

@@ -1,10 +1,23 @@
 """Tasks: MuJoCo models and their rewards, built on the HAL.
 
-``make(name)`` returns a ``(device, task)`` pair for a registered task.
+``make(name)`` returns a ``(device, task)`` pair for a task name:
+
+* a registered task (``names()``: pendulum, arm_reach, pendulum_pixels,
+  halfcheetah);
+* ``gym:ID``, any Gymnasium id with a ``Box`` action space, driven through
+  :mod:`embodyrl.hal.drivers.gymnasium` (``gym:Pendulum-v1``,
+  ``gym:HalfCheetah-v5``).
+
+The other direction: ``register_gymnasium()`` registers each task with
+Gymnasium as ``embodyrl/<Name>-v0`` (``GYMNASIUM_IDS``), so that
+``gymnasium.make("embodyrl/Pendulum-v0")`` works. It is called on import of
+this package when Gymnasium is already imported, so
+``gymnasium.make("embodyrl.envs:embodyrl/Pendulum-v0")`` works with no set-up.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from importlib import import_module
 
@@ -17,18 +30,85 @@ _REGISTRY: dict[str, str] = {
     "halfcheetah": "embodyrl.envs.gym_tasks:make_halfcheetah",
 }
 
+GYM_PREFIX = "gym:"
+"""Task names starting with this are Gymnasium ids: ``gym:Pendulum-v1``."""
+
+GYMNASIUM_IDS: dict[str, tuple[str, int]] = {
+    "pendulum": ("embodyrl/Pendulum-v0", 200),
+    "arm_reach": ("embodyrl/ArmReach-v0", 250),
+    "pendulum_pixels": ("embodyrl/PendulumPixels-v0", 200),
+}
+"""Task name -> (Gymnasium id, the task's max_episode_steps, written out so registering imports no MuJoCo).
+
+Tasks that are Gymnasium envs already (halfcheetah) are not registered again."""
+
 
 def names() -> list[str]:
+    """The registered task names (``gym:ID`` names are accepted too, but not listed)."""
     return sorted(_REGISTRY)
 
 
+def is_known(name: str) -> bool:
+    """Whether ``make(name)`` can build ``name``: a registered task or ``gym:`` plus a registered id."""
+    if name in _REGISTRY:
+        return True
+    if not name.startswith(GYM_PREFIX) or len(name) == len(GYM_PREFIX):
+        return False
+    try:
+        import gymnasium
+    except ImportError:
+        return False
+    register_gymnasium()
+    return name[len(GYM_PREFIX):] in gymnasium.registry
+
+
+def unknown_reason(name: str) -> str:
+    """Why ``name`` is not a task, naming what is: for error messages."""
+    if name.startswith(GYM_PREFIX):
+        try:
+            import gymnasium  # noqa: F401
+        except ImportError:
+            return f"task {name!r} needs gymnasium (pip install 'embodyrl[gym]')"
+        return f"unknown Gymnasium id {name[len(GYM_PREFIX):]!r} in task {name!r}"
+    return (f"unknown task {name!r}; known: {', '.join(names())}, or gym:ID for a Gymnasium id "
+            f"(e.g. gym:Pendulum-v1)")
+
+
 def factory(name: str) -> Callable:
+    if name.startswith(GYM_PREFIX):
+        from ..hal.drivers import gymnasium as gym_driver
+
+        env_id = name[len(GYM_PREFIX):]
+        return lambda **kwargs: gym_driver.make(env_id, **kwargs)
     if name not in _REGISTRY:
-        raise KeyError(f"unknown task {name!r}; known tasks: {', '.join(names())}")
+        raise KeyError(unknown_reason(name))
     module, attr = _REGISTRY[name].split(":")
     return getattr(import_module(module), attr)
 
 
 def make(name: str, **kwargs):
-    """Build the (device, task) pair registered as ``name``."""
+    """Build the (device, task) pair for ``name`` (a registered task, or ``gym:ID``)."""
     return factory(name)(**kwargs)
+
+
+def make_gymnasium_env(task: str, render_mode: str | None = None, **kwargs):
+    """Task ``task`` as a ``gymnasium.Env`` (the entry point of the ``embodyrl/...`` ids)."""
+    from ..hal.gym_env import DeviceEnv
+
+    device, task_object = make(task, **kwargs)
+    return DeviceEnv(device, task_object, render_mode=render_mode)
+
+
+def register_gymnasium() -> list[str]:
+    """Register every task with Gymnasium (idempotent); returns the ids."""
+    import gymnasium
+
+    for task, (env_id, max_steps) in GYMNASIUM_IDS.items():
+        if env_id not in gymnasium.registry:  # the time limit on the spec: GymTask reads it from there
+            gymnasium.register(env_id, entry_point=make_gymnasium_env, kwargs={"task": task},
+                               max_episode_steps=max_steps)
+    return [env_id for env_id, _ in GYMNASIUM_IDS.values()]
+
+
+if "gymnasium" in sys.modules:  # imported by gymnasium.make("embodyrl.envs:embodyrl/...")
+    register_gymnasium()
