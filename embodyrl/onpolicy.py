@@ -154,8 +154,9 @@ class OnPolicyLearner:
                 self._returns[key] = total
 
     def _grant_credits(self) -> None:
-        """Keep rows held plus rows promised within (1 + max_staleness) iterations, plus a quantum
-        per actor so that the last segment of an iteration can always complete."""
+        """Keep ready rows plus rows promised within (1 + max_staleness) iterations, plus a quantum
+        per actor. Segments still being built do not count: each stream holds at most one, and
+        counting them could leave every stream one batch short of a segment, waiting for credit."""
         quantum = self.config.learner.credit_quantum
         sessions = self.server.sessions
         for identity in list(self._credit):
@@ -165,7 +166,7 @@ class OnPolicyLearner:
         target = per_iteration * (1 + self.ppo.max_staleness) + quantum * len(sessions)
         for identity, session in sessions.items():
             outstanding = sum(max(v, 0) for v in self._credit.values())
-            if outstanding + self.assembler.buffered_rows + quantum > target:
+            if outstanding + self.assembler.ready * self.ppo.rollout_length + quantum > target:
                 return
             if self._credit.get(identity, 0) < quantum:
                 self._credit[identity] = self._credit.get(identity, 0) + quantum
