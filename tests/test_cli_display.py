@@ -100,13 +100,16 @@ def _read_until_exit(proc, master, timeout_s):
 
 
 def test_train_in_a_terminal_draws_the_panel(tmp_path):
-    """``embodyrl train`` in a pseudo-terminal: the live panel, with its fields, reaches the screen."""
+    """``embodyrl train`` in a pseudo-terminal: the live panel, with its fields, reaches the screen.
+
+    The same run exercises ``--curve``: its learner-actor link runs over CurveZMQ with fresh keys.
+    """
     master, slave = pty.openpty()
     env = {**os.environ, "COLUMNS": "110", "LINES": "40", "TERM": "xterm-256color"}
     proc = subprocess.Popen(
         [sys.executable, "-m", "embodyrl.cli", "train", "pendulum", "--steps", "500", "--run-dir",
          str(tmp_path / "run"), "--eval_episodes", "1", "--ddpg.hidden_sizes", "[16, 16]",
-         "--learner.min_replay", "200", "--learner.log_every_s", "0.3", "--actor.random_steps", "200"],
+         "--learner.min_replay", "200", "--learner.log_every_s", "0.3", "--actor.random_steps", "200", "--curve"],
         stdin=slave, stdout=slave, stderr=slave, env=env, start_new_session=True)
     os.close(slave)
     try:
@@ -121,3 +124,5 @@ def test_train_in_a_terminal_draws_the_panel(tmp_path):
         assert label in screen, label
     assert re.search(r"\d[\d,]* / 500 \(1\d\d%\)", screen)  # the last frame stays on screen
     assert "\x1b[" in screen  # drawn with terminal control codes, not plain lines
+    keys = tmp_path / "run" / "keys"
+    assert (keys / "learner" / "learner.key_secret").exists() and (keys / "authorized" / "actor.key").exists()
