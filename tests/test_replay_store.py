@@ -202,3 +202,24 @@ def test_a_wrapping_ring_with_background_commits_never_waits_for_an_eviction(tmp
     np.testing.assert_array_equal(x, np.arange(x[-1] + 1 - len(x), x[-1] + 1, dtype=np.float32))
     assert again.committed_seqs[0] == x[-1] + 1
     again.close()
+
+
+def test_a_commit_retried_after_a_failed_one_never_writes_over_the_last_good_index(tmp_path):
+    replay = PersistentReplay(tmp_path / "r", OBS, ACT, capacity=256, chunk_rows=64)
+    replay.add(stream_rows(0, 10), seq=1)
+    replay.commit()  # durable in index-1
+    replay.add(stream_rows(10, 10), seq=2)
+    os.close(replay.store._index_fds[0])  # the next index write fails (as on a full disk)
+    with pytest.raises(OSError):
+        replay.commit()
+    assert replay.committed_seqs == {0: 1}
+    replay.store._index_fds[0] = os.open(tmp_path / "r" / "index-0", os.O_RDWR)
+    good = replay.store._index_fds[1]
+    replay.store._index_fds[1] = -1  # writing over the last good commit would now fail loudly
+    replay.commit()  # the retry goes to index-0 again, and keeps the failed commit's seq
+    assert replay.committed_seqs == {0: 2}
+    replay.store._index_fds[1] = good
+    replay.close(commit=False)
+    again = PersistentReplay(tmp_path / "r")
+    assert again.committed_seqs == {0: 2} and again.size == 20
+    again.close()

@@ -119,6 +119,7 @@ class ChunkStore:
         self._mmap = mmap.mmap(self._fd, expected, prot=mmap.PROT_READ)
         self._mmap.madvise(mmap.MADV_RANDOM)  # no 8 MB read-ahead per cold miss
         self.rows = np.frombuffer(self._mmap, self.dtype, count=layout.capacity)
+        self._durable_slot = 0  # the index file holding the last durable commit (the first goes to 1)
         self._load_index()
         self._index_fds = [os.open(self.directory / name, os.O_RDWR | os.O_CREAT, 0o644) for name in INDEX_FILES]
         for slot, _, _ in self.streams.values():
@@ -190,7 +191,7 @@ class ChunkStore:
 
     def _load_index(self) -> None:
         bodies, errors, never_written = [], [], False
-        for name in INDEX_FILES:
+        for slot, name in enumerate(INDEX_FILES):
             try:
                 body = self._read_index(self.directory / name)
             except ValueError as err:
@@ -199,13 +200,14 @@ class ChunkStore:
             if body is None:
                 never_written = True
             else:
-                bodies.append(body)
+                bodies.append((slot, body))
         if not bodies:  # a torn first commit beside a never-written file: nothing was committed
             if errors and not never_written:
                 raise ValueError(f"{self.directory}: corrupt index ({'; '.join(errors)}); the data file is "
                                  "intact, move the index files aside to inspect them")
             return
-        body = max(bodies, key=lambda b: b["commit"])  # a torn newer write leaves the older commit
+        # a torn newer write leaves the older commit
+        self._durable_slot, body = max(bodies, key=lambda slot_body: slot_body[1]["commit"])
         try:
             self.ring.load(body["ring"])
             self.commits = int(body["commit"])
@@ -230,14 +232,25 @@ class ChunkStore:
         return self.commits, self._index_bytes(seqs), seqs
 
     def _make_durable(self, number: int, index: bytes, seqs: dict[int, int]) -> None:
-        os.fdatasync(self._fd)
-        fd = self._index_fds[number % 2]
-        if os.pwrite(fd, index, 0) != len(index):  # a full disk writes short, without raising
-            raise OSError(errno.ENOSPC, f"{self.directory}: index write cut short (disk full?)")
-        os.fdatasync(fd)
+        """Sync the rows, then write the index into the file that does NOT hold the last durable
+        commit: a failed write (a full disk) can tear only the file that was already stale."""
+        slot = 1 - self._durable_slot
+        try:
+            os.fdatasync(self._fd)
+            fd = self._index_fds[slot]
+            if os.pwrite(fd, index, 0) != len(index):  # a full disk writes short, without raising
+                raise OSError(errno.ENOSPC, f"{self.directory}: index write cut short (disk full?)")
+            os.fdatasync(fd)
+        except BaseException:
+            with self._durable_lock:  # not durable: its seqs stay pending for the next commit
+                for actor, seq in seqs.items():
+                    if seq > self.committed_seqs.get(actor, 0):
+                        self._pending_seqs[actor] = max(seq, self._pending_seqs.get(actor, 0))
+            raise
         with self._durable_lock:
             self.committed_seqs = seqs
             self.durable_commits = number
+            self._durable_slot = slot
 
     def settle(self) -> None:
         """Wait for the commit in flight; raise its error (its rows stay unacknowledged)."""
