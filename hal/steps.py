@@ -141,9 +141,12 @@ class Steps:
         final = arrays["final"]
         proposed = action_spec.validate_batch(arrays["proposed_action"], length)
         action = action_spec.validate_batch(arrays["action"], length)
-        live = ~final
         if action_spec.bounded:
-            action_spec.validate_batch(action[live], int(live.sum()), check_bounds=True)
+            try:  # every row in bounds (final rows carry a zero action): the common, cheap case
+                action_spec.validate_batch(action, length, check_bounds=True)
+            except SpecError:  # only applied actions must be: look again without the final rows
+                live = ~final
+                action_spec.validate_batch(action[live], int(live.sum()), check_bounds=True)
         if (final & (arrays["terminated"] | arrays["truncated"])).any():
             raise SpecError("final rows must not carry terminated/truncated flags")
         if (arrays["terminated"] & arrays["truncated"]).any():
