@@ -61,3 +61,24 @@ def test_full_spool_can_drop_the_oldest_and_count_them(tmp_path):
     assert s.dropped_batches == 4 and s.dropped_rows == 12
     assert s.seqs() == [5, 6, 7, 8]
     assert len(list(tmp_path.glob("*.batch"))) == 4
+
+
+def _brute_rows_after(spool, seq):
+    return sum(spool.rows_of(s) for s in spool.seqs() if s > seq)
+
+
+def test_unsent_row_counts_match_a_walk_of_the_spool_through_drops_acks_and_a_restart(tmp_path):
+    spool = Spool(tmp_path / "s", ram_bytes=300, disk_bytes=1000, on_full="drop_oldest")
+    for seq in range(1, 31):
+        spool.push(seq, seq % 7 + 1, frames(seq))  # 100-byte batches: the oldest get dropped
+        if seq == 20:
+            spool.ack(14)
+        for after in (0, spool.first_seq - 1, spool.first_seq, seq // 2, seq - 1, seq, seq + 5):
+            assert spool.rows_after(after) == _brute_rows_after(spool, after)
+            assert list(spool.seqs_after(after)) == [s for s in spool.seqs() if s > after]
+        assert spool.rows == _brute_rows_after(spool, -1)
+    (tmp_path / "s" / f"{25:016d}.batch").write_bytes(b"torn")  # a gap after the restart
+    again = Spool(tmp_path / "s")
+    for after in (0, 22, 24, 25, 26, 30):
+        assert again.rows_after(after) == _brute_rows_after(again, after)
+        assert list(again.seqs_after(after)) == [s for s in again.seqs() if s > after]

@@ -141,7 +141,7 @@ class LearnerLink:
 
     @property
     def unsent_rows(self) -> int:
-        return sum(self.spool.rows_of(s) for s in self.spool.seqs() if s > self._sent_upto)
+        return self.spool.rows_after(self._sent_upto)
 
     @property
     def unacked_rows(self) -> int:
@@ -214,9 +214,7 @@ class LearnerLink:
         """Send spooled batches in seq order while credits last."""
         if not self.connected:
             return
-        for seq in self.spool.seqs():
-            if seq <= self._sent_upto:
-                continue
+        for seq in self.spool.seqs_after(self._sent_upto):
             rows = self.spool.rows_of(seq)
             if rows > self._credits:
                 break

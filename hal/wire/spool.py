@@ -38,6 +38,9 @@ class Spool:
         self.on_full = on_full
         self._batches: OrderedDict[int, tuple[int, list[bytes] | None]] = OrderedDict()  # seq -> (rows, frames|None)
         self._sizes: dict[int, int] = {}
+        self._cumulative: dict[int, int] = {}  # seq -> rows pushed up to and including it (since creation)
+        self._rows_pushed = 0
+        self._rows = 0
         self.bytes_in_ram = 0
         self.bytes_total = 0
         self.dropped_batches = 0
@@ -52,7 +55,26 @@ class Spool:
 
     @property
     def rows(self) -> int:
-        return sum(rows for rows, _ in self._batches.values())
+        return self._rows
+
+    def rows_after(self, seq: int) -> int:
+        """Rows of the batches after ``seq`` (what is still unsent when ``seq`` was the last sent):
+        O(1), so a long outage's spool costs nothing per send."""
+        if not self._batches or seq >= self.last_seq:
+            return 0
+        if seq < self.first_seq:
+            return self._rows
+        if seq in self._cumulative:
+            return self._cumulative[self.last_seq] - self._cumulative[seq]
+        return sum(self._batches[s][0] for s in self._batches if s > seq)  # a gap left by a corrupt file
+
+    def seqs_after(self, seq: int):
+        """The spooled seqs after ``seq``, in order, without walking the ones before it."""
+        if not self._batches:
+            return
+        for s in range(max(seq + 1, self.first_seq), self.last_seq + 1):
+            if s in self._batches:
+                yield s
 
     @property
     def last_seq(self) -> int:
@@ -96,10 +118,16 @@ class Spool:
             self._write(seq, rows, frames)
         keep = self.bytes_in_ram + size <= self.ram_bytes or self.directory is None
         self._batches[seq] = (rows, frames if keep else None)
-        self._sizes[seq] = size
-        self.bytes_total += size
+        self._count(seq, rows, size)
         if keep:
             self.bytes_in_ram += size
+
+    def _count(self, seq: int, rows: int, size: int) -> None:
+        self._sizes[seq] = size
+        self.bytes_total += size
+        self._rows += rows
+        self._rows_pushed += rows
+        self._cumulative[seq] = self._rows_pushed
 
     def ack(self, seq: int) -> None:
         """Forget every batch up to and including ``seq``."""
@@ -107,8 +135,10 @@ class Spool:
             self._forget(next(iter(self._batches)))
 
     def _forget(self, seq: int) -> None:
-        _, frames = self._batches.pop(seq)
+        rows, frames = self._batches.pop(seq)
         size = self._sizes.pop(seq)
+        del self._cumulative[seq]
+        self._rows -= rows
         self.bytes_total -= size
         if frames is not None:
             self.bytes_in_ram -= size
@@ -156,7 +186,6 @@ class Spool:
             size = sum(len(f) for f in frames)
             keep = self.bytes_in_ram + size <= self.ram_bytes
             self._batches[seq] = (rows, frames if keep else None)
-            self._sizes[seq] = size
-            self.bytes_total += size
+            self._count(seq, rows, size)
             if keep:
                 self.bytes_in_ram += size
