@@ -1,0 +1,151 @@
+"""The coupling link in one process: input checks, the per-level windows, the inference process,
+parity of the exported per-level actor with JAX, and the coupling learner learning a known target."""
+
+import threading
+import time
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from embodyrl.hal.coupling import CouplingConfig, CouplingError, CouplingLink, level_inputs
+from embodyrl.hal.coupling_inference import InferenceServer
+from embodyrl.hal.runtime import NumpyPolicy
+from embodyrl.hal.steps import PolicyVersion
+from tests.test_coupling_mpi import CFG, level_policy
+
+
+def test_level_inputs_take_a_window_of_levels_then_the_context():
+    profile = np.arange(5 * 2, dtype=np.float32).reshape(1, 5, 2)  # level k: (2k, 2k+1)
+    context = np.array([[7.0, 8.0]], np.float32)
+    x = level_inputs(profile, context, radius=1)
+    assert x.shape == (1, 5, 3 * 2 + 2)
+    np.testing.assert_array_equal(x[0, 2], [2, 3, 4, 5, 6, 7, 7, 8])  # levels 1, 2, 3
+    np.testing.assert_array_equal(x[0, 0], [0, 1, 0, 1, 2, 3, 7, 8])  # bottom edge repeated
+    np.testing.assert_array_equal(x[0, 4], [6, 7, 8, 9, 8, 9, 7, 8])  # top edge repeated
+
+
+@pytest.fixture
+def local_link(tmp_path):
+    path, _ = level_policy(tmp_path, PolicyVersion(7, 0))
+    from embodyrl.hal import runtime
+
+    return CouplingLink(replace(CFG, explore=False), rank=0, policy=runtime.load(path))
+
+
+@pytest.mark.parametrize("state, info, message", [
+    (np.zeros((4, 12, 3), np.int32), {}, "state: a float32 or float64"),
+    (np.zeros((4, 11, 3)), {}, r"state: shape \(4, 11, 3\)"),
+    (np.full((4, 12, 3), np.nan), {}, "state: non-finite"),
+    (np.zeros((4, 12, 3)), {"context": np.zeros((3, 2))}, r"info\['context'\]: shape \(3, 2\)"),
+    (np.zeros((4, 12, 3)), {"context": np.zeros((4, 2)), "target": np.zeros(4)}, r"info\['target'\]"),
+])
+def test_bad_tensors_are_refused_with_the_field_named(local_link, state, info, message):
+    with pytest.raises(CouplingError, match=message):
+        local_link.exchange(state, info)
+    assert local_link.stats.exchanges == 0
+
+
+def test_corrections_cover_exactly_the_columns_given_and_stay_bounded(local_link):
+    rng = np.random.default_rng(0)
+    for n in (1, 9, 40):
+        state = rng.normal(size=(n, 12, 3)) * 10
+        out = local_link.exchange(state, {"context": rng.normal(size=(n, 2))})
+        assert out.shape == (n, 12) and out.dtype == np.float64
+        assert np.abs(out).max() <= CFG.max_correction and np.abs(out).max() > 0
+
+
+def test_a_policy_for_another_shape_is_refused(tmp_path):
+    path, _ = level_policy(tmp_path, PolicyVersion(7, 0))
+    from embodyrl.hal import runtime
+
+    with pytest.raises(CouplingError, match="policy reads"):
+        CouplingLink(replace(CFG, radius=2), rank=0, policy=runtime.load(path))
+    with pytest.raises(CouplingError, match="either a policy"):
+        CouplingLink(CFG, rank=0)
+
+
+def test_a_nearby_inference_process_answers_like_the_local_replica_and_its_death_costs_one_deadline(tmp_path):
+    from embodyrl.hal import runtime
+
+    path, _ = level_policy(tmp_path, PolicyVersion(7, 3))
+    server = InferenceServer(runtime.load(path), radius=CFG.radius)
+    stop = threading.Event()
+    thread = threading.Thread(target=lambda: [server.serve_once(20) for _ in iter(stop.is_set, True)], daemon=True)
+    thread.start()
+    remote = CouplingLink(replace(CFG, inference=server.endpoint, inference_timeout_s=2.0), rank=1)
+    local = CouplingLink(replace(CFG, explore=False), rank=1, policy=runtime.load(path))
+    rng = np.random.default_rng(1)
+    state, info = rng.normal(size=(6, 12, 3)).astype(np.float32), {"context": rng.normal(size=(6, 2))}
+    try:
+        np.testing.assert_allclose(remote.exchange(state, info), local.exchange(state, info), rtol=1e-6)
+        assert remote.version == PolicyVersion(7, 3) and remote.stats.inference_s > 0
+    finally:
+        stop.set()
+        thread.join(5)
+        server.close()
+    dead = CouplingLink(replace(CFG, inference=server.endpoint, inference_timeout_s=0.3), rank=1)
+    t0 = time.monotonic()
+    out = dead.exchange(state, info)
+    assert not out.any() and out.shape == (6, 12) and time.monotonic() - t0 < 2.0
+    assert dead.stats.warnings["inference_timeout"] == 1 and dead.stats.zero_answers == 1
+    remote.close()
+    dead.close()
+
+
+def test_the_exported_per_level_actor_matches_jax():
+    pytest.importorskip("jax")
+    from embodyrl.coupling import CouplingLearner, CouplingLearnerConfig
+
+    cfg = CouplingConfig(levels=8, features=2, context=1, radius=1, max_correction=2.0)
+    learner = CouplingLearner(cfg, CouplingLearnerConfig(min_steps=10))
+    try:
+        rng = np.random.default_rng(0)
+        obs = {"profile": rng.normal(size=(32, 8, 2)).astype(np.float32),
+               "context": rng.normal(size=(32, 1)).astype(np.float32)}
+        policy = NumpyPolicy(*learner.export())
+        jax_action = np.asarray(learner.networks.policy(learner.state.actor_params, obs))
+        numpy_action = policy.mean_action({"window": level_inputs(obs["profile"], obs["context"], 1)})[..., 0]
+        np.testing.assert_allclose(numpy_action, jax_action, atol=1e-5)
+        assert np.abs(jax_action).max() > 1e-3
+        with pytest.raises(ValueError, match="discount must be 0"):
+            CouplingLearner(cfg, CouplingLearnerConfig(ddpg=replace(CouplingLearnerConfig().ddpg, discount=0.9)))
+    finally:
+        learner.close()
+
+
+@pytest.mark.slow
+def test_the_coupling_learner_learns_a_state_dependent_target_through_a_real_link():
+    pytest.importorskip("jax")
+    from embodyrl.coupling import CouplingLearner, CouplingLearnerConfig
+
+    cfg = CouplingConfig(levels=8, features=2, context=1, radius=1, max_correction=2.0)
+    learner = CouplingLearner(cfg, CouplingLearnerConfig(min_steps=200, updates_per_call=50, publish_every=50, ddpg=replace(CouplingLearnerConfig().ddpg, hidden_sizes=(32, 32), batch_size=32)))
+    try:
+        policy = NumpyPolicy(*learner.export())
+        rng = np.random.default_rng(0)
+        profile = rng.normal(size=(32, 8, 2)).astype(np.float32)
+        context = rng.normal(size=(32, 1)).astype(np.float32)
+        obs = {"profile": profile, "context": context}
+
+        def target(p, c):  # a state-dependent correction a constant cannot give
+            return 1.5 * np.tanh(p[..., 0] + 0.5 * c)
+
+        server = threading.Thread(target=learner.run, args=(60.0, lambda: learner.updates >= 800), daemon=True)
+        server.start()
+        link = CouplingLink(replace(cfg, learner=learner.endpoint, connect_timeout_s=20.0), rank=3,
+                            policy=policy, seed=0)
+        while server.is_alive():
+            p = rng.normal(size=(16, 8, 2)).astype(np.float32)
+            c = rng.normal(size=(16, 1)).astype(np.float32)
+            link.exchange(p, {"context": c, "target": target(p, c)})
+            time.sleep(0.002)
+        server.join()
+        assert learner.steps_by_rank[3] > 1000 and link.stats.weights_taken >= 1
+        goal = target(profile, context)
+        best_constant = np.mean(np.abs(goal - np.median(goal)))
+        after = np.mean(np.abs(np.asarray(learner.networks.policy(learner.state.actor_params, obs)) - goal))
+        assert after < 0.75 * best_constant, (best_constant, after)  # it learnt the state dependence
+        link.close(flush_s=1.0)
+    finally:
+        learner.close()
