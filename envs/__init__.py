@@ -3,7 +3,7 @@
 ``make(name)`` returns a ``(device, task)`` pair for a task name:
 
 * a registered task (``names()``: pendulum, arm_reach, pendulum_pixels,
-  halfcheetah);
+  pendulum_pixels_stacked, halfcheetah);
 * ``gym:ID``, any Gymnasium id with a ``Box`` action space, driven through
   :mod:`embodyrl.hal.drivers.gymnasium` (``gym:Pendulum-v1``,
   ``gym:HalfCheetah-v5``).
@@ -27,6 +27,7 @@ _REGISTRY: dict[str, str] = {
     "pendulum": "embodyrl.envs.pendulum:make",
     "arm_reach": "embodyrl.envs.arm:make",
     "pendulum_pixels": "embodyrl.envs.pixels:make",
+    "pendulum_pixels_stacked": "embodyrl.envs.pixels:make_stacked",
     "halfcheetah": "embodyrl.envs.gym_tasks:make_halfcheetah",
 }
 
