@@ -1,6 +1,8 @@
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+
+from ..encoders import EncoderConfig
 
 
 @dataclass(frozen=True)
@@ -24,6 +26,8 @@ class DDPGConfig:
     """Bound of that noise (fraction of half range)."""
     policy_delay: int = 1
     """TD3's delayed updates: actor and targets move every ``policy_delay`` critic steps."""
+    encoder: EncoderConfig = field(default_factory=EncoderConfig)
+    """The convolutional encoder used when the observation has camera images (DrQ)."""
 
     def __post_init__(self):
         if self.num_critics < 1 or self.policy_delay < 1:

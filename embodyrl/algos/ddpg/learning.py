@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import optax
 
 from ...hal.specs import ArraySpec, DictSpec
+from ..encoders import augment_batch, share
 from ..scan import scanned
 from .config import DDPGConfig
 from .losses import make_losses
@@ -34,7 +35,7 @@ def init(key: jax.Array, observation_spec: DictSpec, action_spec: ArraySpec,
          config: DDPGConfig) -> tuple[DDPGNetworks, TrainingState]:
     net_key, state_key = jax.random.split(key)
     networks, actor, critic = make_networks(observation_spec, action_spec, config.hidden_sizes, net_key,
-                                            config.num_critics)
+                                            config.num_critics, config.encoder)
     actor_opt, critic_opt = _optimizers(config)
     state = TrainingState(
         actor_params=actor, critic_params=critic,
@@ -57,16 +58,21 @@ def make_update(networks: DDPGNetworks, config: DDPGConfig):
 
     def update(state: TrainingState, batch) -> tuple[TrainingState, dict]:
         key, noise_key = jax.random.split(state.key)
+        if networks.encoder is not None:
+            batch = augment_batch(networks.encoder, batch, jax.random.fold_in(noise_key, 1))
         (c_loss, c_aux), c_grads = jax.value_and_grad(critic_loss, has_aux=True)(
             state.critic_params, state.target_actor_params, state.target_critic_params, batch, noise_key)
         c_updates, critic_opt_state = critic_opt.update(c_grads, state.critic_opt_state)
         critic_params = optax.apply_updates(state.critic_params, c_updates)
 
-        a_loss, a_grads = jax.value_and_grad(actor_loss)(state.actor_params, critic_params, batch)
+        actor_before = state.actor_params
+        if networks.encoder is not None:  # the actor reads the encoder the critic just trained
+            actor_before = share(actor_before, critic_params)
+        a_loss, a_grads = jax.value_and_grad(actor_loss)(actor_before, critic_params, batch)
         a_updates, new_actor_opt_state = actor_opt.update(a_grads, state.actor_opt_state)
-        new_actor = optax.apply_updates(state.actor_params, a_updates)
+        new_actor = optax.apply_updates(actor_before, a_updates)
         move = (state.steps % config.policy_delay) == 0
-        actor_params = _select(move, new_actor, state.actor_params)
+        actor_params = _select(move, new_actor, actor_before)
         target_actor = _select(move, optax.incremental_update(actor_params, state.target_actor_params, config.tau),
                                state.target_actor_params)
         target_critic = _select(move, optax.incremental_update(critic_params, state.target_critic_params, config.tau),

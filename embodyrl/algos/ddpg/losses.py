@@ -10,6 +10,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from ..encoders import detach
 from .config import DDPGConfig
 from .networks import DDPGNetworks
 
@@ -42,7 +43,9 @@ def make_losses(networks: DDPGNetworks, config: DDPGConfig):
         return jnp.mean(jnp.sum((q - y) ** 2, axis=0)), {"q_mean": jnp.mean(q[0]), "target_mean": jnp.mean(y)}
 
     def actor_loss(actor_params, critic_params, batch):
-        """-Q_1(o, mu(o)): the deterministic policy gradient."""
+        """-Q_1(o, mu(o)): the deterministic policy gradient (the encoder's features detached)."""
+        if networks.encoder is not None:
+            actor_params = detach(actor_params)
         action = networks.policy(actor_params, batch["observation"])
         return -jnp.mean(networks.q_value(critic_params, batch["observation"], action))
 

@@ -1,6 +1,8 @@
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+
+from ..encoders import EncoderConfig
 
 
 @dataclass(frozen=True)
@@ -27,6 +29,8 @@ class SACConfig:
     """Subtract alpha * log pi(a'|o') in the TD target (RLPD turns it off)."""
     log_std_min: float = -5.0
     log_std_max: float = 2.0
+    encoder: EncoderConfig = field(default_factory=EncoderConfig)
+    """The convolutional encoder used when the observation has camera images (DrQ)."""
 
     def __post_init__(self):
         if not 1 <= self.num_min_critics <= self.num_critics:

@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import optax
 
 from ...hal.specs import ArraySpec, DictSpec
+from ..encoders import augment_batch, share
 from ..scan import scanned
 from .config import SACConfig
 from .losses import make_losses
@@ -50,16 +51,21 @@ def make_update(networks: SACNetworks, config: SACConfig):
 
     def update(state: TrainingState, batch) -> tuple[TrainingState, dict]:
         key, critic_key, actor_key = jax.random.split(state.key, 3)
+        if networks.encoder is not None:
+            batch = augment_batch(networks.encoder, batch, jax.random.fold_in(critic_key, 1))
         alpha = jnp.exp(state.log_alpha)
         (c_loss, c_aux), c_grads = jax.value_and_grad(critic_loss, has_aux=True)(
             state.critic_params, state.actor_params, state.target_critic_params, alpha, batch, critic_key)
         c_updates, critic_opt_state = critic_opt.update(c_grads, state.critic_opt_state)
         critic_params = optax.apply_updates(state.critic_params, c_updates)
 
+        actor_before = state.actor_params
+        if networks.encoder is not None:  # the actor reads the encoder the critic just trained
+            actor_before = share(actor_before, critic_params)
         (a_loss, a_aux), a_grads = jax.value_and_grad(actor_loss, has_aux=True)(
-            state.actor_params, critic_params, alpha, batch, actor_key)
+            actor_before, critic_params, alpha, batch, actor_key)
         a_updates, actor_opt_state = actor_opt.update(a_grads, state.actor_opt_state)
-        actor_params = optax.apply_updates(state.actor_params, a_updates)
+        actor_params = optax.apply_updates(actor_before, a_updates)
 
         t_loss, t_grad = jax.value_and_grad(temperature_loss)(state.log_alpha, a_aux["entropy"])
         t_update, temperature_opt_state = temp_opt.update(t_grad, state.temperature_opt_state)

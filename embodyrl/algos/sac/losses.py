@@ -5,6 +5,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from ..encoders import detach
 from .config import SACConfig
 from .networks import SACNetworks
 
@@ -31,6 +32,8 @@ def make_losses(networks: SACNetworks, config: SACConfig, target_entropy: float)
         return jnp.mean(jnp.sum((q - y) ** 2, axis=0)), {"q_mean": jnp.mean(q), "target_mean": jnp.mean(y)}
 
     def actor_loss(actor_params, critic_params, alpha, batch, key):
+        if networks.encoder is not None:  # the actor reads the critic's features, detached (DrQ)
+            actor_params = detach(actor_params)
         action, logp = networks.sample(actor_params, batch["observation"], key)
         qs = networks.q_values(critic_params, batch["observation"], action)
         q = jnp.min(qs, axis=0) if config.actor_q == "min" else jnp.mean(qs, axis=0)

@@ -9,7 +9,8 @@ import jax.numpy as jnp
 from flax import nnx
 
 from ...hal.specs import ArraySpec, DictSpec
-from ..networks import MLP, ActionScale, flatten_observation, observation_size
+from ..encoders import ObservationEncoder, features, make_encoder
+from ..networks import MLP, ActionScale, observation_size
 
 _LOG_2 = float(jnp.log(2.0))
 
@@ -23,11 +24,12 @@ class SACNetworks:
     scale: ActionScale
     log_std_min: float
     log_std_max: float
+    encoder: ObservationEncoder | None = None
 
     def distribution(self, actor_params, observation) -> tuple[jax.Array, jax.Array]:
         """(mean, log_std) of the pre-tanh Gaussian."""
-        x = flatten_observation(observation, self.observation_spec)
-        out = nnx.merge(self.actor_graph, actor_params)(x)
+        x, body = features(self.encoder, self.observation_spec, actor_params, observation, "policy")
+        out = nnx.merge(self.actor_graph, body)(x)
         mean, raw = jnp.split(out, 2, axis=-1)
         log_std = self.log_std_min + 0.5 * (self.log_std_max - self.log_std_min) * (jnp.tanh(raw) + 1)
         return mean, log_std
@@ -48,19 +50,28 @@ class SACNetworks:
 
     def q_values(self, critic_params, observation, action) -> jax.Array:
         """Every critic's Q(o, a): [critics, batch...]."""
-        x = flatten_observation(observation, self.observation_spec)
+        x, ensemble = features(self.encoder, self.observation_spec, critic_params, observation, "ensemble")
         a = self.scale.to_unit(action)
         xa = jnp.concatenate([x, a], axis=-1)
-        return jax.vmap(lambda p: nnx.merge(self.critic_graph, p)(xa)[..., 0])(critic_params)
+        return jax.vmap(lambda p: nnx.merge(self.critic_graph, p)(xa)[..., 0])(ensemble)
 
 
 def make_networks(observation_spec: DictSpec, action_spec: ArraySpec, config, key: jax.Array):
-    obs_size, act_size = observation_size(observation_spec), action_spec.size
+    """(networks, actor_params, critic_params); with camera images the parameters are
+    ``{"encoder", "policy"}`` and ``{"encoder", "ensemble"}`` (see the DDPG networks)."""
+    # the encoder's key is folded off, so networks without images draw what they always drew
+    encoder, encoder_params = make_encoder(observation_spec, config.encoder, jax.random.fold_in(key, 7))
+    obs_size = encoder.size if encoder is not None else observation_size(observation_spec)
+    act_size = action_spec.size
     actor_key, *critic_keys = jax.random.split(key, 1 + config.num_critics)
     actor_graph, actor_state = nnx.split(MLP(obs_size, config.hidden_sizes, 2 * act_size, rngs=nnx.Rngs(actor_key)))
     critics = [nnx.split(MLP(obs_size + act_size, config.hidden_sizes, 1, rngs=nnx.Rngs(k),
                              layer_norm=config.critic_layer_norm)) for k in critic_keys]
     critic_params = jax.tree.map(lambda *xs: jnp.stack(xs), *[nnx.to_pure_dict(s) for _, s in critics])
     networks = SACNetworks(observation_spec, action_spec, actor_graph, critics[0][0], ActionScale(action_spec),
-                           config.log_std_min, config.log_std_max)
-    return networks, nnx.to_pure_dict(actor_state), critic_params
+                           config.log_std_min, config.log_std_max, encoder)
+    actor_params = nnx.to_pure_dict(actor_state)
+    if encoder is not None:
+        actor_params = {"encoder": jax.tree.map(jnp.copy, encoder_params), "policy": actor_params}
+        critic_params = {"encoder": encoder_params, "ensemble": critic_params}
+    return networks, actor_params, critic_params

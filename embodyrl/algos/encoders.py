@@ -1,0 +1,199 @@
+"""Observations to feature vectors: a convolutional encoder for camera images (DrQ / SAC-AE style).
+
+Images are HxWxC uint8 fields (``camera/front``); they stay uint8 in replay
+and in the sampled batch, and become float32 in [0, 1] here, on the
+accelerator. The encoder is a few 3x3 convolutions with ReLU, then a linear
+layer, LayerNorm and tanh to ``feature_dim`` values (Yarats et al. 2021,
+"Image Augmentation Is All You Need", DrQ; and SAC-AE before it). State
+fields are flattened and appended to the image features unless
+``pixels_only`` drops them.
+
+Sharing, as in DrQ: the critic owns the encoder and its loss trains it; the
+actor reads the same weights with the gradient stopped (``detach``), so the
+actor's loss never moves the encoder. ``random_shift`` is DrQ's
+augmentation: pad each image by repeating its border, crop back at a random
+offset, independently per image, inside the jitted update.
+
+A spec without image fields needs no encoder: :func:`make_encoder` returns
+``None`` and the networks flatten the observation as before.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from ..hal.specs import DictSpec
+from .networks import flatten_observation
+
+
+@dataclass(frozen=True)
+class EncoderConfig:
+    image_fields: tuple[str, ...] = ()
+    """Observation fields the convolutions read (HxWxC, same HxW). Empty: every uint8 field of rank 3."""
+    pixels_only: bool = False
+    """Drop the state fields: the networks see only the image features."""
+    channels: tuple[int, ...] = (32, 32, 32, 32)
+    """Output channels of each 3x3 convolution (SAC-AE / DrQ: four of 32)."""
+    strides: tuple[int, ...] = (2, 1, 1, 1)
+    """Stride of each convolution (same length as ``channels``)."""
+    feature_dim: int = 50
+    """Width of the image feature vector (linear + LayerNorm + tanh)."""
+    augment_pad: int = 4
+    """DrQ's random shift: pad by this many pixels, crop back at random (0: no augmentation)."""
+
+    def __post_init__(self):
+        if len(self.channels) != len(self.strides) or not self.channels:
+            raise ValueError(f"encoder.channels {self.channels} and encoder.strides {self.strides} must be "
+                             "non-empty and of the same length")
+        if min(self.channels) < 1 or min(self.strides) < 1 or self.feature_dim < 1 or self.augment_pad < 0:
+            raise ValueError("encoder: channels, strides and feature_dim must be positive, augment_pad >= 0")
+
+
+def image_fields(spec: DictSpec, config: EncoderConfig) -> tuple[str, ...]:
+    """The fields the encoder reads: the configured ones (checked), or every HxWxC uint8 field."""
+    if config.image_fields:
+        for name in config.image_fields:
+            if name not in spec:
+                raise ValueError(f"encoder.image_fields: {name!r} is not an observation field; "
+                                 f"fields: {list(spec)}")
+            if len(spec[name].shape) != 3:
+                raise ValueError(f"encoder.image_fields: {name!r} has shape {spec[name].shape}, not HxWxC")
+        return tuple(config.image_fields)
+    return tuple(s.name for s in spec.specs if len(s.shape) == 3 and np.dtype(s.dtype) == np.uint8)
+
+
+class ConvEncoder(nnx.Module):
+    """3x3 convolutions (VALID, ReLU), then linear -> LayerNorm -> tanh."""
+
+    def __init__(self, image_shape: tuple[int, int, int], config: EncoderConfig, *, rngs: nnx.Rngs):
+        height, width, channels = image_shape
+        convs = []
+        for out, stride in zip(config.channels, config.strides, strict=True):
+            convs.append(nnx.Conv(channels, out, kernel_size=(3, 3), strides=(stride, stride),
+                                  padding="VALID", rngs=rngs))
+            height, width, channels = (height - 3) // stride + 1, (width - 3) // stride + 1, out
+            if height < 1 or width < 1:
+                raise ValueError(f"encoder: image {image_shape} is too small for {len(config.channels)} "
+                                 f"convolutions with strides {config.strides}")
+        self.convs = nnx.List(convs)
+        self.linear = nnx.Linear(height * width * channels, config.feature_dim, rngs=rngs)
+        self.norm = nnx.LayerNorm(config.feature_dim, rngs=rngs)
+
+    def __call__(self, images: jax.Array) -> jax.Array:
+        """``images``: float32 [N, H, W, C] in [0, 1] -> [N, feature_dim]."""
+        x = images
+        for conv in self.convs:
+            x = jax.nn.relu(conv(x))
+        return jnp.tanh(self.norm(self.linear(x.reshape(x.shape[0], -1))))
+
+
+@dataclass(frozen=True, eq=False)
+class ObservationEncoder:
+    """Static structure of the encoder; its parameters live in the critic's (and the actor's copy)."""
+
+    observation_spec: DictSpec
+    image_fields: tuple[str, ...]
+    state_fields: tuple[str, ...]
+    graph: nnx.GraphDef
+    config: EncoderConfig
+
+    @property
+    def image_shape(self) -> tuple[int, ...]:
+        return _stacked_shape(self.observation_spec, self.image_fields)
+
+    @property
+    def size(self) -> int:
+        """Width of the features the networks see."""
+        return self.config.feature_dim + sum(self.observation_spec[f].size for f in self.state_fields)
+
+    def images(self, observation) -> jax.Array:
+        """The image fields as one uint8 array [..., H, W, sum of C]."""
+        return jnp.concatenate([jnp.asarray(observation[f]) for f in self.image_fields], axis=-1)
+
+    def __call__(self, params, observation) -> jax.Array:
+        """float32 features [..., size]: image features, then the flattened state fields."""
+        images = self.images(observation)
+        lead = images.shape[:-3]
+        scaled = images.reshape(-1, *images.shape[-3:]).astype(jnp.float32) / 255.0
+        features = nnx.merge(self.graph, params)(scaled).reshape(*lead, self.config.feature_dim)
+        parts = [features]
+        for name in self.state_fields:
+            x = jnp.asarray(observation[name], jnp.float32)
+            spec = self.observation_spec[name]
+            parts.append(x.reshape(*x.shape[: x.ndim - len(spec.shape)], spec.size))
+        return jnp.concatenate(parts, axis=-1)
+
+    def augment(self, key: jax.Array, observation: dict) -> dict:
+        """The observation with every image field randomly shifted (one offset per image, shared
+        across fields of the same row); other fields unchanged."""
+        if self.config.augment_pad == 0:
+            return observation
+        first = jnp.asarray(observation[self.image_fields[0]])
+        offsets = jax.random.randint(key, (*first.shape[:-3], 2), 0, 2 * self.config.augment_pad + 1)
+        out = dict(observation)
+        for name in self.image_fields:
+            out[name] = random_shift(jnp.asarray(observation[name]), offsets, self.config.augment_pad)
+        return out
+
+
+def random_shift(images: jax.Array, offsets: jax.Array, pad: int) -> jax.Array:
+    """``images`` [..., H, W, C] padded by ``pad`` (edge pixels repeated) and cropped back to HxW
+    at ``offsets`` [..., 2] (row, column) in [0, 2 * pad]: a shift of at most ``pad`` pixels."""
+    lead = images.shape[:-3]
+    height, width, channels = images.shape[-3:]
+    flat = images.reshape(-1, height, width, channels)
+    padded = jnp.pad(flat, ((0, 0), (pad, pad), (pad, pad), (0, 0)), mode="edge")
+
+    def crop(image, offset):
+        return jax.lax.dynamic_slice(image, (offset[0], offset[1], 0), (height, width, channels))
+
+    return jax.vmap(crop)(padded, offsets.reshape(-1, 2)).reshape(*lead, height, width, channels)
+
+
+def make_encoder(observation_spec: DictSpec, config: EncoderConfig, key: jax.Array):
+    """(encoder, params), or (None, None) when the observation has no image fields."""
+    images = image_fields(observation_spec, config)
+    if not images:
+        return None, None
+    state = () if config.pixels_only else tuple(s.name for s in observation_spec.specs if s.name not in images)
+    shape = _stacked_shape(observation_spec, images)
+    graph, params = nnx.split(ConvEncoder(shape, config, rngs=nnx.Rngs(key)))
+    encoder = ObservationEncoder(observation_spec, images, state, graph, config)
+    return encoder, nnx.to_pure_dict(params)
+
+
+def _stacked_shape(spec: DictSpec, fields: tuple[str, ...]) -> tuple[int, int, int]:
+    shapes = [spec[f].shape for f in fields]
+    if any(s[:2] != shapes[0][:2] for s in shapes):
+        raise ValueError(f"encoder: image fields {list(fields)} differ in height/width: {shapes}")
+    return (*shapes[0][:2], sum(s[2] for s in shapes))
+
+
+def detach(params: dict) -> dict:
+    """``params`` with the encoder's gradient stopped: the actor reads the critic's features."""
+    return {**params, "encoder": jax.lax.stop_gradient(params["encoder"])}
+
+
+def share(actor_params: dict, critic_params: dict) -> dict:
+    """The actor's parameters with the critic's (trained) encoder copied in."""
+    return {**actor_params, "encoder": critic_params["encoder"]}
+
+
+def augment_batch(encoder: ObservationEncoder, batch: dict, key: jax.Array) -> dict:
+    """DrQ: independent random shifts of a sampled batch's observations and next observations."""
+    obs_key, next_key = jax.random.split(key)
+    return {**batch, "observation": encoder.augment(obs_key, batch["observation"]),
+            "next_observation": encoder.augment(next_key, batch["next_observation"])}
+
+
+def features(encoder: ObservationEncoder | None, spec: DictSpec, params, observation, body: str):
+    """(features, the body's parameters): with an encoder, ``params`` is ``{"encoder": ..., body: ...}``;
+    without one, the flattened observation and ``params`` themselves."""
+    if encoder is None:
+        return flatten_observation(observation, spec), params
+    return encoder(params["encoder"], observation), params[body]
