@@ -50,9 +50,13 @@ def row_dtype(observation_spec: DictSpec, action_spec: ArraySpec) -> np.dtype:
     return dtype
 
 
-def to_rows(steps: Steps, dtype: np.dtype) -> np.ndarray:
-    """Pack a batch of steps into rows (``next_index`` left at -1)."""
-    rows = np.zeros(len(steps), dtype)
+def to_rows(steps: Steps, dtype: np.dtype, out: np.ndarray | None = None) -> np.ndarray:
+    """Pack a batch of steps into rows (``next_index`` left at -1).
+
+    ``out`` (zeroed once, at least ``len(steps)`` rows of ``dtype``) is reused:
+    every field is written, so its padding stays zero and no fresh pages are
+    faulted in per batch."""
+    rows = np.zeros(len(steps), dtype) if out is None else out[:len(steps)]
     rows[NEXT_INDEX] = -1
     rows[NEXT_GENERATION] = -1
     for name, column in steps.arrays().items():

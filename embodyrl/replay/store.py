@@ -119,6 +119,7 @@ class ChunkStore:
         self._mmap = mmap.mmap(self._fd, expected, prot=mmap.PROT_READ)
         self._mmap.madvise(mmap.MADV_RANDOM)  # no 8 MB read-ahead per cold miss
         self.rows = np.frombuffer(self._mmap, self.dtype, count=layout.capacity)
+        self._staging = np.zeros(0, self.dtype)  # rows packed here before their pwrite, reused
         self._durable_slot = 0  # the index file holding the last durable commit (the first goes to 1)
         self._load_index()
         self._index_fds = [os.open(self.directory / name, os.O_RDWR | os.O_CREAT, 0o644) for name in INDEX_FILES]
@@ -323,7 +324,9 @@ class ChunkStore:
         slots = self.ring.apply(segments, steps.source)
         self._plan_eviction()  # a chunk ahead of need: the next commits record it
         generation = self.ring.generation[slots // self.layout.chunk_rows]
-        rows = to_rows(steps, self.dtype)
+        if len(self._staging) < n:
+            self._staging = np.zeros(n, self.dtype)
+        rows = to_rows(steps, self.dtype, self._staging)
         rows[NEXT_INDEX][:-1] = np.where(steps.final[:-1], -1, slots[1:])
         rows[NEXT_GENERATION][:-1] = np.where(steps.final[:-1], -1, generation[1:])
         i = 0
