@@ -1,0 +1,251 @@
+"""Neural distributed Q-learning: learners with their own actors and replay, agreeing on parameters.
+
+Each learner runs double DQN on its own environments and replay. Every
+``epoch_steps`` environment steps (per learner) the learners mix their
+online and target parameters with their neighbours' for ``rounds``
+consensus rounds over the peer links (:class:`~embodyrl.transport.peers.PeerLink`),
+``theta_i <- sum_j W_ij theta_j`` with a mixing matrix W over a
+communication graph (:mod:`embodyrl.algos.vrdq.graphs`). The epoch length
+is the communication knob: messages per learner are ``rounds * degree``
+per epoch, whatever the network's size in steps. Optimiser states stay
+local. On the complete graph with W = 1/N, one round is the exact average.
+
+After each epoch every learner evaluates its greedy policy and shares the
+result in one more round; all stop when the mean reaches the target (the
+same decision everywhere on the complete graph, where everyone hears
+everyone).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+
+import jax
+import numpy as np
+
+from ...hal import params as flat_params
+from ...hal.specs import ArraySpec, DictSpec
+from ...transport.peers import PeerLink
+from .config import DQNConfig
+from .learning import act, init, make_update_many
+from .replay import NStepReplay
+
+FIELD = "observation"
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    env_id: str = "CartPole-v1"
+    """A Gymnasium environment with a Box observation and a Discrete action space."""
+    num_envs: int = 4
+    """Environments each learner's actor steps in lockstep (one batched action per step)."""
+    max_env_steps: int = 100_000
+    """Per learner: give up after this many environment steps."""
+    epoch_steps: int = 2_000
+    """Environment steps per learner between consensus phases: the communication knob."""
+    rounds: int = 1
+    """Consensus rounds per epoch."""
+    target_return: float = 475.0
+    """Stop when the learners' mean greedy evaluation return reaches this."""
+    eval_episodes: int = 10
+    learning_starts: int = 1_000
+    """Transitions in the local replay before the first gradient step."""
+    updates_per_step: float = 0.25
+    """Gradient steps per environment step."""
+    replay_capacity: int = 50_000
+    round_timeout_s: float = 120.0
+    seed: int = 0
+
+
+def _flat(state) -> dict[str, np.ndarray]:
+    return flat_params.flatten({"online": jax.device_get(state.params), "target": jax.device_get(state.target_params)})
+
+
+def mix(own: dict[str, np.ndarray], weight_self: float, received: dict[int, dict[str, np.ndarray]],
+        weights: dict[int, float]) -> dict[str, np.ndarray]:
+    """One consensus step: ``W_ii theta_i + sum_j W_ij theta_j`` over the neighbours heard."""
+    return {k: weight_self * v + sum(weights[j] * received[j][k] for j in received) for k, v in own.items()}
+
+
+def parameter_spread(flats: list[dict[str, np.ndarray]]) -> float:
+    """Mean distance of the learners' parameter vectors from their average, relative to its norm."""
+    vectors = np.stack([np.concatenate([f[k].ravel() for k in sorted(f)]) for f in flats])
+    mean = vectors.mean(0)
+    return float(np.mean(np.linalg.norm(vectors - mean, axis=1)) / (np.linalg.norm(mean) + 1e-12))
+
+
+def consensus_round(link: PeerLink, round_: int, W: np.ndarray, index: int, flat: dict[str, np.ndarray],
+                    timeout_s: float) -> tuple[dict[str, np.ndarray], float]:
+    """Send ``flat`` to the neighbours, mix what they sent with row ``index`` of W; also return the
+    spread of the parameters this learner saw (its own and its neighbours') before mixing."""
+    neighbours = {int(j) for j in np.flatnonzero(W[index]) if j != index}
+    got = link.exchange(round_, flat, expect=neighbours, timeout_s=timeout_s)
+    if set(got) != neighbours:
+        raise TimeoutError(f"learner {index}: neighbours {sorted(neighbours - set(got))} missed round {round_}")
+    spread = parameter_spread([flat, *got.values()])
+    return mix(flat, float(W[index, index]), got, {j: float(W[index, j]) for j in neighbours}), spread
+
+
+def _specs(env) -> tuple[DictSpec, ArraySpec]:
+    from gymnasium import spaces
+
+    if not isinstance(env.action_space, spaces.Discrete) or not isinstance(env.observation_space, spaces.Box):
+        raise ValueError(f"{env.spec.id}: needs a Box observation and a Discrete action space")
+    obs = DictSpec.of(ArraySpec(FIELD, env.observation_space.shape, np.float32))
+    return obs, ArraySpec("action", (), np.int64, 0, int(env.action_space.n) - 1)
+
+
+def evaluate(env_id: str, networks, params, episodes: int, seed: int) -> float:
+    """Mean return of the greedy policy over ``episodes`` seeded episodes stepped in lockstep."""
+    import gymnasium
+
+    envs = [gymnasium.make(env_id) for _ in range(episodes)]
+    obs = np.stack([e.reset(seed=seed + i)[0] for i, e in enumerate(envs)]).astype(np.float32)
+    returns, live = np.zeros(episodes), np.ones(episodes, bool)
+    greedy = jax.jit(lambda p, o: networks.q_values(p, {FIELD: o}).argmax(-1))
+    while live.any():
+        actions = np.asarray(greedy(params, obs))
+        for i in np.flatnonzero(live):
+            o, r, term, trunc, _ = envs[i].step(int(actions[i]))
+            returns[i] += r
+            obs[i] = o
+            live[i] = not (term or trunc)
+    for e in envs:
+        e.close()
+    return float(returns.mean())
+
+
+def run_learner(index: int, W: np.ndarray, endpoints: dict[int, str], dqn: DQNConfig, run: RunConfig) -> dict:
+    """One learner's whole run (in its own process); returns its history, one record per epoch."""
+    import gymnasium
+
+    started = time.monotonic()
+    envs = [gymnasium.make(run.env_id) for _ in range(run.num_envs)]
+    observation_spec, action_spec = _specs(envs[0])
+    networks, state = init(jax.random.key(run.seed * 100 + index), observation_spec, action_spec, dqn)
+    update_many = jax.jit(make_update_many(networks, dqn))
+    act_fn = jax.jit(lambda p, o, k, e: act(networks, p, {FIELD: o}, k, e))
+    replay = NStepReplay(observation_spec[FIELD].size, run.replay_capacity, dqn.n_step, dqn.discount, run.num_envs)
+    rng = np.random.default_rng(run.seed * 100 + index)
+    key = jax.random.key(run.seed * 100 + index + 1)
+    n = W.shape[0]
+    link = None
+    if n > 1:
+        link = PeerLink(index, bind=endpoints[index])
+        link.connect({int(j): endpoints[int(j)] for j in np.flatnonzero(W[index]) if j != index})
+    obs = np.stack([e.reset(seed=run.seed * 1000 + index * run.num_envs + i)[0]
+                    for i, e in enumerate(envs)]).astype(np.float32)
+    env_steps, updates, owed, round_, history, episode_returns = 0, 0, 0.0, 0, [], []
+    running = np.zeros(run.num_envs)
+    try:
+        while env_steps < run.max_env_steps:
+            for _ in range(run.epoch_steps // run.num_envs):
+                key, step_key = jax.random.split(key)
+                actions = np.asarray(act_fn(state.params, obs, step_key, dqn.epsilon(env_steps)))
+                stepped = [e.step(int(a)) for e, a in zip(envs, actions, strict=True)]
+                next_obs = np.stack([s[0] for s in stepped]).astype(np.float32)
+                rewards = np.array([s[1] for s in stepped], np.float32)
+                term = np.array([s[2] for s in stepped])
+                trunc = np.array([s[3] for s in stepped])
+                replay.add(obs, actions, rewards, term, trunc, next_obs)
+                running += rewards
+                for i in np.flatnonzero(term | trunc):
+                    episode_returns.append(running[i])
+                    running[i] = 0.0
+                    next_obs[i] = envs[i].reset()[0]
+                obs = next_obs
+                env_steps += run.num_envs
+                if replay.size >= run.learning_starts:
+                    owed += run.num_envs * run.updates_per_step
+                    while owed >= dqn.updates_per_call:
+                        batches = [replay.sample(rng, dqn.batch_size) for _ in range(dqn.updates_per_call)]
+                        state, _ = update_many(state, jax.tree.map(lambda *xs: np.stack(xs), *batches))
+                        owed -= dqn.updates_per_call
+                        updates += dqn.updates_per_call
+            spread_before = None
+            if link is not None:
+                flat = _flat(state)
+                for r in range(run.rounds):
+                    flat, spread = consensus_round(link, round_, W, index, flat, run.round_timeout_s)
+                    spread_before = spread if r == 0 else spread_before
+                    round_ += 1
+                tree = flat_params.unflatten(flat)
+                state = state._replace(params=jax.tree.map(jax.numpy.asarray, tree["online"]),
+                                       target_params=jax.tree.map(jax.numpy.asarray, tree["target"]))
+            score = evaluate(run.env_id, networks, state.params, run.eval_episodes, seed=10_000 + run.seed * 100)
+            scores = [score]
+            if link is not None:  # everyone hears everyone's score on the complete graph: one decision
+                neighbours = {int(j) for j in np.flatnonzero(W[index]) if j != index}
+                got = link.exchange(round_, {"score": np.array([score])}, expect=neighbours,
+                                    timeout_s=run.round_timeout_s)
+                round_ += 1
+                scores += [float(v["score"][0]) for v in got.values()]
+            history.append({"epoch": len(history) + 1, "env_steps": env_steps, "updates": updates,
+                            "wall_s": round(time.monotonic() - started, 2), "eval_return": score,
+                            "team_eval_return": float(np.mean(scores)),
+                            "train_return": float(np.mean(episode_returns[-20:])) if episode_returns else None,
+                            "spread_before": spread_before,
+                            "messages_out": link.stats.messages_out if link else 0,
+                            "bytes_out": link.stats.bytes_out if link else 0})
+            if np.mean(scores) >= run.target_return:
+                break
+    finally:
+        if link is not None:
+            link.close()
+        for e in envs:
+            e.close()
+    return {"index": index, "history": history, "config": asdict(run), "dqn": asdict(dqn)}
+
+
+def _learner_process(index, W, endpoints, dqn, run, queue) -> None:
+    try:
+        queue.put(("done", run_learner(index, W, endpoints, dqn, run)))
+    except BaseException as err:  # the parent reports it; never hang it
+        queue.put(("error", f"learner {index}: {type(err).__name__}: {err}"))
+        raise
+
+
+def run_team(n: int, dqn: DQNConfig, run: RunConfig, topology: str = "complete",
+             timeout_s: float = 3600.0) -> list[dict]:
+    """``n`` learners as spawned processes on loopback peer links; their histories, by index."""
+    import multiprocessing as mp
+    import socket
+
+    from ..vrdq.graphs import adjacency, metropolis
+
+    W = np.ones((1, 1)) if n == 1 else metropolis(adjacency(topology, n, np.random.default_rng(run.seed)))
+    endpoints = {}
+    for i in range(n):  # free loopback ports, each learner binds its own
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            endpoints[i] = f"tcp://127.0.0.1:{sock.getsockname()[1]}"
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    procs = [ctx.Process(target=_learner_process, args=(i, W, endpoints, dqn, run, queue), name=f"dqn-learner-{i}")
+             for i in range(n)]
+    for p in procs:
+        p.start()
+    results, deadline = {}, time.monotonic() + timeout_s
+    try:
+        while len(results) < n:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError(f"distributed DQN: {n - len(results)} learners unfinished after {timeout_s} s")
+            try:
+                kind, payload = queue.get(timeout=min(remaining, 5.0))
+            except Exception:  # queue.Empty: check the children are alive
+                dead = [p.name for p in procs if p.exitcode not in (None, 0)]
+                if dead:
+                    raise RuntimeError(f"distributed DQN: {dead[0]} died") from None
+                continue
+            if kind == "error":
+                raise RuntimeError(payload)
+            results[payload["index"]] = payload
+    finally:
+        for p in procs:
+            p.join(5)
+            if p.is_alive():
+                p.terminate()
+                p.join(5)
+    return [results[i] for i in range(n)]
