@@ -156,6 +156,7 @@ class CouplingLearner:
         self.updates = 0
         self.published = 0
         self.metrics: dict[str, float] = {}
+        self._last_heartbeat = 0.0
 
     # -- ingest ----------------------------------------------------------------
     def poll(self, timeout_ms: int = 0) -> int:
@@ -181,6 +182,9 @@ class CouplingLearner:
             if identity not in self._granted:  # a new rank: let it stream at once
                 self._granted.add(identity)
                 self.server.grant(session, 1 << 30)
+        if time.monotonic() - self._last_heartbeat > 1.0:  # ranks that only listen hear us too
+            self.server.heartbeat()
+            self._last_heartbeat = time.monotonic()
         return taken
 
     @property
@@ -196,6 +200,13 @@ class CouplingLearner:
             obs["context"] = self._context[idx]
         return {"observation": obs, "next_observation": obs, "action": self._action[idx],
                 "reward": self._reward[idx], "discount": np.zeros((k, b), np.float32)}
+
+    def warm_up(self) -> None:
+        """Compile the fused update once (on a zero batch, state unchanged), before ranks depend
+        on this process answering: a first compile under load can outlast a link's patience."""
+        size, self._size = self._size, 1
+        jax.block_until_ready(self._update_many(self.state, self._batches(self.config.updates_per_call)))
+        self._size = size
 
     def train(self) -> bool:
         """One fused chunk of updates when enough steps are held; publish when due."""

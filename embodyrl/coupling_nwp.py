@@ -259,7 +259,7 @@ def main(args_path: str) -> None:
     coupling = exp.coupling()
     rank.timing = {"model_s": 0.0, "feature_s": 0.0, "steps": 0}
     train_link = CouplingLink(CouplingConfig(**{**asdict(coupling), "learner": args["learner"],
-                                                "connect_timeout_s": 60.0}),
+                                                "connect_timeout_s": 60.0, "peer_timeout_s": 60.0}),
                               comm.rank, runtime.load(out / "policy_init", seed=comm.rank), seed=comm.rank)
     bias = train(rank, analysis, train_link)
     train_stats, train_timing = train_link.stats, dict(rank.timing)
@@ -310,6 +310,7 @@ def learner_main(coupling: dict, out: str, endpoint_queue, min_updates: int, max
 
     out_dir = Path(out)
     learner = CouplingLearner(CouplingConfig(**coupling))
+    learner.warm_up()
     runtime.save(out_dir / "policy_init", *learner.export())
     endpoint_queue.put(learner.endpoint)
     start = time.monotonic()
