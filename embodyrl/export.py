@@ -122,3 +122,26 @@ def export_ppo(networks, actor_params, version: PolicyVersion = NO_POLICY) -> tu
             "action_spec": networks.action_spec.to_msg(),
             "exploration": {"kind": "sampled"}, "graph": graph}
     return meta, {k: np.asarray(v, np.float32) for k, v in arrays.items()}
+
+
+def export_dqn(networks, params, epsilon: float = 0.0,
+               version: PolicyVersion = NO_POLICY) -> tuple[dict, dict[str, np.ndarray]]:
+    """(graph, arrays) of a DQN's greedy policy (:mod:`embodyrl.algos.dqn`): the Q-network's MLP, then
+    the best action; exploring, a uniform action with probability ``epsilon``."""
+    q = nnx.merge(networks.graph, params)
+    if type(q) is not MLP or q.norms is not None:
+        raise NotImplementedError("export covers the plain MLP Q-network")
+    arrays = flat_params.flatten({"actor": jax.device_get(params)})
+    n_layers = len(q.layers)
+    graph: list[dict] = [{"op": "concat", "fields": list(networks.observation_spec)}]
+    for i in range(n_layers):
+        graph.append({"op": "dense", "kernel": f"actor/layers/{i}/kernel", "bias": f"actor/layers/{i}/bias"})
+        if i < n_layers - 1:
+            graph.append({"op": "relu"})
+    graph.append({"op": "argmax"})
+    meta = {"format": runtime.FORMAT, "format_version": runtime.FORMAT_VERSION, "algo": "dqn",
+            "policy_version": list(version),
+            "observation_spec": networks.observation_spec.to_msg(),
+            "action_spec": networks.action_spec.to_msg(),
+            "exploration": {"kind": "epsilon_greedy", "epsilon": float(epsilon)}, "graph": graph}
+    return meta, {k: np.asarray(v, np.float32) for k, v in arrays.items()}
