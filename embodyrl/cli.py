@@ -104,8 +104,7 @@ def _learner(args) -> int:
     from . import envs
     from .cli_security import check_address, server_keys
     from .config import save
-    from .learner import Learner
-    from .workers import _stop_on_signals
+    from .workers import _stop_on_signals, learner_class
 
     run_dir = _run_dir(args)
     keys = server_keys(args)
@@ -115,8 +114,8 @@ def _learner(args) -> int:
     run_dir.mkdir(parents=True, exist_ok=True)
     save(config, run_dir / "config.json")
     device, _ = envs.make(config.task)
-    learner = Learner(config, device.observation_spec, device.action_spec, run_dir,
-                      keys=keys, allow_insecure=args.insecure)
+    learner = learner_class(config.algorithm)(config, device.observation_spec, device.action_spec, run_dir,
+                                              keys=keys, allow_insecure=args.insecure)
     (run_dir / "learner.json").write_text(json.dumps({"endpoint": learner.endpoint}) + "\n")
     print(json.dumps({"endpoint": learner.endpoint, "run_dir": str(run_dir),
                       "resumed_from_updates": learner.counters.updates if learner.resumed else None}), flush=True)

@@ -41,6 +41,7 @@ from .hal import params as flat_params
 from .hal.specs import ArraySpec, DictSpec
 from .hal.steps import PolicyVersion, new_incarnation
 from .hal.wire.protocol import DeviceInfo
+from .hal.wire.security import ServerKeys
 from .policy import save_policy
 from .transport import LearnerServer, ReceivedSteps
 
@@ -59,7 +60,8 @@ class Counters:
 
 class OnPolicyLearner:
     def __init__(self, config: TrainConfig, observation_spec: DictSpec, action_spec: ArraySpec,
-                 run_dir: Path):
+                 run_dir: Path, *, keys: ServerKeys | None = None, allow_insecure: bool = False):
+        """``keys``: CurveZMQ for the actors' link; without them only loopback unless ``allow_insecure``."""
         self.config = config
         self.ppo = config.ppo
         self.observation_spec = observation_spec
@@ -71,7 +73,8 @@ class OnPolicyLearner:
         self.networks, self.state = ppo.init(jax.random.key(config.seed), observation_spec, action_spec, config.ppo)
         self._update = jax.jit(ppo.make_update(self.networks, config.ppo), donate_argnums=0)
         self.server = LearnerServer(config.learner.bind, run_id=self.run_dir.name, incarnation=self.incarnation,
-                                    admit=self._admit, peer_timeout_s=config.learner.peer_timeout_s)
+                                    admit=self._admit, peer_timeout_s=config.learner.peer_timeout_s,
+                                    keys=keys, allow_insecure=allow_insecure)
         self.counters = Counters()
         self.assembler = RolloutAssembler(config.ppo.rollout_length, config.ppo.max_staleness, self.version)
         self.resumed = False  # on-policy: nothing to resume but the weights (see the module docstring)
