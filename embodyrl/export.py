@@ -60,6 +60,13 @@ def export_saved_policy(policy_dir: str | Path, out: str | Path,
     from .policy import load_policy
 
     meta = json.loads((Path(policy_dir) / "policy.json").read_text())
+    if meta.get("algorithm") == "ppo":  # an on-policy run's saved policy
+        from .algos import ppo
+
+        ppo_config = ppo.PPOConfig(**{**meta["config"], "hidden_sizes": tuple(meta["hidden_sizes"])})
+        policy = load_policy(Path(policy_dir), ppo_config)
+        networks, _ = ppo.make_networks(policy.observation_spec, policy.action_spec, ppo_config, jax.random.key(0))
+        return runtime.save(out, *export_ppo(networks, policy.params, policy.version))
     config = config or ddpg.DDPGConfig(hidden_sizes=tuple(meta["hidden_sizes"]))
     policy = load_policy(Path(policy_dir), config)
     networks, _, _ = ddpg.make_networks(policy.observation_spec, policy.action_spec,

@@ -88,3 +88,17 @@ def test_a_log_std_of_the_wrong_width_is_refused_by_name():
     arrays["actor/log_std"] = np.zeros(3, np.float32)
     with pytest.raises(runtime.ExportError, match="actor/log_std"):
         runtime.NumpyPolicy(graph, arrays)
+
+
+def test_a_saved_ppo_policy_exports_and_acts_like_jax(tmp_path):
+    from embodyrl.export import export_saved_policy
+    from embodyrl.policy import save_policy
+
+    networks, actor, _ = _exported(CONTINUOUS, (16, 8), 11)
+    save_policy(tmp_path / "policy", PolicyVersion(3, 9), flat_params.flatten({"actor": jax.device_get(actor)}),
+                OBS, CONTINUOUS, ppo.PPOConfig(hidden_sizes=(16, 8)))
+    json_path, _ = export_saved_policy(tmp_path / "policy", tmp_path / "export" / "policy")
+    policy = runtime.load(json_path)
+    obs = _observations(np.random.default_rng(12), 16)
+    np.testing.assert_allclose(policy.mean_action(obs), np.asarray(networks.mode(actor, obs)), rtol=1e-5, atol=1e-5)
+    assert policy.version == PolicyVersion(3, 9) and policy.graph["algo"] == "ppo"
