@@ -85,6 +85,7 @@ class Learner:
         self._unacked: list[tuple] = []  # (session, seq) ingested, waiting for the group commit
         self._received: dict[int, int] = {}  # actor id -> newest seq ingested (committed or not)
         self._prefetch: Prefetcher | None = None
+        self._io_last: dict = {}  # counters at the previous log line, for per-second rates
         self.checkpointer = Checkpointer(self.run_dir / "checkpoints")
         self.resumed = self.checkpointer.latest_step() is not None
         if self.resumed:
@@ -256,6 +257,11 @@ class Learner:
         save_policy(self.run_dir / "policy", self.version, self.actor_weights(),
                     self.observation_spec, self.action_spec, self.algorithm)
 
+    def _io_rates(self, elapsed: float) -> dict[str, float]:
+        st = self.server.stats
+        return _rates(elapsed, {"messages_in": st.messages_in, "bytes_in": st.bytes_in,
+                                "messages_out": st.messages_out, "bytes_out": st.bytes_out}, self._io_last)
+
     def _log(self, file, elapsed: float, updates_per_s: float) -> None:
         c = self.counters
         returns, self._recent_returns = self._recent_returns, []
@@ -271,6 +277,9 @@ class Learner:
             "rejected": sum(self.server.stats.rejected.values()),
             "rejected_by_reason": dict(self.server.stats.rejected),
             "messages_in": self.server.stats.messages_in, "bytes_in": self.server.stats.bytes_in,
+            "messages_out": self.server.stats.messages_out, "bytes_out": self.server.stats.bytes_out,
+            **self._io_rates(elapsed),
+            "batches_awaiting_commit": len(self._unacked), "rows_awaiting_commit": self.replay.store.pending_rows,
             "duplicates_dropped": self.server.stats.duplicates,
             "weights_sent": dict(self.server.publisher.sent),
             **self._metrics,
@@ -282,6 +291,14 @@ class Learner:
                 if isinstance(value, (int, float)) and not isinstance(value, bool):
                     self._tb.add_scalar(name, value, global_step=c.env_steps, walltime=None)
             self._tb.flush()
+
+
+def _rates(now: float, counts: dict[str, int], last: dict) -> dict[str, float]:
+    """Per-second rates of growing counters since the previous call (``last`` is updated)."""
+    dt = now - last.get("time", 0.0)
+    rates = {f"{k}_per_s": round((v - last.get(k, 0)) / dt, 1) if dt > 0 else 0.0 for k, v in counts.items()}
+    last.update(counts, time=now)
+    return rates
 
 
 def _tensorboard_writer(directory: Path):

@@ -19,6 +19,7 @@ loop at the (slowest) device's control rate.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import warnings
 from collections.abc import Callable, Mapping
@@ -86,6 +87,8 @@ class ActorStats:
     """Times the spool filled up (set to pause) and the devices were held in their safe state."""
     paused_steps: int = 0
     """Control periods spent paused."""
+    link: dict = field(default_factory=dict)
+    """The link's figures: bytes and messages each way, RTT, resends, reconnects, spool depth."""
 
     def snapshot(self) -> dict:
         """A JSON-able summary (the latest return rather than all of them)."""
@@ -93,6 +96,7 @@ class ActorStats:
                 "batches_sent": self.batches_sent, "weight_updates": self.weight_updates,
                 "interventions": self.interventions, "safety": dict(self.safety),
                 "clock": dict(self.clock), "pauses": self.pauses, "paused_steps": self.paused_steps,
+                "link": dict(self.link),
                 "last_return": self.returns[-1] if self.returns else None}
 
 
@@ -242,6 +246,12 @@ class ActorLoop:
             for kind, n in getattr(lane.device, "interventions", {}).items():
                 safety[kind] = safety.get(kind, 0) + n
         self.stats.safety = safety
+        link_stats = getattr(self.link, "stats", None)
+        if link_stats is not None:  # a LearnerLink (test doubles may have none)
+            spool = self.link.spool
+            self.stats.link = {**dataclasses.asdict(link_stats), "spool_batches": len(spool),
+                               "spool_rows": spool.rows, "spool_bytes": spool.bytes_total,
+                               "spool_dropped_rows": spool.dropped_rows}
         if clock is not None:
             self.stats.clock.update(clock.stats().to_dict())
         return self.stats

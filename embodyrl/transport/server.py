@@ -56,6 +56,8 @@ class ReceivedSteps:
 class ServerStats:
     messages_in: int = 0
     bytes_in: int = 0
+    messages_out: int = 0
+    bytes_out: int = 0
     duplicates: int = 0
     rejected: dict[str, int] = field(default_factory=dict)
 
@@ -241,17 +243,20 @@ class LearnerServer:
         session.weights_sent = version
         session.weights_sent_at = now
         session.weights_bytes = update.nbytes
-        try:
-            self._socket.send_multipart([session.identity, *update.frames], zmq.NOBLOCK, copy=False)
-        except zmq.ZMQError:
-            self.stats.reject("send_failed")
+        self._send_frames([session.identity, *update.frames], copy=False)
 
     def bye(self, reason: str) -> None:
         for session in list(self.sessions.values()):
             self._send(session.identity, P.BYE, {"reason": reason})
 
     def _send(self, identity: bytes, kind: str, fields: dict) -> None:
+        self._send_frames([identity, *encode(kind, fields)])
+
+    def _send_frames(self, frames: list, copy: bool = True) -> None:
         try:
-            self._socket.send_multipart([identity, *encode(kind, fields)], zmq.NOBLOCK)
+            self._socket.send_multipart(frames, zmq.NOBLOCK, copy=copy)
         except zmq.ZMQError:  # peer gone (ROUTER_MANDATORY) or its queue full
             self.stats.reject("send_failed")
+            return
+        self.stats.messages_out += 1
+        self.stats.bytes_out += sum(memoryview(f).nbytes for f in frames[1:])
