@@ -20,6 +20,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .dtypes import is_float
 from .specs import ArraySpec, DictSpec, SpecError
 
 
@@ -132,15 +133,17 @@ class Steps:
         length = arrays["reward"].shape[0] if arrays["reward"].ndim == 1 else -1
         if length < 1:
             raise SpecError(f"reward: shape {arrays['reward'].shape}; expected a non-empty 1-d column")
-        for name, spec in _SCALAR_SPECS.items():
-            spec.validate_batch(arrays[name], length)
-        observation = {
-            name: spec.validate_batch(arrays[OBSERVATION_PREFIX + name], length)
-            for name, spec in observation_spec.items()
-        }
+        if not _columns_fit(arrays, _column_table(observation_spec, action_spec), length):
+            checked = {name: spec.validate_batch(arrays[name], length)  # names the column at fault
+                       for name, spec in _SCALAR_SPECS.items()}
+            for name, spec in observation_spec.items():
+                checked[OBSERVATION_PREFIX + name] = spec.validate_batch(arrays[OBSERVATION_PREFIX + name], length)
+            for name in ("proposed_action", "action"):
+                checked[name] = action_spec.validate_batch(arrays[name], length)
+            arrays = checked
+        observation = {name: arrays[OBSERVATION_PREFIX + name] for name in observation_spec}
         final = arrays["final"]
-        proposed = action_spec.validate_batch(arrays["proposed_action"], length)
-        action = action_spec.validate_batch(arrays["action"], length)
+        proposed, action = arrays["proposed_action"], arrays["action"]
         if action_spec.bounded:
             try:  # every row in bounds (final rows carry a zero action): the common, cheap case
                 action_spec.validate_batch(action, length, check_bounds=True)
@@ -155,6 +158,28 @@ class Steps:
             raise SpecError(f"source: unknown tag {int(arrays['source'].max())}")
         scalars = {name: arrays[name] for name in SCALAR_COLUMNS}
         return cls(observation=observation, action=action, proposed_action=proposed, **scalars)
+
+
+@functools.lru_cache(maxsize=64)
+def _column_table(observation_spec: DictSpec, action_spec: ArraySpec) -> tuple:
+    """(name, dtype, per-row shape, is float) of every column: the hot path's checks, precomputed."""
+    specs = [(name, spec) for name, spec in _SCALAR_SPECS.items()]
+    specs += [(OBSERVATION_PREFIX + name, spec) for name, spec in observation_spec.items()]
+    specs += [("action", action_spec), ("proposed_action", action_spec)]
+    return tuple((name, spec.dtype, tuple(spec.shape), is_float(spec.dtype)) for name, spec in specs)
+
+
+def _columns_fit(arrays: dict, table: tuple, length: int) -> bool:
+    """Every column an ndarray of its dtype and shape, float columns finite (no message: on False,
+    the per-spec checks run again to name the column at fault)."""
+    for name, dtype, shape, floating in table:
+        column = arrays[name]
+        if type(column) is not np.ndarray or column.dtype != dtype or column.shape[1:] != shape \
+                or column.shape[0] != length:
+            return False
+        if floating and not np.isfinite(column).all():
+            return False
+    return True
 
 
 @functools.lru_cache(maxsize=64)
