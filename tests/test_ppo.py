@@ -106,3 +106,23 @@ def test_stale_batches_shrink_the_step_when_ess_collapses():
     _, stale = update(state, dict(base, behaviour_log_prob=stale_logp))
     assert float(fresh["ess_fraction"]) == pytest.approx(1.0) and float(fresh["lr_scale"]) == 1.0
     assert float(stale["ess_fraction"]) < 0.5 and float(stale["lr_scale"]) < 1.0
+
+
+def test_target_kl_stops_the_iteration_early_and_a_nonfinite_batch_changes_nothing():
+    networks, state = ppo.init(jax.random.key(0), OBS, CONTINUOUS, CONFIG)
+    T, B = 16, 4
+    obs = {"x": jax.random.normal(jax.random.key(1), (T, B, 3))}
+    action, extras = ppo.act(networks, CONFIG, state.params, obs, jax.random.key(2))
+    batch = {"observation": obs, "action": action, "reward": jnp.where(action[..., 0] > 0, 10.0, -10.0),
+             "discount": jnp.zeros((T, B)), "behaviour_log_prob": extras["log_prob"],
+             "bootstrap_observation": {"x": jnp.zeros((B, 3))}}
+    fast = ppo.PPOConfig(hidden_sizes=(16,), epochs=8, minibatches=4, learning_rate=0.05)
+    _, free = jax.jit(ppo.make_update(networks, fast))(state, batch)
+    import dataclasses
+    _, capped = jax.jit(ppo.make_update(networks, dataclasses.replace(fast, target_kl=1e-4)))(state, batch)
+    assert float(free["minibatch_steps"]) == 32 and 1 <= float(capped["minibatch_steps"]) < 32
+    bad = dict(batch, reward=batch["reward"].at[0, 0].set(jnp.nan))
+    new, metrics = jax.jit(ppo.make_update(networks, CONFIG))(state, bad)
+    assert float(metrics["nonfinite_skipped"]) == 1.0
+    for a, b in zip(jax.tree.leaves(new.params), jax.tree.leaves(state.params), strict=True):
+        np.testing.assert_array_equal(a, b)

@@ -28,6 +28,9 @@ class PPOConfig:
     """V-trace's c-bar (truncation of the trace)."""
     min_ess_fraction: float = 0.5
     """When a batch's effective sample size falls below this fraction, the step shrinks in proportion."""
+    target_kl: float = 0.0
+    """Stop an iteration's remaining minibatch steps once a minibatch's approximate KL from the
+    iteration's starting policy exceeds 1.5 x this (0 disables)."""
     reward_scale: float = 1.0
     """Rewards are multiplied by this before the returns (keeps the value targets near unit scale)."""
     rollout_length: int = 128

@@ -110,16 +110,27 @@ def make_update(networks: PPONetworks, config: PPOConfig):
         order = perms[:, : size * config.minibatches].reshape(-1, size)
 
         def step(carry, idx):
-            params, opt_state = carry
+            params, opt_state, stopped = carry
             mb = jax.tree.map(lambda x: x[idx], flat)
             (_, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, mb)
-            updates, opt_state = optimizer.update(grads, opt_state, params)
-            updates = jax.tree.map(lambda u: u * lr_scale, updates)
-            return (optax.apply_updates(params, updates), opt_state), metrics
+            if config.target_kl > 0:  # early stop: this and every later step of the iteration move nothing
+                stopped = stopped | (metrics["approx_kl"] > 1.5 * config.target_kl)
+            updates, new_opt_state = optimizer.update(grads, opt_state, params)
+            updates = jax.tree.map(lambda u: u * lr_scale * (1.0 - stopped), updates)
+            opt_state = jax.tree.map(lambda new, old: jnp.where(stopped, old, new), new_opt_state, opt_state)
+            metrics["minibatch_steps"] = 1.0 - stopped.astype(jnp.float32)
+            return (optax.apply_updates(params, updates), opt_state, stopped), metrics
 
-        (params, opt_state), metrics = jax.lax.scan(step, (state.params, state.opt_state), order)
+        carry = (state.params, state.opt_state, jnp.zeros((), bool))
+        (params, opt_state, _), metrics = jax.lax.scan(step, carry, order)
+        steps_taken = jnp.sum(metrics.pop("minibatch_steps"))
         metrics = jax.tree.map(jnp.mean, metrics)
-        metrics.update(ess_fraction=ess, lr_scale=jnp.asarray(lr_scale, jnp.float32))
+        # a non-finite step (a diverged batch) is refused whole: the previous weights stay published
+        finite = jnp.all(jnp.asarray([jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(params)]))
+        params = jax.tree.map(lambda new, old: jnp.where(finite, new, old), params, state.params)
+        opt_state = jax.tree.map(lambda new, old: jnp.where(finite, new, old), opt_state, state.opt_state)
+        metrics.update(ess_fraction=ess, lr_scale=jnp.asarray(lr_scale, jnp.float32),
+                       minibatch_steps=steps_taken, nonfinite_skipped=1.0 - finite.astype(jnp.float32))
         return TrainingState(params, opt_state, key, state.iterations + 1), metrics
 
     return update

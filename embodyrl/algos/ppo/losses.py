@@ -85,8 +85,9 @@ def vtrace_loop(rewards, values, discounts, bootstrap_value, log_rhos, rho_clip=
 
 
 def clipped_surrogate(log_ratio, advantages, clip_ratio: float):
-    """-mean(min(r A, clip(r, 1 - eps, 1 + eps) A)), and the fraction clipped."""
-    ratio = jnp.exp(log_ratio)
+    """-mean(min(r A, clip(r, 1 - eps, 1 + eps) A)), and the fraction clipped. The log-ratio is
+    bounded at +-20 before the exponential (far inside the clipped region) so it never overflows."""
+    ratio = jnp.exp(jnp.clip(log_ratio, -20.0, 20.0))
     unclipped = ratio * advantages
     clipped = jnp.clip(ratio, 1 - clip_ratio, 1 + clip_ratio) * advantages
     return -jnp.mean(jnp.minimum(unclipped, clipped)), jnp.mean(jnp.abs(ratio - 1) > clip_ratio)
