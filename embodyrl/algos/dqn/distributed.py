@@ -123,7 +123,8 @@ def run_learner(index: int, W: np.ndarray, endpoints: dict[int, str], dqn: DQNCo
     started = time.monotonic()
     envs = [gymnasium.make(run.env_id) for _ in range(run.num_envs)]
     observation_spec, action_spec = _specs(envs[0])
-    networks, state = init(jax.random.key(run.seed * 100 + index), observation_spec, action_spec, dqn)
+    # one initialisation for all: averaging networks from different inits mixes unrelated hidden units
+    networks, state = init(jax.random.key(run.seed), observation_spec, action_spec, dqn)
     update_many = jax.jit(make_update_many(networks, dqn))
     act_fn = jax.jit(lambda p, o, k, e: act(networks, p, {FIELD: o}, k, e))
     replay = NStepReplay(observation_spec[FIELD].size, run.replay_capacity, dqn.n_step, dqn.discount, run.num_envs)
