@@ -1,0 +1,278 @@
+"""One policy for devices of different shapes: per-device input and output heads around a shared trunk.
+
+Design (padded rows, routed by device id). A heterogeneous run declares its
+device kinds up front, indexed by the ``device_id`` their actors send
+(:class:`HeteroLayout`). The learner admits an actor's device only if its
+specs equal the kind declared for that id, and pads each incoming row into
+one shared row layout before the replay stores it:
+
+* ``observation/features``: the device's observation, flattened in its spec's
+  field order, zero-padded to the widest device's size (float32);
+* ``observation/device``: the device id (int32), the route;
+* ``action``: the device's action mapped to [-1, 1] by its own bounds,
+  zero-padded to the widest action.
+
+So the replay, the sampler, n-step returns and the jitted scan stay as they
+are, and a batch mixes devices. The networks run every input head on every
+row and keep, per row, the head of its device (``jnp.take_along_axis``);
+rows of device A thus send no gradient to device B's heads, while the trunk
+learns from all. Output heads write the device's action dimensions; padded
+dimensions are zero and no critic reads them. DDPG/TD3's update
+(:mod:`embodyrl.algos.ddpg`) runs unchanged on these networks.
+
+Actors act through :class:`DevicePolicy`: the same published weights,
+padded observation in, the device's slice of the unit action out, scaled to
+its bounds. Scope: DDPG and TD3 (SAC's entropy target would need a per-row
+action size; not done) and state observations (no image encoder).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+
+from ..hal import params as flat_params
+from ..hal.specs import ArraySpec, DictSpec
+from ..hal.steps import NO_POLICY, PolicyVersion, Steps
+from . import ddpg
+from .networks import ActionScale
+from .registry import OffPolicy
+
+FEATURES, DEVICE = "features", "device"
+
+
+@dataclass(frozen=True)
+class DeviceKind:
+    name: str
+    observation_spec: DictSpec
+    action_spec: ArraySpec
+
+
+@dataclass(frozen=True)
+class HeteroLayout:
+    """The declared devices, by device id (``kinds[i]`` is device ``i``), and the padded row layout."""
+
+    kinds: tuple[DeviceKind, ...]
+    observation_spec: DictSpec = field(init=False)
+    action_spec: ArraySpec = field(init=False)
+
+    def __post_init__(self):
+        if not self.kinds:
+            raise ValueError("a heterogeneous layout needs at least one device kind")
+        for kind in self.kinds:
+            ActionScale(kind.action_spec)  # finite bounds, or a clear error naming the action
+        width = max(self.observation_sizes)
+        object.__setattr__(self, "observation_spec", DictSpec.of(
+            ArraySpec(FEATURES, (width,), np.float32), ArraySpec(DEVICE, (), np.int32, 0, len(self.kinds) - 1)))
+        object.__setattr__(self, "action_spec", ArraySpec("action", (max(self.action_sizes),), np.float32, -1, 1))
+
+    @property
+    def observation_sizes(self) -> tuple[int, ...]:
+        return tuple(sum(s.size for s in k.observation_spec.specs) for k in self.kinds)
+
+    @property
+    def action_sizes(self) -> tuple[int, ...]:
+        return tuple(k.action_spec.size for k in self.kinds)
+
+    def refusal(self, device_id: int, name: str, observation_spec: DictSpec, action_spec: ArraySpec) -> str | None:
+        """Why a declared device does not fit this layout (None when it does)."""
+        if not 0 <= device_id < len(self.kinds):
+            return f"device {name!r}: id {device_id} is not one of the {len(self.kinds)} declared device kinds"
+        kind = self.kinds[device_id]
+        if observation_spec != kind.observation_spec or action_spec != kind.action_spec:
+            return f"device {name!r} (id {device_id}) has specs that differ from declared kind {kind.name!r}"
+        return None
+
+    def pad_observation(self, device_id: int, observation) -> dict[str, np.ndarray]:
+        """One device's observation (optionally batched) as padded ``features`` plus its ``device`` id."""
+        spec = self.kinds[device_id].observation_spec
+        parts = [np.asarray(observation[s.name], np.float32) for s in spec.specs]
+        lead = parts[0].shape[: parts[0].ndim - len(spec.specs[0].shape)]
+        flat = np.concatenate([p.reshape(*lead, -1) for p in parts], axis=-1)
+        padded = np.zeros((*lead, self.observation_spec[FEATURES].shape[0]), np.float32)
+        padded[..., : flat.shape[-1]] = flat
+        return {FEATURES: padded, DEVICE: np.full(lead, device_id, np.int32)}
+
+    def pad_action(self, device_id: int, action) -> np.ndarray:
+        """A device's action (env units) as the padded unit action the replay stores."""
+        scale = ActionScale(self.kinds[device_id].action_spec)
+        unit = (np.asarray(action, np.float32) - scale.center) / scale.half_range
+        out = np.zeros((*unit.shape[:-1], self.action_spec.shape[0]), np.float32)
+        out[..., : unit.shape[-1]] = np.clip(unit, -1.0, 1.0)
+        return out
+
+    def pad_steps(self, device_id: int, steps: Steps) -> Steps:
+        """A batch of one device's rows in the padded layout (everything else unchanged)."""
+        from dataclasses import replace
+
+        return replace(steps, observation=self.pad_observation(device_id, steps.observation),
+                       action=self.pad_action(device_id, steps.action),
+                       proposed_action=self.pad_action(device_id, steps.proposed_action))
+
+
+class HeadedMLP(nnx.Module):
+    """Per-device input layer -> shared trunk (ReLU MLP) -> per-device output layer, routed per row."""
+
+    def __init__(self, in_sizes: Sequence[int], hidden_sizes: Sequence[int], out_sizes: Sequence[int],
+                 *, rngs: nnx.Rngs):
+        first, *trunk = hidden_sizes
+        self.inputs = nnx.List([nnx.Linear(n, first, rngs=rngs) for n in in_sizes])
+        sizes = [first, *trunk]
+        self.trunk = nnx.List([nnx.Linear(a, b, rngs=rngs) for a, b in zip(sizes[:-1], sizes[1:], strict=True)])
+        self.outputs = nnx.List([nnx.Linear(sizes[-1], n, rngs=rngs) for n in out_sizes])
+        self.in_sizes, self.out_sizes = tuple(in_sizes), tuple(out_sizes)
+
+    def __call__(self, x: jax.Array, device: jax.Array) -> jax.Array:
+        """``x`` [B, max in] (each row's device reads its first ``in_sizes[d]`` values) -> [B, max out]."""
+        route = device.astype(jnp.int32)[None, :, None]
+        h = jnp.stack([head(x[..., :n]) for head, n in zip(self.inputs, self.in_sizes, strict=True)])
+        h = jax.nn.relu(jnp.take_along_axis(h, route, axis=0)[0])
+        for layer in self.trunk:
+            h = jax.nn.relu(layer(h))
+        width = max(self.out_sizes)
+        outs = jnp.stack([jnp.pad(head(h), ((0, 0), (0, width - n)))
+                          for head, n in zip(self.outputs, self.out_sizes, strict=True)])
+        return jnp.take_along_axis(outs, route, axis=0)[0]
+
+
+@dataclass(frozen=True, eq=False)
+class HeteroNetworks:
+    """DDPG's network interface (``policy``, ``q_values``, ``scale``) over padded, routed rows."""
+
+    layout: HeteroLayout
+    actor_graph: nnx.GraphDef
+    critic_graph: nnx.GraphDef
+    scale: ActionScale
+    encoder: None = None
+
+    @property
+    def observation_spec(self) -> DictSpec:
+        return self.layout.observation_spec
+
+    @property
+    def action_spec(self) -> ArraySpec:
+        return self.layout.action_spec
+
+    def _mask(self, device: jax.Array) -> jax.Array:
+        """1 on each row's own action dimensions, 0 on the padding."""
+        sizes = jnp.asarray(self.layout.action_sizes)[device]
+        return (jnp.arange(self.action_spec.shape[0]) < sizes[..., None]).astype(jnp.float32)
+
+    def policy(self, actor_params, observation) -> jax.Array:
+        x, device, lead = _rows(observation)
+        unit = jnp.tanh(nnx.merge(self.actor_graph, actor_params)(x, device))
+        return (unit * self._mask(device)).reshape(*lead, -1)
+
+    def q_values(self, critic_params, observation, action) -> jax.Array:
+        """Every critic's Q: [critics, batch...]; a device's critic head reads [its obs, its action]."""
+        x, device, lead = _rows(observation)
+        a = action.reshape(-1, action.shape[-1])
+        width = max(n + m for n, m in zip(self.layout.observation_sizes, self.layout.action_sizes, strict=True))
+        xa = jnp.stack([jnp.pad(jnp.concatenate([x[:, :n], a[:, :m]], -1), ((0, 0), (0, width - n - m)))
+                        for n, m in zip(self.layout.observation_sizes, self.layout.action_sizes, strict=True)])
+        xa = jnp.take_along_axis(xa, device[None, :, None], axis=0)[0]
+
+        def one(params):
+            return nnx.merge(self.critic_graph, params)(xa, device)[..., 0]
+
+        return jax.vmap(one)(critic_params).reshape(-1, *lead)
+
+    def q_value(self, critic_params, observation, action) -> jax.Array:
+        return self.q_values(critic_params, observation, action)[0]
+
+
+def _rows(observation):
+    """(features [N, width], device ids [N], the leading shape) of a possibly batched padded observation."""
+    x = jnp.asarray(observation[FEATURES], jnp.float32)
+    lead = x.shape[:-1]
+    return x.reshape(-1, x.shape[-1]), jnp.asarray(observation[DEVICE], jnp.int32).reshape(-1), lead
+
+
+def make_networks(layout: HeteroLayout, hidden_sizes: tuple[int, ...], key: jax.Array, num_critics: int = 1):
+    """(networks, actor_params, critic_params), the critics stacked on a leading axis."""
+    obs, act = layout.observation_sizes, layout.action_sizes
+    actor_key, *critic_keys = jax.random.split(key, 1 + num_critics)
+    actor_graph, actor_state = nnx.split(HeadedMLP(obs, hidden_sizes, act, rngs=nnx.Rngs(actor_key)))
+    critic_in = [n + m for n, m in zip(obs, act, strict=True)]
+    critics = [nnx.split(HeadedMLP(critic_in, hidden_sizes, [1] * len(act), rngs=nnx.Rngs(k)))
+               for k in critic_keys]
+    critic_params = jax.tree.map(lambda *xs: jnp.stack(xs), *[nnx.to_pure_dict(s) for _, s in critics])
+    networks = HeteroNetworks(layout, actor_graph, critics[0][0], ActionScale(layout.action_spec))
+    return networks, nnx.to_pure_dict(actor_state), critic_params
+
+
+def init(key: jax.Array, layout: HeteroLayout, config: ddpg.DDPGConfig):
+    """(networks, DDPG training state) for the headed networks."""
+    net_key, state_key = jax.random.split(key)
+    networks, actor, critic = make_networks(layout, config.hidden_sizes, net_key, config.num_critics)
+    state = ddpg.TrainingState(
+        actor_params=actor, critic_params=critic,
+        target_actor_params=jax.tree.map(jnp.copy, actor), target_critic_params=jax.tree.map(jnp.copy, critic),
+        actor_opt_state=optax.adam(config.actor_lr).init(actor),
+        critic_opt_state=optax.adam(config.critic_lr).init(critic),
+        key=state_key, steps=jnp.zeros((), jnp.int32))
+    return networks, state
+
+
+@dataclass(frozen=True)
+class HeteroOffPolicy(OffPolicy):
+    """DDPG/TD3 over a :class:`HeteroLayout`, behind the learner's algorithm interface."""
+
+    layout: HeteroLayout | None = None
+
+    def init(self, key, observation_spec=None, action_spec=None):
+        return init(key, self.layout, self.config)
+
+    def actor_networks(self, observation_spec=None, action_spec=None, key=None):
+        networks, actor, _ = make_networks(self.layout, self.config.hidden_sizes,
+                                           key if key is not None else jax.random.key(0), self.config.num_critics)
+        return networks, actor
+
+
+def hetero(algorithm: OffPolicy, layout: HeteroLayout) -> HeteroOffPolicy:
+    if algorithm.module is not ddpg:
+        raise ValueError(f"heterogeneous devices: {algorithm.name} is not supported (ddpg or td3)")
+    return HeteroOffPolicy(algorithm.name, algorithm.config, algorithm.module, layout)
+
+
+class DevicePolicy:
+    """The shared policy acting for one device kind (the HAL ``Policy`` protocol)."""
+
+    def __init__(self, algorithm: HeteroOffPolicy, device_id: int, seed: int = 0):
+        self.layout, self.device_id = algorithm.layout, device_id
+        kind = self.layout.kinds[device_id]
+        self.observation_spec, self.action_spec = kind.observation_spec, kind.action_spec
+        self._scale = ActionScale(kind.action_spec)
+        networks, self.params = algorithm.actor_networks(key=jax.random.key(seed))
+        self.version: PolicyVersion = NO_POLICY
+        self._key, self._count = jax.random.key(seed + 1), 0
+
+        @partial(jax.jit, static_argnames="explore")
+        def _act(params, observation, key, explore):
+            obs = jax.tree.map(lambda x: x[None], observation)
+            action, _ = algorithm.act(networks, params, obs, key, explore)
+            return action[0]
+
+        self._act = _act
+
+    def act(self, observation, *, explore: bool = True):
+        self._count += 1
+        padded = self.layout.pad_observation(self.device_id, observation)
+        unit = np.asarray(self._act(self.params, padded, jax.random.fold_in(self._key, self._count), explore))
+        n = self.action_spec.size
+        action = unit[:n].reshape(self.action_spec.shape) * self._scale.half_range + self._scale.center
+        return self.action_spec.clip(action.astype(self.action_spec.dtype)), {}
+
+    def load_weights(self, version: PolicyVersion, arrays) -> None:
+        tree = flat_params.unflatten(flat_params.subtree(arrays, "actor"))
+        if jax.tree.structure(tree) != jax.tree.structure(self.params):
+            raise ValueError("weights do not fit the headed actor network")
+        self.params = jax.tree.map(jnp.asarray, tree)
+        self.version = version
