@@ -51,15 +51,24 @@ class Counters:
 
 class Learner:
     def __init__(self, config: TrainConfig, observation_spec: DictSpec, action_spec: ArraySpec,
-                 run_dir: Path, *, keys: ServerKeys | None = None, allow_insecure: bool = False):
-        """``keys``: CurveZMQ for the actors' link; without them only loopback unless ``allow_insecure``."""
+                 run_dir: Path, *, keys: ServerKeys | None = None, allow_insecure: bool = False,
+                 layout=None):
+        """``keys``: CurveZMQ for the actors' link; without them only loopback unless ``allow_insecure``.
+        ``layout``: a :class:`~embodyrl.algos.heads.HeteroLayout` to train one policy over devices of
+        different shapes (its padded specs replace ``observation_spec`` and ``action_spec``)."""
         self.config = config
+        self.layout = layout
+        self.algorithm = config.off_policy
+        if layout is not None:
+            from .algos.heads import hetero
+
+            self.algorithm = hetero(self.algorithm, layout)
+            observation_spec, action_spec = layout.observation_spec, layout.action_spec
         self.observation_spec = observation_spec
         self.action_spec = action_spec
         self.run_dir = Path(run_dir)
         self.incarnation = new_incarnation()
         lc = config.learner
-        self.algorithm = config.off_policy
         self.networks, self.state = self.algorithm.init(jax.random.key(config.seed), observation_spec, action_spec)
         self._update_many = jax.jit(self.algorithm.make_update_many(self.networks), donate_argnums=0)
         chunk = lc.replay_chunk_rows
@@ -112,6 +121,11 @@ class Learner:
 
     def _admit(self, devices: list[DeviceInfo]) -> str | None:
         for d in devices:
+            if self.layout is not None:  # heterogeneous: each device id has its declared kind
+                reason = self.layout.refusal(d.device_id, d.name, d.observation_spec, d.action_spec)
+                if reason is not None:
+                    return reason
+                continue
             if d.observation_spec != self.observation_spec or d.action_spec != self.action_spec:
                 return f"device {d.name!r} has specs that differ from this learner's task"
         return None
@@ -168,6 +182,8 @@ class Learner:
         if batch.seq <= self._received.get(actor, 0):  # a resend of rows not yet committed
             return
         self._received[actor] = batch.seq
+        if self.layout is not None:
+            steps = self.layout.pad_steps(batch.device_id, steps)
         self.replay.add(steps, seq=batch.seq)
         self.limiter.record_insert(len(steps))
         c = self.counters
