@@ -67,10 +67,14 @@ def _resolve_config(args, run_dir: Path | None, extra_named: dict | None = None)
         config = build_config(base, args.config, _overrides(args.overrides) + named)
     except ValueError as err:
         raise _Refused(f"config: {err}") from None
-    if args.config is not None and run_dir is not None:  # the file as written, beside config.json
+    return config
+
+
+def _keep_yaml(args, run_dir: Path) -> None:
+    """The --config file as written, beside config.json (once every check has passed)."""
+    if args.config is not None:
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / "config.yaml").write_bytes(Path(args.config).read_bytes())
-    return config
 
 
 def _run_dir(args) -> Path:
@@ -85,6 +89,7 @@ def _train(args) -> int:
     run_dir = _run_dir(args)
     config = _resolve_config(args, run_dir, {"actors": args.actors, "algorithm": args.algorithm})
     check_address(config.learner.bind, args.curve or None, args.insecure, "--learner.bind")
+    _keep_yaml(args, run_dir)
     keys = local_key_pairs(run_dir / "keys") if args.curve else None
     try:
         summary = train(config, run_dir, progress="quiet" if args.quiet else args.progress,
@@ -110,6 +115,7 @@ def _learner(args) -> int:
     keys = server_keys(args)
     config = _resolve_config(args, run_dir, {"algorithm": args.algorithm, "learner.bind": args.bind})
     check_address(config.learner.bind, keys, args.insecure, "--bind")
+    _keep_yaml(args, run_dir)
     should_stop = _stop_on_signals()
     run_dir.mkdir(parents=True, exist_ok=True)
     save(config, run_dir / "config.json")

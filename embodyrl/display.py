@@ -144,8 +144,9 @@ class Display:
         steps = (self.follower.latest or {}).get("env_steps") or 0
         return panel(self.fields(), steps, self.total_steps, self.title)
 
-    def __enter__(self) -> Display:
-        if self.mode == "live":
+    def start(self) -> Display:
+        """Take the terminal for the live panel (other modes need nothing)."""
+        if self.mode == "live" and self._live is None:
             from rich.console import Console
             from rich.live import Live
 
@@ -153,6 +154,9 @@ class Display:
             self._live = Live(self.renderable(), console=console, auto_refresh=False, transient=False)
             self._live.start()
         return self
+
+    def __enter__(self) -> Display:
+        return self.start()
 
     def show(self, force: bool = False) -> None:
         if self.mode == "quiet":

@@ -63,7 +63,7 @@ def train(config: TrainConfig, run_dir: Path, quiet: bool = False, progress: str
     progress = Display(run_dir / "metrics.jsonl", config.steps, "quiet" if quiet else progress,
                        title=f"embodyrl train {config.task}")
     try:
-        progress.__enter__()
+        progress.start()
         learner.start()
         child_conn.close()
         endpoint = _expect(parent_conn, learner, "ready", START_TIMEOUT_S)

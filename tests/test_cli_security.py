@@ -17,6 +17,7 @@ def keys(tmp_path_factory):
     directory = tmp_path_factory.mktemp("keys")
     generate_keys(directory / "learner", "learner")
     generate_keys(directory / "actors", "robot")
+    (directory / "tiny.yaml").write_text("steps: 100\n")
     return directory
 
 
@@ -38,10 +39,13 @@ REFUSED = [
     (["actor", "pendulum", "--connect", "tcp://127.0.0.1:9", "--secret-key", "{k}/actors/robot.key_secret",
       "--server-key", "{k}/learner/missing.key"], "--server-key: key file"),
     (["train", "pendulum", "--learner.bind", "tcp://0.0.0.0:0"], "--learner.bind: refusing plain TCP"),
+    (["train", "pendulum", "--config", "{k}/tiny.yaml", "--learner.bind", "tcp://0.0.0.0:0"],
+     "--learner.bind: refusing plain TCP"),  # and its YAML is not copied into a run directory
+    (["learner", "pendulum", "--config", "{k}/tiny.yaml", "--bind", "tcp://10.0.0.1:5555"], "--bind: refusing"),
 ]
 
 
-@pytest.mark.parametrize(("argv", "message"), REFUSED, ids=[m for _, m in REFUSED])
+@pytest.mark.parametrize(("argv", "message"), REFUSED, ids=[" ".join(a[:1] + a[2:]) for a, _ in REFUSED])
 def test_security_mistakes_exit_2_naming_the_option(argv, message, keys, tmp_path, capsys):
     argv = [a.replace("{k}", str(keys)) for a in argv]
     if argv[0] in ("learner", "train"):
