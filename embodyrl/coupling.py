@@ -8,11 +8,16 @@ weights to every rank directly.
 
 The networks are shared across levels: the actor maps one level's input
 window (:func:`embodyrl.hal.coupling.level_inputs`) to that level's
-correction, and the critic is a sum over levels of one shared per-level
-term, ``Q(o, a) = sum_k q(window_k, a_k)``. The reward the link computes,
-``-mean_k ((a_k - target_k) / bound) ** 2``, is itself such a sum, so the
+correction, and the critic is a mean over levels of one shared per-level
+term, ``Q(o, a) = mean_k q(window_k, a_k)``. The reward the link computes,
+``-mean_k ((a_k - target_k) / bound) ** 2``, is itself such a mean, so the
 decomposition loses nothing and each level's actor gradient comes from its
-own term. :class:`ColumnNetworks` offers the interface the DDPG losses use
+own term. That term is quadratic in the action, ``q = v(w) - softplus(c(w))
+(a - m(w))^2`` (a normalised-advantage head, Gu et al. 2016), because the
+reward is: a plain MLP critic over (window, action) had to find that shape
+from a sum of 70 levels and its errors drove the actor to the bounds (MSE
+13x worse than zero correction on held-out nudged data). The actor still
+learns only by ascending the critic (DDPG's update, unchanged). :class:`ColumnNetworks` offers the interface the DDPG losses use
 (``policy``, ``q_values``, ``q_value``, ``scale``), so the update is DDPG's
 own, not a copy.
 
@@ -75,9 +80,15 @@ class ColumnNetworks:
         return self.scale.to_env(unit)
 
     def q_values(self, critic_params, observation, action) -> jax.Array:
-        """[critics, batch...]: every critic's sum of per-level terms."""
-        x = jnp.concatenate([self.windows(observation), self.scale.to_unit(action)[..., None]], axis=-1)
-        return jax.vmap(lambda p: jnp.sum(nnx.merge(self.critic_graph, p)(x)[..., 0], axis=-1))(critic_params)
+        """[critics, batch...]: every critic's mean over levels of its per-level term
+        ``q = v(w) - softplus(c(w)) * (a - m(w)) ** 2`` (action in [-1, 1] units)."""
+        w, a = self.windows(observation), self.scale.to_unit(action)
+
+        def one(p):
+            m, c, v = jnp.moveaxis(nnx.merge(self.critic_graph, p)(w), -1, 0)
+            return jnp.mean(v - jax.nn.softplus(c) * (a - jnp.tanh(m)) ** 2, axis=-1)
+
+        return jax.vmap(one)(critic_params)
 
     def q_value(self, critic_params, observation, action) -> jax.Array:
         return self.q_values(critic_params, observation, action)[0]
@@ -94,7 +105,7 @@ def init(key: jax.Array, coupling: CouplingConfig, config: ddpg.DDPGConfig) -> t
     """Fresh networks and a DDPG training state for them."""
     actor_key, state_key, *critic_keys = jax.random.split(key, 2 + config.num_critics)
     actor_graph, actor = nnx.split(MLP(coupling.window, config.hidden_sizes, 1, rngs=nnx.Rngs(actor_key)))
-    critics = [nnx.split(MLP(coupling.window + 1, config.hidden_sizes, 1, rngs=nnx.Rngs(k))) for k in critic_keys]
+    critics = [nnx.split(MLP(coupling.window, config.hidden_sizes, 3, rngs=nnx.Rngs(k))) for k in critic_keys]
     critic = jax.tree.map(lambda *xs: jnp.stack(xs), *[nnx.to_pure_dict(s) for _, s in critics])
     actor = nnx.to_pure_dict(actor)
     networks = ColumnNetworks(coupling, actor_graph, critics[0][0], ActionScale(coupling.action_spec()))
@@ -198,7 +209,10 @@ class CouplingLearner:
         obs = {"profile": self._profile[idx]}
         if self.coupling.context:
             obs["context"] = self._context[idx]
-        return {"observation": obs, "next_observation": obs, "action": self._action[idx],
+        # discount 0 multiplies the bootstrap by zero: one column stands in for the next
+        # observations, so the target networks' pass costs nothing
+        one = {k: v[:, :1] for k, v in obs.items()}
+        return {"observation": obs, "next_observation": one, "action": self._action[idx],
                 "reward": self._reward[idx], "discount": np.zeros((k, b), np.float32)}
 
     def warm_up(self) -> None:

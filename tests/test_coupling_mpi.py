@@ -62,23 +62,24 @@ RANK_PROGRAM = textwrap.dedent("""
 """)
 
 
-def level_policy(tmp_path: Path, version: PolicyVersion, seed: int = 0):
+def level_policy(tmp_path: Path, version: PolicyVersion, seed: int = 0, cfg: CouplingConfig = CFG,
+                 name: str = "policy"):
     """A random per-level actor in the export format (what the learner writes), no JAX needed."""
     rng = np.random.default_rng(seed)
-    arrays = {"actor/layers/0/kernel": rng.normal(size=(CFG.window, 8)) * 0.5,
+    arrays = {"actor/layers/0/kernel": rng.normal(size=(cfg.window, 8)) * 0.5 / np.sqrt(cfg.window),
               "actor/layers/0/bias": np.zeros(8), "actor/layers/1/kernel": rng.normal(size=(8, 1)),
               "actor/layers/1/bias": np.zeros(1), "scale/center": np.zeros(1),
-              "scale/half_range": np.full(1, CFG.max_correction)}
+              "scale/half_range": np.full(1, cfg.max_correction)}
     graph = {"format": runtime.FORMAT, "format_version": runtime.FORMAT_VERSION, "algo": "ddpg",
-             "policy_version": list(version), "observation_spec": CFG.level_observation_spec().to_msg(),
-             "action_spec": CFG.level_action_spec().to_msg(), "exploration": {"kind": "gaussian", "std": 0.1},
+             "policy_version": list(version), "observation_spec": cfg.level_observation_spec().to_msg(),
+             "action_spec": cfg.level_action_spec().to_msg(), "exploration": {"kind": "gaussian", "std": 0.1},
              "graph": [{"op": "concat", "fields": ["window"]},
                        {"op": "dense", "kernel": "actor/layers/0/kernel", "bias": "actor/layers/0/bias"},
                        {"op": "relu"},
                        {"op": "dense", "kernel": "actor/layers/1/kernel", "bias": "actor/layers/1/bias"},
                        {"op": "tanh"}, {"op": "scale", "center": "scale/center", "half_range": "scale/half_range"}]}
-    runtime.save(tmp_path / "policy", graph, arrays)
-    return tmp_path / "policy", {k: np.asarray(v, np.float32) for k, v in arrays.items() if k.startswith("actor/")}
+    runtime.save(tmp_path / name, graph, arrays)
+    return tmp_path / name, {k: np.asarray(v, np.float32) for k, v in arrays.items() if k.startswith("actor/")}
 
 
 class LearnerThread:
