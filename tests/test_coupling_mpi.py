@@ -93,6 +93,7 @@ class LearnerThread:
         self.rows: dict[tuple[int, int], int] = {}
         self.rewards: list[float] = []
         self._publish: tuple | None = None
+        self._publish_after: tuple | None = None
         self._stop = threading.Event()
         self._granted: set[bytes] = set()
         self._thread = threading.Thread(target=self._loop, daemon=True)
@@ -100,6 +101,10 @@ class LearnerThread:
 
     def publish(self, version, arrays) -> None:
         self._publish = (version, arrays)
+
+    def publish_after_hello(self, actor_id: int, delay_s: float, version, arrays) -> None:
+        """Publish ``delay_s`` after actor ``actor_id`` said HELLO (it acts without weights until then)."""
+        self._publish_after = (actor_id, delay_s, version, arrays, None)
 
     def _loop(self) -> None:
         while not self._stop.is_set():
@@ -117,6 +122,13 @@ class LearnerThread:
             if self._publish is not None:
                 self.server.publish(*self._publish)
                 self._publish = None
+            if self._publish_after is not None:
+                actor_id, delay, version, arrays, seen = self._publish_after
+                if seen is None and any(s.actor_id == actor_id for s in self.server.sessions.values()):
+                    self._publish_after = (actor_id, delay, version, arrays, time.monotonic())
+                elif seen is not None and time.monotonic() - seen > delay:
+                    self.server.publish(version, arrays)
+                    self._publish_after = None
 
     def close(self) -> None:
         self._stop.set()
@@ -200,13 +212,9 @@ def test_late_rank_and_missing_weights_give_zero_corrections_not_a_hang(tmp_path
     policy, arrays = level_policy(tmp_path, NO_POLICY)  # an export that never saw a learner
     learner = LearnerThread()
     try:
-        def publish_later():
-            time.sleep(1.5)
-            learner.publish(PolicyVersion(7, 1), arrays)
-
-        threading.Thread(target=publish_later, daemon=True).start()
+        learner.publish_after_hello(0, 0.5, PolicyVersion(7, 1), arrays)
         results, rc, log = run_ranks(tmp_path, 2, learner=learner.endpoint, policy=policy, steps=60,
-                                     sleep=0.05, late={1: 2.0})
+                                     sleep=0.05, late={1: 2.5})
     finally:
         learner.close()
     assert rc == 0, log
