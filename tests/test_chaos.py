@@ -16,9 +16,9 @@ def check_record(record):
 
 
 def test_quick_link_scenarios_lose_and_duplicate_nothing():
-    result = chaos.run(quick=True, only=("actor_kill", "learner_kill", "hostile"))
+    result = chaos.run(quick=True, only=("actor_kill", "learner_kill", "partition", "hostile"))
     names = [s["name"] for s in result["scenarios"]]
-    assert names == ["actor_kill_restart", "learner_kill_restart", "hostile_traffic"]
+    assert names == ["actor_kill_restart", "learner_kill_restart", "network_partition", "hostile_traffic"]
     for record in result["scenarios"]:
         check_record(record)
         assert record["injected"] > 0 and record["produced"] > 0
@@ -27,7 +27,9 @@ def test_quick_link_scenarios_lose_and_duplicate_nothing():
         assert record["checksum_match"] or record["stored_not_logged"] > 0, record
     kill = result["scenarios"][0]
     assert all(n > 0 for n in kill["unacked_at_kill"]), "each kill must leave rows only the spool holds"
-    attack = result["scenarios"][2]
+    cut = result["scenarios"][2]  # the real-time actor kept stepping while nothing got through
+    assert min(cut["rows_produced_during_partition"]) > 0 and max(cut["rows_stored_during_partition"]) == 0
+    attack = result["scenarios"][3]
     assert attack["injected"] - 5 <= attack["rejected"] <= attack["injected"]  # the last few may be in flight
     assert attack["only_honest_sessions"]
 
