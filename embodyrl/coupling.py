@@ -127,7 +127,7 @@ def export_policy(networks: ColumnNetworks, actor_params, config: ddpg.DDPGConfi
 @dataclass(frozen=True)
 class CouplingLearnerConfig:
     ddpg: ddpg.DDPGConfig = field(default_factory=lambda: ddpg.DDPGConfig(
-        hidden_sizes=(64, 64), discount=0.0, actor_lr=1e-3, critic_lr=2e-3, batch_size=64,
+        hidden_sizes=(64, 64), discount=0.0, actor_lr=1e-3, critic_lr=3e-3, batch_size=64,
         exploration_noise=0.1, tau=0.01))
     """DDPG settings; batch_size counts columns (each brings all its levels)."""
     capacity: int = 200_000

@@ -48,15 +48,15 @@ VARIANTS = ("native", "bias_corrected", "corrected")
 class ExperimentConfig:
     nlat: int = 32
     nlon: int = 64
-    spin_up_days: float = 20.0
+    spin_up_days: float = 10.0
     """Truth spin-up before the analysis period starts."""
     train_starts_days: tuple[float, ...] = (0.0, 2.0, 4.0, 6.0)
     """Start dates (days into the analysis period) of the nudged training forecasts."""
     train_days: float = 2.0
     eval_starts_days: tuple[float, ...] = (8.5, 10.0, 11.5, 13.0)
     """Start dates of the evaluation forecasts: after the training period, never trained on."""
-    lead_hours: tuple[int, ...] = (6, 12, 24, 48)
-    free_run_days: float = 30.0
+    lead_hours: tuple[int, ...] = (6, 12, 24)
+    free_run_days: float = 10.0
     """Length of the free run with the learnt correction (stability)."""
     nudge_tau_h: float = 3.0
     analysis_every: int = 6
