@@ -88,3 +88,33 @@ def test_updating_on_device_a_leaves_device_b_heads_untouched_and_moves_the_shar
     other, _ = update(state, _batch([1] * 8, seed=3))
     assert moved(state.actor_params["inputs"][0], other.actor_params["inputs"][0]) == 0.0
     assert moved(state.actor_params["inputs"][1], other.actor_params["inputs"][1]) > 0
+
+
+def test_example_trains_the_pendulum_and_the_arm_through_one_learner(tmp_path):
+    """The example end to end: a learner, one spawned actor driving both robots, padded rows in replay."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from embodyrl.replay import PersistentReplay
+    from tests.replay_helpers import stored_slots
+
+    path = Path(__file__).parents[1] / "examples" / "heterogeneous_robots.py"
+    done = subprocess.run([sys.executable, str(path), "--steps", "600", "--episodes", "1", "--run-dir",
+                           str(tmp_path)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads(done.stdout[done.stdout.index("{"):])
+    assert summary["env_steps"] >= 600 and summary["updates"] > 0
+    for device in ("pendulum", "arm_reach"):
+        assert all(np.isfinite(v) for v in summary["evaluation"][device].values())
+    replay = PersistentReplay(tmp_path / "replay")
+    rows = replay.store.rows[stored_slots(replay)]
+    devices = rows["observation/device"]
+    assert set(np.unique(devices).tolist()) == {0, 1}  # both robots streamed into the one replay
+    pendulum, arm = rows[devices == 0], rows[devices == 1]
+    np.testing.assert_array_equal(pendulum["observation/features"][:, 3:], 0.0)  # padding after 3 values
+    np.testing.assert_array_equal(pendulum["action"][:, 1:], 0.0)
+    assert np.abs(arm["observation/features"][:, 3:]).sum() > 0 and np.abs(arm["action"][:, 1:]).sum() > 0
+    assert np.all(np.abs(rows["action"]) <= 1.0)  # unit actions, each device by its own bounds
+    replay.close()
