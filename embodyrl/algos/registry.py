@@ -38,7 +38,7 @@ class OffPolicy:
         """(networks, fresh actor parameters): what an actor needs to act."""
         if self.module is ddpg:
             networks, actor, _ = ddpg.make_networks(observation_spec, action_spec, self.config.hidden_sizes, key,
-                                                    self.config.num_critics)
+                                                    self.config.num_critics, self.config.encoder)
         else:
             networks, actor, _ = sac.make_networks(observation_spec, action_spec, self.config, key)
         return networks, actor
