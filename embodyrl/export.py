@@ -101,7 +101,7 @@ def export_sac(networks: sac.SACNetworks, actor_params, config: sac.SACConfig,
 
 
 def export_ppo(networks, actor_params, version: PolicyVersion = NO_POLICY) -> tuple[dict, dict[str, np.ndarray]]:
-    """(graph, arrays) of PPO's policy (:mod:`embodyrl.algos.ppo`): the MLP's mean plus noise of its
+    """(graph, arrays) of PPO's policy (:mod:`embodyrl.algos.ppo`): the MLP's tanh mean plus noise of its
     learned ``log_std`` then the action scale (Gaussian), or its logits sampled or maxed (categorical).
     ``actor_params`` as published: ``{"policy": ..., "log_std": ...}``; the runtime returns the
     sample's log-probability, so a numpy actor can feed asynchronous PPO."""
@@ -119,7 +119,7 @@ def export_ppo(networks, actor_params, version: PolicyVersion = NO_POLICY) -> tu
     if networks.discrete:
         graph.append({"op": "categorical"})
     else:
-        graph += [{"op": "gaussian_noise", "log_std": "actor/log_std"},
+        graph += [{"op": "tanh"}, {"op": "gaussian_noise", "log_std": "actor/log_std"},
                   {"op": "scale", "center": "scale/center", "half_range": "scale/half_range"}]
         arrays["scale/center"] = np.asarray(networks.scale.center, np.float32)
         arrays["scale/half_range"] = np.asarray(networks.scale.half_range, np.float32)

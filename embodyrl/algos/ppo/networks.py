@@ -1,4 +1,11 @@
-"""PPO's policy (Gaussian for continuous actions, categorical for discrete) and value networks."""
+"""PPO's policy (Gaussian for continuous actions, categorical for discrete) and value networks.
+
+The Gaussian's mean is tanh of the MLP's output, in half action ranges: it
+stays within the bounds while samples may fall outside (the safety layer
+clips them; the log-probability is of the sample). An unbounded mean can
+drift past a bound, where every sample clips to the same action and the
+gradient no longer says anything.
+"""
 
 from __future__ import annotations
 
@@ -29,7 +36,9 @@ class PPONetworks:
         return nnx.merge(self.value_graph, params["value"])(self._features(observation))[..., 0]
 
     def _head(self, params, observation):
-        return nnx.merge(self.policy_graph, params["policy"])(self._features(observation))
+        """Logits (discrete), or the Gaussian's mean in half action ranges, in [-1, 1]."""
+        out = nnx.merge(self.policy_graph, params["policy"])(self._features(observation))
+        return out if self.discrete else jnp.tanh(out)
 
     def log_prob(self, params, observation, action) -> jax.Array:
         """log pi(a|o) of an action in the environment's units (or an integer action)."""
