@@ -78,7 +78,7 @@ class ExperimentConfig:
         cfg = ColumnConfig()
         return CouplingConfig(levels=cfg.levels, features=ColumnModel.FEATURES, context=ColumnModel.CONTEXT,
                               radius=self.radius, max_correction=self.max_correction,
-                              stream_fraction=self.stream_fraction)
+                              stream_fraction=self.stream_fraction, send_every=4)
 
     @property
     def period_days(self) -> float:

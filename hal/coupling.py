@@ -80,6 +80,8 @@ class CouplingConfig:
     """Add the policy's exploration noise (training)."""
     stream_fraction: float = 1.0
     """Fraction of the rank's columns streamed per exchange (a random subset)."""
+    send_every: int = 1
+    """Exchanges whose steps go out together in one STEPS message (fewer, larger messages)."""
     connect_timeout_s: float = 10.0
     """Deadline of the first handshake with the learner; after it the rank goes on without."""
     reconnect_s: float = 5.0
@@ -169,6 +171,7 @@ class CouplingLink:
         self._episodes: np.ndarray | None = None
         self._step_index = 0
         self._link: LearnerLink | None = None
+        self._pending: list[Steps] = []
         self._spool = Spool(ram_bytes=config.spool_bytes, disk_bytes=config.spool_bytes, on_full="drop_oldest")
         self._next_connect = 0.0
         self._lost_since: float | None = None
@@ -214,6 +217,7 @@ class CouplingLink:
     def close(self, flush_s: float = 5.0) -> None:
         """Hand what is spooled to the learner (within ``flush_s``) and close the sockets."""
         if self._link is not None:
+            self._send_pending()
             self._link.flush(flush_s)
             self._link.close()
             self._link = None
@@ -345,8 +349,20 @@ class CouplingLink:
         observation = {"profile": profile[rows]}
         if context is not None:
             observation["context"] = context[rows]
-        steps = Steps(observation=observation, action=a, proposed_action=a, **cols)
+        self._pending.append(Steps(observation=observation, action=a, proposed_action=a, **cols))
         self._step_index += 1
+        if len(self._pending) >= self.config.send_every:
+            self._send_pending()
+
+    def _send_pending(self) -> None:
+        if not self._pending:
+            return
+        parts, self._pending = self._pending, []
+        steps = parts[0] if len(parts) == 1 else Steps(
+            observation={k: np.concatenate([p.observation[k] for p in parts]) for k in parts[0].observation},
+            **{f: np.concatenate([getattr(p, f) for p in parts]) for f in
+               ("action", "proposed_action", *SCALAR_COLUMNS)})
+        m = len(steps)
         before = self._link.spool.dropped_rows
         try:
             self._link.send_steps(self.rank, steps)

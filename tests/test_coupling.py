@@ -12,7 +12,7 @@ from embodyrl.hal.coupling import CouplingConfig, CouplingError, CouplingLink, l
 from embodyrl.hal.coupling_inference import InferenceServer
 from embodyrl.hal.runtime import NumpyPolicy
 from embodyrl.hal.steps import PolicyVersion
-from tests.test_coupling_mpi import CFG, level_policy
+from tests.test_coupling_mpi import CFG, LearnerThread, level_policy
 
 
 def test_level_inputs_take_a_window_of_levels_then_the_context():
@@ -149,3 +149,32 @@ def test_the_coupling_learner_learns_a_state_dependent_target_through_a_real_lin
         link.close(flush_s=1.0)
     finally:
         learner.close()
+
+
+def test_steps_of_several_exchanges_leave_in_one_message(tmp_path):
+    from embodyrl.hal import runtime
+
+    path, _ = level_policy(tmp_path, PolicyVersion(7, 0))
+    learner = LearnerThread()
+    try:
+        link = CouplingLink(replace(CFG, learner=learner.endpoint, send_every=3, stream_fraction=0.5), rank=2,
+                            policy=runtime.load(path), seed=0)
+        rng = np.random.default_rng(2)
+        for _ in range(7):
+            link.exchange(rng.normal(size=(10, 12, 3)), {"context": np.zeros((10, 2)), "target": np.zeros((10, 12))})
+        link.close(flush_s=5.0)
+        deadline = time.monotonic() + 5
+        while learner.rows.get((2, 2), 0) < 35 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        learner.close()
+    assert learner.rows[(2, 2)] == 7 * 5 == link.stats.steps_sent and learner.batches == 3  # 3 + 3 + 1
+
+
+def test_coupling_benchmark_quick_reports_finite_named_figures():
+    from embodyrl.bench import run
+
+    res = run("coupling", quick=True)
+    for key in ("model_step_ms", "link_ms", "inference_ms", "link_overhead_fraction", "inference_fraction"):
+        assert np.isfinite(res[key]) and res[key] > 0, key
+    assert res["zero_answers"] == 0 and res["steps_sent"] == 10 * round(0.25 * res["columns"])

@@ -91,6 +91,7 @@ class LearnerThread:
         self.server = LearnerServer(run_id="coupling-test", incarnation=7, peer_timeout_s=peer_timeout_s)
         self.endpoint = self.server.endpoint
         self.rows: dict[tuple[int, int], int] = {}
+        self.batches = 0
         self.rewards: list[float] = []
         self._publish: tuple | None = None
         self._publish_after: tuple | None = None
@@ -113,6 +114,7 @@ class LearnerThread:
                 key = (int(s.actor_id[0]), int(s.device_id[0]))
                 assert (s.actor_id == key[0]).all() and (s.device_id == key[1]).all()
                 self.rows[key] = self.rows.get(key, 0) + len(s)
+                self.batches += 1
                 self.rewards.extend(s.reward.tolist())
                 self.server.ack(batch.session, batch.seq, credits=len(s))
             for identity, session in self.server.sessions.items():

@@ -1,0 +1,98 @@
+"""``embodyrl bench coupling``: what the rank-local link costs next to the model step it serves.
+
+One rank's block of the column model (a quarter of the 64 x 32 x 70 grid,
+8 latitude rows, 512 columns) steps while its :class:`CouplingLink` streams
+a quarter of its columns per step (one message every 4 steps) to a real learner server in another
+(spawned) process and runs a per-level policy replica (64 x 64). Per step
+we time the model's own step (the baseline), the link's own work (checks,
+the step batch, sockets, weights) and the policy inference apart, and
+report medians and the ratios ``link_overhead_fraction`` and
+``inference_fraction``.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import time
+
+import numpy as np
+
+from ..envs.columns import ColumnConfig, ColumnModel, row_split
+from ..hal import runtime
+from ..hal.coupling import CouplingConfig, CouplingLink
+
+
+def _server(queue, stop) -> None:
+    from ..transport.server import LearnerServer
+
+    server = LearnerServer(run_id="bench-coupling", incarnation=3)
+    queue.put(server.endpoint)
+    granted = set()
+    while not stop.is_set():
+        for batch in server.poll(20):
+            server.ack(batch.session, batch.seq, credits=len(batch.steps))
+        for identity, session in server.sessions.items():
+            if identity not in granted:
+                granted.add(identity)
+                server.grant(session, 1 << 30)
+    server.close()
+
+
+def _policy(cfg: CouplingConfig, hidden: int = 64) -> runtime.NumpyPolicy:
+    rng = np.random.default_rng(0)
+    sizes = [cfg.window, hidden, hidden, 1]
+    arrays, graph = {}, [{"op": "concat", "fields": ["window"]}]
+    for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:], strict=True)):
+        arrays[f"actor/layers/{i}/kernel"] = rng.normal(size=(a, b)) / np.sqrt(a)
+        arrays[f"actor/layers/{i}/bias"] = np.zeros(b)
+        graph += [{"op": "dense", "kernel": f"actor/layers/{i}/kernel", "bias": f"actor/layers/{i}/bias"},
+                  {"op": "relu" if i < len(sizes) - 2 else "tanh"}]
+    graph.append({"op": "scale", "center": "scale/center", "half_range": "scale/half_range"})
+    arrays["scale/center"], arrays["scale/half_range"] = np.zeros(1), np.full(1, cfg.max_correction)
+    meta = {"format": runtime.FORMAT, "format_version": runtime.FORMAT_VERSION, "algo": "ddpg",
+            "policy_version": [3, 1], "observation_spec": cfg.level_observation_spec().to_msg(),
+            "action_spec": cfg.level_action_spec().to_msg(), "exploration": {"kind": "gaussian", "std": 0.1},
+            "graph": graph}
+    return runtime.NumpyPolicy(meta, arrays, seed=0)
+
+
+def run(quick: bool = False) -> dict:
+    steps = 10 if quick else 100
+    grid = ColumnConfig.model()
+    rows = row_split(grid.nlat, 4)[1] if quick else range(8, 16)
+    model = ColumnModel(grid, seed=1, rows=rows)
+    theta = model.equilibrium(0.0)
+    ctx = mp.get_context("spawn")
+    queue, stop = ctx.Queue(), ctx.Event()
+    server = ctx.Process(target=_server, args=(queue, stop), daemon=True)
+    server.start()
+    try:
+        endpoint = queue.get(timeout=120)
+        cfg = CouplingConfig(levels=grid.levels, features=ColumnModel.FEATURES, context=ColumnModel.CONTEXT,
+                             radius=2, max_correction=3.0, stream_fraction=0.25, send_every=4, learner=endpoint,
+                             connect_timeout_s=60.0)
+        link = CouplingLink(cfg, rank=1, policy=_policy(cfg), seed=0)
+        model_ms, link_ms, inference_ms = [], [], []
+        for _ in range(steps):
+            state, context = model.features(theta), model.context()
+            target = np.zeros((len(model.columns), grid.levels))
+            before_link, before_inf = link.stats.link_s, link.stats.inference_s
+            correction = link.exchange(state, {"context": context, "target": target})
+            link_ms.append(1e3 * (link.stats.link_s - before_link))
+            inference_ms.append(1e3 * (link.stats.inference_s - before_inf))
+            t0 = time.perf_counter()
+            theta, _ = model.step(theta, correction=correction / 86400.0)
+            model_ms.append(1e3 * (time.perf_counter() - t0))
+        link.close(flush_s=10.0)
+        sent, zero = link.stats.steps_sent, link.stats.zero_answers
+    finally:
+        stop.set()
+        server.join(10)
+        if server.is_alive():
+            server.terminate()
+    m, lk, inf = (float(np.median(x)) for x in (model_ms, link_ms, inference_ms))
+    return {"columns": len(model.columns), "levels": grid.levels, "steps": steps,
+            "model_step_ms": m, "link_ms": lk, "inference_ms": inf,
+            "link_overhead_fraction": lk / m, "inference_fraction": inf / m,
+            "steps_sent": sent, "zero_answers": zero,
+            "baseline": "the model's own step for the same columns (physics, mixing, convection)"}
