@@ -1,4 +1,5 @@
 import numpy as np
+import pytest
 
 from embodyrl.envs import lorenz96 as L
 
@@ -37,3 +38,23 @@ def test_a_correction_tendency_enters_the_model():
     x = np.ones((1, 8))
     np.testing.assert_allclose(L.model_step(x, CFG, correction=np.full((1, 8), 2.0)) - L.model_step(x, CFG),
                                2.0 * CFG.model_dt, rtol=0.05)  # plus O(dt^2) interaction
+
+
+def test_the_coupling_stencil_is_periodic_and_site_major():
+    from embodyrl.coupling_l96 import stencil
+
+    x = np.arange(16, dtype=float).reshape(2, 8)
+    s = stencil(x, 2)
+    assert s.shape == (16, 1, 5)
+    np.testing.assert_allclose(s[0, 0] * 10, [6, 7, 0, 1, 2])  # forecast 0, site 0: X_{-2..2}
+    np.testing.assert_allclose(s[15, 0] * 10, [13, 14, 15, 8, 9])  # forecast 1, site 7
+
+
+@pytest.mark.slow
+def test_the_learnt_correction_beats_the_one_scale_model_at_short_leads(tmp_path):
+    from embodyrl.coupling_l96 import L96Experiment, run
+
+    res = run(L96Experiment.quick(), tmp_path)
+    i = 50  # lead 0.25 (steps of 0.005)
+    assert res["rmse"]["corrected"][i] < 0.7 * res["rmse"]["native"][i]
+    assert (tmp_path / "coupling_l96.png").exists()
