@@ -15,9 +15,9 @@ decomposition loses nothing and each level's actor gradient comes from its
 own term. That term is quadratic in the action, ``q = v(w) - softplus(c(w))
 (a - m(w))^2`` (a normalised-advantage head, Gu et al. 2016), because the
 reward is: a plain MLP critic over (window, action) had to find that shape
-from a sum of 70 levels and its errors drove the actor to the bounds (MSE
-13x worse than zero correction on held-out nudged data). The actor still
-learns only by ascending the critic (DDPG's update, unchanged). :class:`ColumnNetworks` offers the interface the DDPG losses use
+from a mean of 70 levels, and in our development runs its errors drove the
+actor to the bounds. The actor still learns only by ascending the critic
+(DDPG's update, unchanged). :class:`ColumnNetworks` offers the interface the DDPG losses use
 (``policy``, ``q_values``, ``q_value``, ``scale``), so the update is DDPG's
 own, not a copy.
 
