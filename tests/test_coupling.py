@@ -1,9 +1,12 @@
 """The coupling link in one process: input checks, the per-level windows, the inference process,
 parity of the exported per-level actor with JAX, and the coupling learner learning a known target."""
 
+import shutil
+import subprocess
 import threading
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -178,3 +181,41 @@ def test_coupling_benchmark_quick_reports_finite_named_figures():
     for key in ("model_step_ms", "link_ms", "inference_ms", "link_overhead_fraction", "inference_fraction"):
         assert np.isfinite(res[key]) and res[key] > 0, key
     assert res["zero_answers"] == 0 and res["steps_sent"] == 10 * round(0.25 * res["columns"])
+
+
+C_EXAMPLE = Path(__file__).parent.parent / "examples" / "c" / "coupling_infer.c"
+
+
+@pytest.mark.skipif(shutil.which("cc") is None or not Path("/usr/include/zmq.h").exists(),
+                    reason="needs a C compiler and libzmq headers (apt-get install libzmq3-dev)")
+def test_the_c_example_gets_the_same_corrections_as_the_python_replica(tmp_path):
+    from embodyrl.hal import runtime
+
+    binary = tmp_path / "coupling_infer"
+    subprocess.run(["cc", "-O2", "-Wall", "-Werror", "-o", str(binary), str(C_EXAMPLE), "-lzmq"], check=True,
+                   timeout=120)
+    path, _ = level_policy(tmp_path, PolicyVersion(7, 3))
+    server = InferenceServer(runtime.load(path), radius=CFG.radius)
+    stop = threading.Event()
+    thread = threading.Thread(target=lambda: [server.serve_once(20) for _ in iter(stop.is_set, True)], daemon=True)
+    thread.start()
+    rng = np.random.default_rng(4)
+    profile = rng.normal(size=(9, 12, 3)).astype(np.float32)
+    context = rng.normal(size=(9, 2)).astype(np.float32)
+    (tmp_path / "in.f32").write_bytes(profile.tobytes() + context.tobytes())
+    args = [str(binary), server.endpoint, "3", "9", "12", "3", "2", str(tmp_path / "in.f32"), str(tmp_path / "out.f32")]
+    try:
+        done = subprocess.run(args, capture_output=True, text=True, timeout=30)
+    finally:
+        stop.set()
+        thread.join(5)
+        server.close()
+    assert done.returncode == 0, done.stderr
+    got = np.frombuffer((tmp_path / "out.f32").read_bytes(), np.float32).reshape(9, 12)
+    local = CouplingLink(replace(CFG, explore=False), rank=3, policy=runtime.load(path))
+    np.testing.assert_allclose(got, local.exchange(profile, {"context": context}), rtol=1e-6)
+    assert server.answered == 1
+    t0 = time.monotonic()  # nobody answers now: zero correction within the C side's deadline
+    late = subprocess.run(args, capture_output=True, text=True, timeout=30)
+    assert late.returncode == 2 and time.monotonic() - t0 < 10
+    assert not np.frombuffer((tmp_path / "out.f32").read_bytes(), np.float32).any()
