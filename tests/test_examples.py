@@ -35,7 +35,7 @@ class Example:
     """Optional modules; without one of them the example is skipped, naming it."""
     server: bool = False
     """Serves until Ctrl-C: the test waits for its endpoint line, drives it, then interrupts it."""
-    timeout_s: float = 300.0
+    timeout_s: float = 600.0
 
 
 EXAMPLES: dict[str, Example] = {
@@ -47,6 +47,12 @@ EXAMPLES: dict[str, Example] = {
     "vrdq_sweep.py": Example(("--out", "{tmp}/vrdq", "--seeds", "1", "--epochs", "5"), needs=("matplotlib",)),
     "nwp_column_correction.py": Example(("--out", "{tmp}/nwp", "--quick", "--ranks", "2"),
                                         expect="stable=", needs=("mpi4py", "matplotlib")),
+    "distributed_dqn.py": Example(("--learners", "1", "2", "--max-steps", "400", "--epoch-steps", "200",
+                                   "--epsilon-decay-steps", "200", "--out", "{tmp}/dqn.json"),
+                                  expect="learner(s), seed 0", needs=("gymnasium", "matplotlib")),
+    "heterogeneous_robots.py": Example(("--steps", "600", "--episodes", "1", "--run-dir", "{tmp}/hetero")),
+    "ppo_staleness.py": Example(("--seeds", "0", "--staleness", "0", "--steps", "2000", "--root", "{tmp}/ppo",
+                                 "--out", "{tmp}/ppo.json"), expect="k=0 seed=0", needs=("matplotlib",)),
 }
 
 _done: dict[str, tuple[subprocess.CompletedProcess, Path]] = {}
