@@ -29,7 +29,6 @@ from pathlib import Path
 
 import numpy as np
 
-from .coupling import CouplingLearner, CouplingLearnerConfig
 from .envs import lorenz96 as L
 from .hal.coupling import CouplingConfig, CouplingLink
 from .hal.runtime import NumpyPolicy
@@ -68,6 +67,8 @@ def stencil(x: np.ndarray, width: int) -> np.ndarray:
 
 
 def run(exp: L96Experiment, out: Path) -> dict:
+    from .coupling import CouplingLearner, CouplingLearnerConfig  # JAX: only where the learner runs
+
     cfg = L.L96Config()
     rng = np.random.default_rng(exp.seed)
     n_train, n_eval = exp.train_forecasts, exp.eval_forecasts
