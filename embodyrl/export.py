@@ -22,23 +22,36 @@ import numpy as np
 from flax import nnx
 
 from .algos import ddpg, sac
+from .algos.encoders import export_ops
 from .algos.networks import MLP
 from .hal import params as flat_params
 from .hal import runtime
 from .hal.steps import NO_POLICY, PolicyVersion
 
 
+def _body(networks, actor_params):
+    """The actor MLP's parameters (with an image encoder they sit under ``policy``)."""
+    return actor_params if getattr(networks, "encoder", None) is None else actor_params["policy"]
+
+
+def _inputs(networks, actor_params) -> tuple[list[dict], str]:
+    """(the ops that turn an observation into the MLP's input, the MLP's array prefix)."""
+    if getattr(networks, "encoder", None) is None:
+        return [{"op": "concat", "fields": list(networks.observation_spec)}], "actor"
+    return export_ops(networks.encoder, actor_params["encoder"], "actor/encoder"), "actor/policy"
+
+
 def export_ddpg(networks: ddpg.DDPGNetworks, actor_params, config: ddpg.DDPGConfig,
                 version: PolicyVersion = NO_POLICY) -> tuple[dict, dict[str, np.ndarray]]:
     """(graph, arrays) of DDPG's deterministic policy plus its Gaussian exploration."""
-    actor = nnx.merge(networks.actor_graph, actor_params)
+    actor = nnx.merge(networks.actor_graph, _body(networks, actor_params))
     if type(actor) is not MLP:
         raise NotImplementedError(f"export covers the MLP actor, not {type(actor).__name__}")
     arrays = flat_params.flatten({"actor": jax.device_get(actor_params)})
     n_layers = len(actor.layers)
-    graph: list[dict] = [{"op": "concat", "fields": list(networks.observation_spec)}]
+    graph, prefix = _inputs(networks, actor_params)
     for i in range(n_layers):
-        graph.append({"op": "dense", "kernel": f"actor/layers/{i}/kernel", "bias": f"actor/layers/{i}/bias"})
+        graph.append({"op": "dense", "kernel": f"{prefix}/layers/{i}/kernel", "bias": f"{prefix}/layers/{i}/bias"})
         graph.append({"op": "relu" if i < n_layers - 1 else "tanh"})
     graph.append({"op": "scale", "center": "scale/center", "half_range": "scale/half_range"})
     arrays["scale/center"] = np.asarray(networks.scale.center, np.float32)
@@ -78,14 +91,14 @@ def export_saved_policy(policy_dir: str | Path, out: str | Path,
 def export_sac(networks: sac.SACNetworks, actor_params, config: sac.SACConfig,
                version: PolicyVersion = NO_POLICY) -> tuple[dict, dict[str, np.ndarray]]:
     """(graph, arrays) of SAC's policy: its mean action, and samples of its squashed Gaussian."""
-    actor = nnx.merge(networks.actor_graph, actor_params)
+    actor = nnx.merge(networks.actor_graph, _body(networks, actor_params))
     if type(actor) is not MLP or actor.norms is not None:
         raise NotImplementedError("export covers the plain MLP actor")
     arrays = flat_params.flatten({"actor": jax.device_get(actor_params)})
     n_layers = len(actor.layers)
-    graph: list[dict] = [{"op": "concat", "fields": list(networks.observation_spec)}]
+    graph, prefix = _inputs(networks, actor_params)
     for i in range(n_layers):
-        graph.append({"op": "dense", "kernel": f"actor/layers/{i}/kernel", "bias": f"actor/layers/{i}/bias"})
+        graph.append({"op": "dense", "kernel": f"{prefix}/layers/{i}/kernel", "bias": f"{prefix}/layers/{i}/bias"})
         if i < n_layers - 1:
             graph.append({"op": "relu"})
     graph += [{"op": "gaussian_head", "log_std_min": networks.log_std_min, "log_std_max": networks.log_std_max},

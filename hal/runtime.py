@@ -51,7 +51,13 @@ class ExportError(ValueError):
     """An export (graph or arrays) is malformed; the message names the op or array."""
 
 
-OPS = ("concat", "dense", "relu", "tanh", "scale", "gaussian_head", "gaussian_noise", "categorical", "argmax")
+OPS = ("concat", "dense", "relu", "tanh", "scale", "gaussian_head", "gaussian_noise", "categorical", "argmax",
+       "image", "conv2d", "flatten", "layer_norm", "append")
+# Pixels (the conv encoder of embodyrl.algos.encoders): ``image`` stacks uint8 HxWxC fields on the
+# channel axis as float32 in [0, 1]; ``conv2d`` is a VALID convolution (kernel [kh, kw, in, out],
+# ``stride``); ``flatten`` joins H, W, C; ``layer_norm`` normalises the last axis (``epsilon``,
+# ``scale``, ``bias``); ``append`` concatenates flattened state fields after the features.
+FIRST_OPS = ("concat", "image")
 EXPLORATION = ("gaussian", "squashed_gaussian", "sampled", "epsilon_greedy")
 """gaussian: noise of ``std`` half ranges on the action (DDPG); squashed_gaussian and sampled: the
 graph's own sample (SAC, PPO); epsilon_greedy: a uniform action with probability ``epsilon`` (DQN)."""
@@ -129,6 +135,22 @@ class NumpyPolicy:
                     value = np.asarray(observation[name], np.float32)
                     parts.append(value.reshape(*value.shape[: value.ndim - len(spec.shape)], spec.size))
                 x = np.concatenate(parts, axis=-1)
+            elif kind == "image":
+                x = np.concatenate([np.asarray(observation[name], np.float32) for name in op["fields"]], -1) / 255.0
+            elif kind == "conv2d":
+                x = _conv2d(x, self.arrays[op["kernel"]], self.arrays[op["bias"]], int(op["stride"]))
+            elif kind == "flatten":
+                x = x.reshape(*x.shape[:-3], -1)
+            elif kind == "layer_norm":
+                mean, var = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
+                x = (x - mean) / np.sqrt(var + float(op["epsilon"])) * self.arrays[op["scale"]] + self.arrays[op["bias"]]
+            elif kind == "append":
+                parts = [x]
+                for name in op["fields"]:
+                    spec = self.observation_spec[name]
+                    value = np.asarray(observation[name], np.float32)
+                    parts.append(value.reshape(*value.shape[: value.ndim - len(spec.shape)], spec.size))
+                x = np.concatenate(parts, axis=-1)
             elif kind == "dense":
                 x = x @ self.arrays[op["kernel"]] + self.arrays[op["bias"]]
             elif kind == "relu":
@@ -171,7 +193,7 @@ class NumpyPolicy:
         """Array name -> the role it plays, for every array the graph reads."""
         names = {}
         for op in self.ops:
-            for role in ("kernel", "bias", "center", "half_range", "log_std"):
+            for role in ("kernel", "bias", "center", "half_range", "log_std", "scale"):
                 if role in op:
                     names[op[role]] = role
         return names
@@ -180,11 +202,12 @@ class NumpyPolicy:
         for i, op in enumerate(self.ops):
             if not isinstance(op, Mapping) or op.get("op") not in OPS:
                 raise ExportError(f"graph op {i}: {op!r} is not one of {OPS}")
-        if not self.ops or self.ops[0]["op"] != "concat":
-            raise ExportError("graph must start with a concat of observation fields")
-        unknown = [f for f in self.ops[0]["fields"] if f not in self.observation_spec]
-        if unknown:
-            raise ExportError(f"concat reads fields {unknown} missing from the observation spec")
+        if not self.ops or self.ops[0]["op"] not in FIRST_OPS:
+            raise ExportError("graph must start with a concat (or image) of observation fields")
+        for op in self.ops:
+            unknown = [f for f in op.get("fields", ()) if f not in self.observation_spec]
+            if unknown:
+                raise ExportError(f"{op['op']} reads fields {unknown} missing from the observation spec")
 
     def _checked_arrays(self, arrays: Mapping[str, np.ndarray], require_all: bool) -> dict[str, np.ndarray]:
         needed = self._names()
@@ -193,8 +216,32 @@ class NumpyPolicy:
             raise ExportError(f"weights lack arrays {missing}")
         out = {n: np.asarray(arrays[n], np.float32) for n in needed if n in arrays}
         width = sum(self.observation_spec[f].size for f in self.ops[0]["fields"])
+        image = None  # (H, W, C) while the graph holds images
         for op in self.ops:
-            if op["op"] == "dense":
+            if op["op"] == "image":
+                shapes = [self.observation_spec[f].shape for f in op["fields"]]
+                if any(len(s) != 3 or s[:2] != shapes[0][:2] for s in shapes):
+                    raise ExportError(f"image: fields {op['fields']} are not HxWxC of one size: {shapes}")
+                image = (*shapes[0][:2], sum(s[2] for s in shapes))
+            elif op["op"] == "conv2d":
+                kernel, bias = out[op["kernel"]], out[op["bias"]]
+                if image is None or kernel.ndim != 4 or kernel.shape[2] != image[2] or bias.shape != kernel.shape[3:]:
+                    raise ExportError(f"{op['kernel']}: shape {kernel.shape} (bias {bias.shape}) does not take "
+                                      f"images {image}")
+                stride = int(op["stride"])
+                image = ((image[0] - kernel.shape[0]) // stride + 1, (image[1] - kernel.shape[1]) // stride + 1,
+                         kernel.shape[3])
+            elif op["op"] == "flatten":
+                if image is None:
+                    raise ExportError("flatten: no images to flatten")
+                width, image = image[0] * image[1] * image[2], None
+            elif op["op"] == "layer_norm":
+                for role in ("scale", "bias"):
+                    if out[op[role]].shape != (width,):
+                        raise ExportError(f"{op[role]}: shape {out[op[role]].shape}; expected ({width},)")
+            elif op["op"] == "append":
+                width += sum(self.observation_spec[f].size for f in op["fields"])
+            elif op["op"] == "dense":
                 kernel, bias = out[op["kernel"]], out[op["bias"]]
                 if kernel.ndim != 2 or kernel.shape[0] != width or bias.shape != (kernel.shape[1],):
                     raise ExportError(f"{op['kernel']}: shape {kernel.shape} (bias {bias.shape}) does not "
@@ -222,6 +269,16 @@ class NumpyPolicy:
             if not np.isfinite(value).all():
                 raise ExportError(f"{name}: non-finite values")
         return out
+
+
+def _conv2d(x: np.ndarray, kernel: np.ndarray, bias: np.ndarray, stride: int) -> np.ndarray:
+    """VALID 2-D convolution of [..., H, W, C] with ``kernel`` [kh, kw, C, out]."""
+    lead, (height, width, channels) = x.shape[:-3], x.shape[-3:]
+    kh, kw = kernel.shape[:2]
+    windows = np.lib.stride_tricks.sliding_window_view(x.reshape(-1, height, width, channels), (kh, kw), axis=(1, 2))
+    windows = windows[:, ::stride, ::stride]  # [N, H', W', C, kh, kw]
+    out = np.einsum("nhwcij,ijco->nhwo", windows, kernel, optimize=True) + bias
+    return out.reshape(*lead, *out.shape[1:])
 
 
 def save(path: str | Path, graph: Mapping, arrays: Mapping[str, np.ndarray]) -> tuple[Path, Path]:

@@ -14,7 +14,7 @@ from embodyrl.replay import PersistentReplay
 IMAGE = "camera/front"
 OBS = DictSpec.of(ArraySpec(IMAGE, (16, 16, 6), np.uint8, 0, 255), ArraySpec("orientation", (2,), np.float32))
 ACT = ArraySpec("action", (1,), np.float32, -2.0, 2.0)
-SMALL = EncoderConfig(channels=(4, 4), strides=(2, 1), feature_dim=8, augment_pad=2)
+SMALL = EncoderConfig(image_fields=("auto",), channels=(4, 4), strides=(2, 1), feature_dim=8, augment_pad=2)
 B = 8
 
 
@@ -37,9 +37,11 @@ def test_encoder_shapes_state_fields_and_pixels_only():
     assert x.shape == (B, 8 + 2) and x.dtype == jnp.float32
     np.testing.assert_array_equal(x[:, 8:], _batch()["observation"]["orientation"])
     assert np.all(np.abs(x[:, :8]) <= 1.0)  # tanh features
-    only, _ = make_encoder(OBS, EncoderConfig(channels=(4,), strides=(2,), pixels_only=True), jax.random.key(0))
+    only, _ = make_encoder(OBS, EncoderConfig(image_fields=(IMAGE,), channels=(4,), strides=(2,), pixels_only=True),
+                           jax.random.key(0))
     assert only.state_fields == () and only.size == 50
     assert make_encoder(DictSpec.of(ArraySpec("x", (3,), np.float32)), SMALL, jax.random.key(0)) == (None, None)
+    assert make_encoder(OBS, EncoderConfig(), jax.random.key(0)) == (None, None)  # opt-in: images flattened
 
 
 def test_encoder_config_errors_name_the_field():
@@ -50,7 +52,7 @@ def test_encoder_config_errors_name_the_field():
     with pytest.raises(ValueError, match="same length"):
         EncoderConfig(channels=(4, 4), strides=(2,))
     with pytest.raises(ValueError, match="too small"):
-        make_encoder(OBS, EncoderConfig(channels=(4,) * 6, strides=(2,) * 6), jax.random.key(0))
+        make_encoder(OBS, EncoderConfig(image_fields=(IMAGE,), channels=(4,) * 6, strides=(2,) * 6), jax.random.key(0))
 
 
 def test_random_shift_moves_by_at_most_the_pad_and_keeps_content():
@@ -145,3 +147,43 @@ def test_replay_stores_and_samples_images_as_uint8(tmp_path):
     rows = batch["reward"].astype(int)  # reward = row index: the image must be that row's
     np.testing.assert_array_equal(batch["observation"][IMAGE], images[rows])
     np.testing.assert_array_equal(batch["next_observation"][IMAGE], images[rows + 1])
+
+
+@pytest.mark.parametrize("algo", ["ddpg", "sac"])
+@pytest.mark.parametrize("pixels_only", [False, True])
+def test_numpy_export_of_the_conv_encoder_matches_jax(tmp_path, algo, pixels_only):
+    from dataclasses import replace
+
+    from embodyrl import export
+    from embodyrl.hal import runtime
+
+    encoder = replace(SMALL, pixels_only=pixels_only)
+    if algo == "ddpg":
+        config = ddpg.DDPGConfig(hidden_sizes=(16,), encoder=encoder)
+        networks, actor, _ = ddpg.make_networks(OBS, ACT, config.hidden_sizes, jax.random.key(1), 1, encoder)
+        jax_action = networks.policy
+        exporter = export.export_ddpg
+    else:
+        config = sac.SACConfig(hidden_sizes=(16,), encoder=encoder)
+        networks, actor, _ = sac.make_networks(OBS, ACT, config, jax.random.key(1))
+        jax_action = networks.mean_action
+        exporter = export.export_sac
+    # LayerNorm starts at scale 1, bias 0: give it values that a wrong formula would show
+    rng = np.random.default_rng(2)
+    actor["encoder"]["norm"] = {k: jnp.asarray(rng.normal(size=v.shape), jnp.float32)
+                                for k, v in actor["encoder"]["norm"].items()}
+    graph, arrays = exporter(networks, actor, config)
+    assert {"image", "conv2d", "flatten", "layer_norm"} <= {op["op"] for op in graph["graph"]}
+    assert ("append" in {op["op"] for op in graph["graph"]}) is not pixels_only
+    runtime.save(tmp_path / "policy", graph, arrays)
+    policy = runtime.load(tmp_path / "policy")
+    observation = _batch(5)["observation"]
+    np.testing.assert_allclose(policy.mean_action(observation), np.asarray(jax_action(actor, observation)),
+                               rtol=1e-4, atol=1e-4)
+    single = jax.tree.map(lambda x: x[0], observation)  # one unbatched observation, as an actor sends
+    np.testing.assert_allclose(policy.mean_action(single), np.asarray(jax_action(actor, observation))[0],
+                               rtol=1e-4, atol=1e-4)
+    policy.load_weights((1, 2), arrays)  # follows published weights by the learner's names
+    bad = {**arrays, "actor/encoder/convs/0/kernel": np.zeros((3, 3, 5, 4), np.float32)}
+    with pytest.raises(runtime.ExportError, match="convs/0/kernel"):
+        runtime.NumpyPolicy(graph, bad)

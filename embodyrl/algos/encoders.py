@@ -14,8 +14,9 @@ actor's loss never moves the encoder. ``random_shift`` is DrQ's
 augmentation: pad each image by repeating its border, crop back at a random
 offset, independently per image, inside the jitted update.
 
-A spec without image fields needs no encoder: :func:`make_encoder` returns
-``None`` and the networks flatten the observation as before.
+The encoder is opt-in (``encoder.image_fields``, or ``["auto"]`` for every
+HxWxC uint8 field); without it :func:`make_encoder` returns ``None`` and the
+networks flatten the observation as before.
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ from .networks import flatten_observation
 @dataclass(frozen=True)
 class EncoderConfig:
     image_fields: tuple[str, ...] = ()
-    """Observation fields the convolutions read (HxWxC, same HxW). Empty: every uint8 field of rank 3."""
+    """Observation fields the convolutions read (HxWxC, same HxW), e.g. ``camera/front``; ``["auto"]``:
+    every uint8 field of rank 3. Empty (the default): no encoder, every field is flattened."""
     pixels_only: bool = False
     """Drop the state fields: the networks see only the image features."""
     channels: tuple[int, ...] = (32, 32, 32, 32)
@@ -55,7 +57,10 @@ class EncoderConfig:
 
 
 def image_fields(spec: DictSpec, config: EncoderConfig) -> tuple[str, ...]:
-    """The fields the encoder reads: the configured ones (checked), or every HxWxC uint8 field."""
+    """The fields the encoder reads: the configured ones (checked), every HxWxC uint8 field for
+    ``("auto",)``, none when empty."""
+    if config.image_fields == ("auto",):
+        return tuple(s.name for s in spec.specs if len(s.shape) == 3 and np.dtype(s.dtype) == np.uint8)
     if config.image_fields:
         for name in config.image_fields:
             if name not in spec:
@@ -64,7 +69,7 @@ def image_fields(spec: DictSpec, config: EncoderConfig) -> tuple[str, ...]:
             if len(spec[name].shape) != 3:
                 raise ValueError(f"encoder.image_fields: {name!r} has shape {spec[name].shape}, not HxWxC")
         return tuple(config.image_fields)
-    return tuple(s.name for s in spec.specs if len(s.shape) == 3 and np.dtype(s.dtype) == np.uint8)
+    return ()
 
 
 class ConvEncoder(nnx.Module):
@@ -197,3 +202,19 @@ def features(encoder: ObservationEncoder | None, spec: DictSpec, params, observa
     if encoder is None:
         return flatten_observation(observation, spec), params
     return encoder(params["encoder"], observation), params[body]
+
+
+def export_ops(encoder: ObservationEncoder, params, prefix: str) -> list[dict]:
+    """The encoder as numpy-runtime ops (:mod:`embodyrl.hal.runtime`): image, conv2d + relu per layer,
+    flatten, dense, layer_norm, tanh, then the state fields appended; arrays named ``prefix/...``."""
+    module = nnx.merge(encoder.graph, params)
+    ops: list[dict] = [{"op": "image", "fields": list(encoder.image_fields)}]
+    for i, stride in enumerate(encoder.config.strides):
+        ops += [{"op": "conv2d", "kernel": f"{prefix}/convs/{i}/kernel", "bias": f"{prefix}/convs/{i}/bias",
+                 "stride": int(stride)}, {"op": "relu"}]
+    ops += [{"op": "flatten"}, {"op": "dense", "kernel": f"{prefix}/linear/kernel", "bias": f"{prefix}/linear/bias"},
+            {"op": "layer_norm", "scale": f"{prefix}/norm/scale", "bias": f"{prefix}/norm/bias",
+             "epsilon": float(module.norm.epsilon)}, {"op": "tanh"}]
+    if encoder.state_fields:
+        ops.append({"op": "append", "fields": list(encoder.state_fields)})
+    return ops
