@@ -164,12 +164,13 @@ class Display:
         now = time.monotonic()
         if not force and now - self._last_shown < self.every_s:
             return
-        self._last_shown = now
         fresh = self.follower.poll()
         if self._live is not None:
             self._live.update(self.renderable(), refresh=True)  # elapsed moves even without new lines
+            self._last_shown = now
         elif (fresh or force) and self.follower.latest is not None:
             print(plain_line(self.fields()), file=self.stream, flush=True)
+            self._last_shown = now  # until the first line: look again at every call
 
     def close(self) -> None:
         if self._live is not None:
