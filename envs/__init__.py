@@ -38,6 +38,7 @@ GYMNASIUM_IDS: dict[str, tuple[str, int]] = {
     "pendulum": ("embodyrl/Pendulum-v0", 200),
     "arm_reach": ("embodyrl/ArmReach-v0", 250),
     "pendulum_pixels": ("embodyrl/PendulumPixels-v0", 200),
+    "pendulum_pixels_stacked": ("embodyrl/PendulumPixelsStacked-v0", 200),
 }
 """Task name -> (Gymnasium id, the task's max_episode_steps, written out so registering imports no MuJoCo).
 

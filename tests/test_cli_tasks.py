@@ -32,7 +32,12 @@ def test_names_and_gym_ids_are_known_and_the_rest_is_named_in_the_error():
         envs.make("cartwheel")
 
 
-@pytest.mark.parametrize("task", ["pendulum", "arm_reach"])
+def test_every_task_has_a_gymnasium_id_unless_it_is_a_gymnasium_env():
+    from_gymnasium = {n for n, target in envs._REGISTRY.items() if target.startswith("embodyrl.envs.gym_tasks:")}
+    assert set(envs.names()) - set(envs.GYMNASIUM_IDS) == from_gymnasium, "add the new task to GYMNASIUM_IDS"
+
+
+@pytest.mark.parametrize("task", sorted(envs.GYMNASIUM_IDS))
 def test_registered_time_limits_are_the_tasks_own(task):
     _, task_object = envs.make(task)
     assert envs.GYMNASIUM_IDS[task][1] == task_object.max_episode_steps
