@@ -56,6 +56,8 @@ def test_corrections_cover_exactly_the_columns_given_and_stay_bounded(local_link
         out = local_link.exchange(state, {"context": rng.normal(size=(n, 2))})
         assert out.shape == (n, 12) and out.dtype == np.float64
         assert np.abs(out).max() <= CFG.max_correction and np.abs(out).max() > 0
+        fortran = local_link.exchange(np.asfortranarray(state), {"context": np.zeros((n, 2))})
+        np.testing.assert_array_equal(fortran, local_link.exchange(state, {"context": np.zeros((n, 2))}))
 
 
 def test_a_policy_for_another_shape_is_refused(tmp_path):
