@@ -191,9 +191,10 @@ def train(rank: Rank, analysis: Analysis, link: CouplingLink) -> np.ndarray:
     return total / count
 
 
-def forecast_errors(rank: Rank, analysis: Analysis, bias_kday: np.ndarray, link: CouplingLink | None):
-    """Band sums of |error| per variant, start and lead: arrays [variants, leads, 2 (z, t), bands] and
-    the band weights [bands]."""
+def forecast_errors(rank: Rank, analysis: Analysis, bias_kday: np.ndarray, link: CouplingLink | None,
+                    variants: tuple[str, ...]):
+    """Band sums of |error| over the start dates, for ``variants`` (the other slots stay zero):
+    arrays [variants, leads, 2 (z, t), bands] and the band weights [bands]."""
     exp = rank.exp
     leads = [int(h * 3600 / rank.dt) for h in exp.lead_hours]
     sums = np.zeros((len(VARIANTS), len(leads), 2, BANDS))
@@ -201,7 +202,7 @@ def forecast_errors(rank: Rank, analysis: Analysis, bias_kday: np.ndarray, link:
     for i, day in enumerate(exp.eval_starts_days):
         k0 = analysis.step_of(day)
         for v, variant in enumerate(VARIANTS):
-            if variant == "corrected" and link is None:
+            if variant not in variants:
                 continue
             model = rank.model(rank.model_cfg, seed=500 + i)  # the same forcing for every variant
             model.time_s = analysis.start_s + k0 * rank.dt
@@ -270,7 +271,7 @@ def main(args_path: str) -> None:
     t_train = time.perf_counter()
 
     rank.timing = {"model_s": 0.0, "feature_s": 0.0, "steps": 0}
-    baseline, weights = forecast_errors(rank, analysis, bias, link=None)
+    baseline, weights = forecast_errors(rank, analysis, bias, None, ("native", "bias_corrected"))
     deadline = time.monotonic() + exp.policy_wait_s
     while not (out / "policy.npz").exists() and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -278,7 +279,8 @@ def main(args_path: str) -> None:
     if comm.bcast((out / "policy.npz").exists(), root=0):  # every rank takes the same branch
         link = CouplingLink(CouplingConfig(**{**asdict(coupling), "explore": False}), comm.rank,
                             runtime.load(out / "policy"))
-    learnt, _ = forecast_errors(rank, analysis, bias, link)
+    learnt, _ = (forecast_errors(rank, analysis, bias, link, ("corrected",)) if link is not None
+                 else (np.zeros_like(baseline), None))
     sums = baseline + learnt
     stability = free_run(rank, analysis, link) if link is not None else {"finite": False}
     t_eval = time.perf_counter()

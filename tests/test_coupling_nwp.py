@@ -53,6 +53,30 @@ def test_tiny_run_on_two_ranks_streams_from_both_and_scores_three_forecasts(tmp_
         assert r["train_link"]["zero_answers"] == 0 and r["train_link"]["link_s"] > 0
     analysis = np.load(tmp_path / "analysis.npy", mmap_mode="r")
     assert np.isfinite(analysis).all() and (analysis[-1] > 150).all()  # every rank wrote its columns
+    np.testing.assert_allclose(sums[0], _serial_native_sums(analysis), rtol=1e-9)  # counted once, all ranks
+
+
+def _serial_native_sums(analysis):
+    """The native forecast's band sums of |error|, recomputed on the whole grid in one process."""
+    from embodyrl.envs.columns import DAY_S, ColumnConfig, ColumnModel
+
+    model = ColumnModel(ColumnConfig.model(nlat=TINY.nlat, nlon=TINY.nlon), seed=500)
+    dt = model.cfg.dt_s
+    k0 = int(round(TINY.eval_starts_days[0] * DAY_S / dt))
+    model.time_s = TINY.spin_up_days * DAY_S + k0 * dt
+    theta = analysis[k0 // TINY.analysis_every].astype(np.float64)
+    leads = [int(h * 3600 / dt) for h in TINY.lead_hours]
+    out = np.zeros((len(leads), 2, 6))
+    for k in range(1, max(leads) + 1):
+        theta, _ = model.step(theta)
+        if k in leads:
+            s, frac = divmod(k0 + k, TINY.analysis_every)
+            ref = analysis[s].astype(np.float64)
+            if frac:
+                ref = ref + (analysis[s + 1] - ref) * frac / TINY.analysis_every
+            for j, field in enumerate((model.grid.z500, model.grid.t850)):
+                out[leads.index(k), j] = model.band_sums(np.abs(field(theta) - field(ref)))[0]
+    return out
 
 
 @pytest.mark.slow
