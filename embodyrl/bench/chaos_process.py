@@ -190,6 +190,10 @@ def learner_sigkill(quick: bool) -> dict:
             "resumed_from_updates": resumed, "actor_kills": 1, "learner_kills": kills}
 
 
+def _median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
 def _proc_figures(pid: int) -> tuple[float, float, int]:
     """(anonymous RSS MB, file-backed RSS MB, open file descriptors) of a process."""
     anon = file = 0.0
@@ -217,13 +221,15 @@ def _replay_size(run: ProcessRun) -> int:
 
 
 def soak(seconds: float, fault_every_s: float = 60.0, sample_every_s: float = 10.0, actors: int = 2,
-         out: str | None = None) -> dict:
+         out: str | None = None, kill_learner: bool = True) -> dict:
     """The real learner and actors for ``seconds``; every ``fault_every_s`` the learner, then each
-    actor in turn, is SIGKILLed and restarted. Samples memory, file handles and throughput over time;
-    ends with the exact-once count. Not for CI: an hour is its point."""
+    actor in turn, is SIGKILLed and restarted (only the actors without ``kill_learner``: one learner
+    life, to see its memory over the whole run). Samples memory, file handles and throughput over
+    time; ends with the exact-once count. Not for CI: an hour is its point."""
     work = Path(tempfile.mkdtemp(prefix="chaos-soak-"))
     run = ProcessRun(work, actors=actors, replay_capacity=8 << 20)
-    samples, recoveries, faults = [], [], 0
+    samples, recoveries, faults = [], {"learner": [], "actor": []}, 0
+    rotation = actors + 1 if kill_learner else actors
     try:
         run.start_learner(resume=False)
         for i in range(actors):
@@ -248,16 +254,16 @@ def soak(seconds: float, fault_every_s: float = 60.0, sample_every_s: float = 10
             if now >= next_fault:
                 target = run.ledgered_seqs()
                 killed = time.monotonic()
-                victim = faults % (actors + 1)
-                if victim == 0:
+                victim = faults % rotation - (1 if kill_learner else 0)  # -1: the learner
+                if victim < 0:
                     run.kill(run.learner)
                     run.start_learner(resume=True)
                 else:
-                    run.kill(run.actors[victim - 1])
-                    run.start_actor(victim - 1)
+                    run.kill(run.actors[victim])
+                    run.start_actor(victim)
                 faults += 1
                 if run.wait_stored(target, 300):
-                    recoveries.append(time.monotonic() - killed)
+                    recoveries["learner" if victim < 0 else "actor"].append(time.monotonic() - killed)
                 next_fault = time.monotonic() + fault_every_s
         for proc in run.actors.values():
             run.stop(proc, 120)
@@ -274,7 +280,9 @@ def soak(seconds: float, fault_every_s: float = 60.0, sample_every_s: float = 10
         return round(last / first, 3) if first else 0.0
 
     return {"name": "soak_process", "injected": faults, **result,
-            "recovery_s": statistics.median(recoveries) if recoveries else None, "soak_s": seconds,
+            "recovery_s": _median(recoveries["learner"] + recoveries["actor"]),
+            "recovery_s_learner_kill": _median(recoveries["learner"]),
+            "recovery_s_actor_kill": _median(recoveries["actor"]), "soak_s": seconds,
             "learner_anon_mb_ratio_last_first_quarter": drift("learner_anon_mb"),
             "actors_anon_mb_ratio_last_first_quarter": drift("actors_anon_mb"),
             "learner_fds_ratio_last_first_quarter": drift("learner_fds"),
