@@ -38,6 +38,10 @@ from .wire.client import LearnerLink, LinkError
 from .wire.spool import SpoolFull
 
 
+def _never(observation) -> bool:
+    return False
+
+
 @dataclass(frozen=True)
 class ActorConfig:
     actor_id: int = 0
@@ -224,8 +228,9 @@ class ActorLoop:
         reward = task.reward(observation, applied, next_observation)
         terminated = task.terminated(next_observation)
         lane.t += 1
-        truncated = (not terminated and task.max_episode_steps is not None
-                     and lane.t >= task.max_episode_steps)
+        truncated = not terminated and (
+            (task.max_episode_steps is not None and lane.t >= task.max_episode_steps)
+            or bool(getattr(task, "truncated", _never)(next_observation)))  # e.g. a wrapped Gymnasium env's
         lane.recorder.add(observation, applied, proposed, reward, terminated, truncated,
                           policy.version, log_prob=extras.get("log_prob", 0.0), source=source)
         self.stats.env_steps += 1

@@ -125,3 +125,25 @@ def test_the_actor_process_writes_its_counters_as_jsonl(tmp_path):
     assert set(last["safety"]) >= {"clipped", "rate_limited", "workspace", "watchdog", "estop"}
     assert last["interventions"] == 0
     assert [ln["env_steps"] for ln in lines] == sorted(ln["env_steps"] for ln in lines)
+
+
+def test_a_task_that_truncates_on_its_own_ends_the_episode_with_truncation(learner):
+    from embodyrl.hal.task import Task
+
+    device, pendulum = envs.make("pendulum")
+
+    class TruncatesEveryFifthStep(Task):  # as a wrapped Gymnasium env may, before any time limit
+        steps = 0
+
+        def reward(self, observation, action, next_observation):
+            return pendulum.reward(observation, action, next_observation)
+
+        def truncated(self, next_observation):
+            self.steps += 1
+            return self.steps % 5 == 0
+
+    run_loop(learner, device, TruncatesEveryFifthStep(), ActorConfig(send_every=8, random_steps=0), 20)
+    rows = [row for b in learner.batches for row in zip(b.steps.truncated.tolist(), b.steps.final.tolist(),
+                                                          strict=True)]
+    assert [t for t, final in rows if not final] == ([False] * 4 + [True]) * 4
+    assert sum(final for _, final in rows) == 4
