@@ -154,7 +154,7 @@ def main(argv=None) -> int:
     exp = ExperimentConfig.quick() if args.quick else ExperimentConfig()
     if not 1 <= args.ranks <= exp.nlat:
         parser.error(f"--ranks must be between 1 and {exp.nlat} (one latitude row per rank at least)")
-    min_updates = args.min_updates if args.min_updates is not None else (200 if args.quick else 4000)
+    min_updates = args.min_updates if args.min_updates is not None else (200 if args.quick else 8000)
     args.out.mkdir(parents=True, exist_ok=True)
     for stale in ("training_done", "policy.npz", "policy.json"):
         (args.out / stale).unlink(missing_ok=True)
