@@ -6,27 +6,31 @@ library (mujoco, gymnasium, mpi4py) only when used. Never imports JAX.
 
 from .actor import ActorConfig, ActorLoop, ActorStats
 from .clock import RateClock
+from .coupling import CouplingConfig, CouplingError, CouplingLink, level_inputs
 from .demos import DemoWriter, load_demonstrations, send_demonstrations
 from .device import Device, EStopError, Health
 from .drivers.remote import RemoteDevice
 from .group import DeviceGroup
 from .intervention import HeldCommand, InterventionSource, KeyboardTeleop, ScriptedIntervention
+from .ledger import BatchLedger
 from .policy import Policy, UniformRandomPolicy
 from .rewards import LearnedReward, RewardTask, Shaped, Success, Term
 from .robot_server import RobotDriver, RobotServer
 from .runtime import NumpyPolicy
 from .safety import BoxLimit, SafeDevice, SafetyConfig
 from .specs import ArraySpec, DictSpec, SpecError, bounded
-from .steps import NO_POLICY, PolicyVersion, Source, StepRecorder, Steps
+from .steps import NO_POLICY, PolicyVersion, Source, StepRecorder, Steps, rows_digest
 from .task import Task
 from .wire.client import LearnerLink, LinkError
 from .wire.spool import Spool, SpoolFull
 
 __all__ = [
-    "NO_POLICY", "ActorConfig", "ActorLoop", "ActorStats", "ArraySpec", "BoxLimit", "DemoWriter", "Device",
+    "NO_POLICY", "ActorConfig", "ActorLoop", "ActorStats", "ArraySpec", "BatchLedger", "BoxLimit", "CouplingConfig",
+    "CouplingError", "CouplingLink", "DemoWriter", "Device",
     "DeviceGroup", "DictSpec", "EStopError", "Health", "HeldCommand", "InterventionSource", "KeyboardTeleop",
     "LearnedReward", "LearnerLink", "LinkError", "NumpyPolicy", "Policy", "PolicyVersion", "RateClock",
     "RemoteDevice", "RewardTask", "RobotDriver", "RobotServer", "SafeDevice", "SafetyConfig",
     "ScriptedIntervention", "Shaped", "Source", "SpecError", "Spool", "SpoolFull", "StepRecorder", "Steps",
-    "Success", "Task", "Term", "UniformRandomPolicy", "bounded", "load_demonstrations", "send_demonstrations",
+    "Success", "Task", "Term", "UniformRandomPolicy", "bounded", "level_inputs", "load_demonstrations",
+    "rows_digest", "send_demonstrations",
 ]
