@@ -147,6 +147,7 @@ class ActorLoop:
         return loop
 
     def _setup(self, link, config, tap, lanes) -> None:
+        self._should_stop = lambda: False  # run()'s, so a wait for credit ends on a stop signal
         self._held: list[tuple[int, Steps]] = []  # batches the full spool refused, oldest first
         self.link = link
         self.config = config
@@ -171,6 +172,7 @@ class ActorLoop:
         ``report_every_s`` seconds and once at the end.
         """
         cfg, link = self.config, self.link
+        self._should_stop = should_stop
         for lane in self.lanes:
             lane.observation = lane.device.reset(seed=cfg.seed + lane.device_id)
         period = max(lane.device.control_period_s for lane in self.lanes)
@@ -276,7 +278,7 @@ class ActorLoop:
             return
         if not self.config.realtime:  # a simulator waits for credit; hardware never blocks
             deadline = time.monotonic() + self.config.credit_timeout_s
-            while self.link.credits < rows:
+            while self.link.credits < rows and not self._should_stop():  # stopping: spool it now
                 if self.link.bye_reason is not None:
                     return
                 if time.monotonic() > deadline:

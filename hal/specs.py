@@ -125,6 +125,9 @@ class ArraySpec:
     def sample_uniform(self, rng: np.random.Generator) -> np.ndarray:
         if not self.bounded:
             raise SpecError(f"{self.name}: cannot sample uniformly from an unbounded spec")
+        if self.dtype.kind in "iu":  # both bounds included
+            return rng.integers(self.minimum.astype(np.int64), self.maximum.astype(np.int64),
+                                endpoint=True).astype(self.dtype)
         return rng.uniform(self.minimum, self.maximum).astype(self.dtype)
 
     def to_msg(self) -> dict:

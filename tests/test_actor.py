@@ -2,6 +2,7 @@
 
 import json
 import multiprocessing as mp
+import threading
 import time
 
 import numpy as np
@@ -147,3 +148,30 @@ def test_a_task_that_truncates_on_its_own_ends_the_episode_with_truncation(learn
                                                           strict=True)]
     assert [t for t, final in rows if not final] == ([False] * 4 + [True]) * 4
     assert sum(final for _, final in rows) == 4
+
+
+def test_a_stop_signal_ends_a_wait_for_credit_and_spools_the_rows():
+    server = LearnerServer(run_id="stingy", incarnation=5, peer_timeout_s=20)  # never grants credit
+    device, task = envs.make("pendulum")
+    info = DeviceInfo(0, "pendulum", device.observation_spec, device.action_spec)
+    link = LearnerLink(server.endpoint, actor_name="t", actor_id=1, devices=[info], handshake_timeout_s=20)
+    stop_at = time.monotonic() + 2.0
+    try:
+        serving = threading.Event()
+
+        def serve():
+            while not serving.is_set():
+                server.poll(20)
+
+        thread = threading.Thread(target=serve, daemon=True)
+        thread.start()
+        with device, link:
+            start = time.monotonic()
+            ActorLoop(device, task, Alternating(), link, ActorConfig(send_every=16, credit_timeout_s=60)).run(
+                should_stop=lambda: time.monotonic() > stop_at)
+            assert time.monotonic() - start < 10  # not the 60 s credit timeout
+            assert link.spool.rows >= 16  # what it had recorded waits in the spool, not lost
+        serving.set()
+        thread.join(5)
+    finally:
+        server.close()

@@ -90,3 +90,9 @@ def test_uniform_bounds_travel_as_one_number():
     assert ArraySpec.from_msg(image.to_msg()) == image
     varied = ArraySpec("joints", (3,), np.float32, [-1, -2, -3], [1, 2, np.inf])
     assert ArraySpec.from_msg(varied.to_msg()) == varied
+
+
+def test_uniform_samples_of_an_integer_spec_reach_both_bounds():
+    spec = ArraySpec("choice", (), np.int64, 0, 2)
+    rng = np.random.default_rng(0)
+    assert {int(spec.sample_uniform(rng)) for _ in range(200)} == {0, 1, 2}
