@@ -69,3 +69,14 @@ def test_learner_and_actor_reject_bad_config_with_exit_2(args, tmp_path):
     assert proc.returncode == 2, proc.stderr
     assert "embodyrl:" in proc.stderr
     assert not (tmp_path / "r").exists()
+
+
+def test_resuming_a_ppo_run_is_refused_with_the_reason(tmp_path):
+    run_dir = tmp_path / "r"
+    run_dir.mkdir()
+    from embodyrl.config import TrainConfig, save
+
+    save(TrainConfig(task="pendulum", algorithm="ppo"), run_dir / "config.json")
+    proc = subprocess.run([sys.executable, "-m", "embodyrl.cli", "learner", "pendulum", "--run-dir", str(run_dir),
+                           "--resume"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "PPO" in proc.stderr, proc.stderr
