@@ -30,6 +30,7 @@ import numpy as np
 
 from .checkpoint import Checkpointer
 from .config import TrainConfig
+from .episodes import EpisodeReturns
 from .hal import params as flat_params
 from .hal.specs import ArraySpec, DictSpec
 from .hal.steps import PolicyVersion, new_incarnation
@@ -87,8 +88,7 @@ class Learner:
         self.rng = np.random.default_rng(config.seed)
         self.counters = Counters()
         self._credit: dict[bytes, int] = {}  # session identity -> outstanding rows
-        self._returns: dict[tuple[int, int, int], float] = {}
-        self._recent_returns: list[float] = []
+        self._returns = EpisodeReturns()
         self._metrics: dict[str, float] = {}
         self._staleness: list[float] = []
         self._unacked: list[tuple] = []  # (session, seq) ingested, waiting for the group commit
@@ -190,7 +190,7 @@ class Learner:
         c.rows += len(steps)
         c.env_steps += steps.env_steps
         self._credit[batch.session.identity] = self._credit.get(batch.session.identity, 0) - len(steps)
-        self._track_returns(steps)
+        self.counters.episodes += self._returns.add(steps)
         live = ~steps.final & (steps.policy_incarnation == self.incarnation)
         if live.any():
             self._staleness.append(float(np.mean(c.publications - steps.policy_count[live])))
@@ -207,17 +207,6 @@ class Learner:
         for session, seq in newest.values():
             self.server.ack(session, seq)
         self._unacked = waiting
-
-    def _track_returns(self, steps) -> None:
-        for episode in np.unique(steps.episode_id):
-            rows = steps.episode_id == episode
-            key = (int(steps.actor_id[0]), int(steps.device_id[0]), int(episode))
-            total = self._returns.pop(key, 0.0) + float(steps.reward[rows & ~steps.final].sum())
-            if steps.final[rows].any():
-                self.counters.episodes += 1
-                self._recent_returns.append(total)
-            else:
-                self._returns[key] = total
 
     def _can_train(self) -> bool:
         lc = self.config.learner
@@ -280,7 +269,7 @@ class Learner:
 
     def _log(self, file, elapsed: float, updates_per_s: float) -> None:
         c = self.counters
-        returns, self._recent_returns = self._recent_returns, []
+        returns = self._returns.take_finished()
         staleness, self._staleness = self._staleness, []
         record = {
             "time": round(elapsed, 3), "env_steps": c.env_steps, "episodes": c.episodes,

@@ -37,6 +37,7 @@ from .algos import ppo
 from .algos.ppo.rollouts import RolloutAssembler
 from .algos.registry import OnPolicy
 from .config import TrainConfig
+from .episodes import EpisodeReturns
 from .hal import params as flat_params
 from .hal.specs import ArraySpec, DictSpec
 from .hal.steps import PolicyVersion, new_incarnation
@@ -80,8 +81,7 @@ class OnPolicyLearner:
         self.resumed = False  # on-policy: nothing to resume but the weights (see the module docstring)
         self._credit: dict[bytes, int] = {}
         self._received: dict[int, int] = {}
-        self._returns: dict[tuple[int, int, int], float] = {}
-        self._recent_returns: list[float] = []
+        self._returns = EpisodeReturns()
         self._metrics: dict[str, float] = {}
         self._iteration_s: list[float] = []
 
@@ -143,18 +143,7 @@ class OnPolicyLearner:
         before = self.assembler.stats.discarded
         self.assembler.add(steps)
         c.discarded += self.assembler.stats.discarded - before
-        self._track_returns(steps)
-
-    def _track_returns(self, steps) -> None:
-        for episode in np.unique(steps.episode_id):
-            rows = steps.episode_id == episode
-            key = (int(steps.actor_id[0]), int(steps.device_id[0]), int(episode))
-            total = self._returns.pop(key, 0.0) + float(steps.reward[rows & ~steps.final].sum())
-            if steps.final[rows].any():
-                self.counters.episodes += 1
-                self._recent_returns.append(total)
-            else:
-                self._returns[key] = total
+        self.counters.episodes += self._returns.add(steps)
 
     def _grant_credits(self) -> None:
         """Keep ready rows plus rows promised within (1 + max_staleness) iterations, plus a quantum
@@ -206,7 +195,7 @@ class OnPolicyLearner:
 
     def _log(self, file, elapsed: float, updates_per_s: float) -> None:
         c = self.counters
-        returns, self._recent_returns = self._recent_returns, []
+        returns = self._returns.take_finished()
         iteration_s, self._iteration_s = self._iteration_s, []
         record = {
             "time": round(elapsed, 3), "env_steps": c.env_steps, "episodes": c.episodes,
