@@ -27,6 +27,7 @@ Side by side, in one run, on loopback:
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 import pickle
 import statistics
 import tempfile
@@ -40,6 +41,7 @@ from ..hal.specs import ArraySpec, DictSpec
 from ..hal.steps import PolicyVersion, StepRecorder
 from ..hal.wire import protocol as P
 from ..hal.wire import weights as W
+from ..replay.layout import DATA_FILE
 
 IMAGE_SPEC = DictSpec.of(ArraySpec("camera", (84, 84, 3), np.uint8, 0, 255))
 CHEETAH_SPEC = DictSpec.of(ArraySpec("state", (17,), np.float32))
@@ -138,12 +140,16 @@ def _receive_ours(batches: int, directory: Path, first_fill: bool = False) -> fl
     from ..replay.persistent import PersistentReplay
     from ..transport import LearnerServer
 
-    replay = PersistentReplay(directory, IMAGE_SPEC, IMAGE_ACTION, capacity=8192, chunk_rows=1024,
+    # room for every batch: no eviction, whose durable commit is not part of this figure
+    capacity = (batches * 128 // 1024 + 1) * 1024
+    replay = PersistentReplay(directory, IMAGE_SPEC, IMAGE_ACTION, capacity=capacity, chunk_rows=1024,
                               ram_budget_bytes=64 << 20)
-    if not first_fill:  # one pass over the file: its pages exist, as after the first fill of any run
-        fill = _batch(IMAGE_SPEC, IMAGE_ACTION, 128, 0, 1)
-        for _ in range(8192 // 128):
-            replay.add(fill)
+    if not first_fill:  # the file's pages exist, as after the first pass of any long run
+        fd = os.open(directory / DATA_FILE, os.O_WRONLY)
+        zeros = bytes(64 << 20)
+        for offset in range(0, capacity * replay.store.row_bytes, len(zeros)):
+            os.pwrite(fd, zeros, offset)
+        os.close(fd)
     server = LearnerServer(run_id="bench", incarnation=1)
     proc = mp.get_context("spawn").Process(
         target=_link_sender, args=(server.endpoint, batches, IMAGE_SPEC.to_msg(), IMAGE_ACTION.to_msg(), 128, 0))
