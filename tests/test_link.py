@@ -164,3 +164,16 @@ def test_server_counts_garbage_and_keeps_serving(server):
         assert server.stats.rejected == {"header_malformed": 1, "unknown_peer": 1, "field_missing": 1}
     finally:
         rogue.close(0)
+
+
+def test_credit_goes_round_the_actors_when_there_is_room_for_one_quantum_at_a_time():
+    from embodyrl.transport.credits import fair_order
+
+    sessions, credit, last, served = {b"a": "A", b"b": "B", b"c": "C"}, {}, {}, []
+    for grant in range(6):  # each round: one quantum, spent before the next round
+        identity, _ = fair_order(sessions, credit, last)[0]
+        served.append(identity)
+        last[identity] = grant
+    assert served == [b"a", b"b", b"c", b"a", b"b", b"c"]
+    credit[b"b"] = 256  # holding credit: served after those with none
+    assert [i for i, _ in fair_order(sessions, credit, last)] == [b"a", b"c", b"b"]
