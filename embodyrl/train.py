@@ -19,7 +19,8 @@ from .config import TrainConfig, save, to_dict
 from .display import Display
 from .workers import actor_main, learner_main
 
-START_TIMEOUT_S = 180.0
+START_TIMEOUT_S = 600.0
+"""Longest wait for the learner to listen (JAX start-up and the first compiles on a loaded machine)."""
 GRACE_S = 15.0
 
 
@@ -68,9 +69,12 @@ def train(config: TrainConfig, run_dir: Path, quiet: bool = False, progress: str
         child_conn.close()
         endpoint = _expect(parent_conn, learner, "ready", START_TIMEOUT_S)
         (run_dir / "learner.json").write_text(json.dumps({"endpoint": endpoint}) + "\n")
+        actor_config = to_dict(config)
+        if _replay_holds_rows(run_dir):  # a resumed run: no second random warm-up
+            actor_config["actor"]["random_steps"] = 0
         for i in range(config.actors):
             actor = ctx.Process(target=actor_main, name=f"embodyrl-actor-{i}",
-                                args=(to_dict(config), endpoint, i, str(run_dir)),
+                                args=(actor_config, endpoint, i, str(run_dir)),
                                 kwargs={"keys": client_keys, "allow_insecure": allow_insecure})
             actor.start()
             processes.append(actor)
@@ -94,6 +98,17 @@ def train(config: TrainConfig, run_dir: Path, quiet: bool = False, progress: str
     summary.update(evaluate_run(config, run_dir))
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     return summary
+
+
+def _replay_holds_rows(run_dir: Path) -> bool:
+    from .inspect_replay import newest_commit
+
+    replay = run_dir / "replay"
+    try:
+        body = newest_commit(replay) if replay.exists() else None
+    except ValueError:
+        return False
+    return bool(body and body.get("rows_added"))
 
 
 def _expect(conn, process, kind: str, timeout_s: float):

@@ -117,6 +117,8 @@ def test_resume_continues_a_run_and_a_used_directory_needs_it(tmp_path):
                            capture_output=True, text=True, timeout=300)
     assert first.returncode == 0, first.stderr
     updates_before = json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[-1])["updates"]
+    warmup_rows = _unversioned_rows(run_dir)
+    assert warmup_rows > 0  # the first run's random warm-up
     again = subprocess.run(_embodyrl("train", "pendulum", "--steps", "1200", "--run-dir", str(run_dir)),
                            capture_output=True, text=True, timeout=60)
     assert again.returncode == 2 and "--resume" in again.stderr
@@ -128,3 +130,13 @@ def test_resume_continues_a_run_and_a_used_directory_needs_it(tmp_path):
     last = json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[-1])
     assert last["updates"] > updates_before
     assert last["replay_size"] >= 2400  # the first run's rows are still there
+    # no second warm-up (it would add actor.random_steps = 1000 rows); a few steps act before the
+    # resumed learner's first weights arrive, with the actor's initial network
+    assert _unversioned_rows(run_dir) - warmup_rows < 100
+
+
+def _unversioned_rows(run_dir) -> int:
+    """Rows acted before any learner weights (the random warm-up), from `embodyrl replay --json`."""
+    report = subprocess.run(_embodyrl("replay", str(run_dir), "--json"), capture_output=True, text=True, timeout=60)
+    versions = json.loads(report.stdout)["rows_by_policy_version"]
+    return sum(n for version, n in versions.items() if version.startswith("0:"))
