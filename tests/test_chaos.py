@@ -28,7 +28,8 @@ def test_quick_link_scenarios_lose_and_duplicate_nothing():
     kill = result["scenarios"][0]
     assert all(n > 0 for n in kill["unacked_at_kill"]), "each kill must leave rows only the spool holds"
     cut = result["scenarios"][2]  # the real-time actor kept stepping while nothing got through
-    assert min(cut["rows_produced_during_partition"]) > 0 and max(cut["rows_stored_during_partition"]) == 0
+    assert min(cut["rows_produced_during_partition"]) > 0
+    assert max(cut["rows_stored_during_partition"]) <= 16  # at most the one batch in flight at the cut
     attack = result["scenarios"][3]
     assert attack["injected"] - 5 <= attack["rejected"] <= attack["injected"]  # the last few may be in flight
     assert attack["only_honest_sessions"]
