@@ -39,7 +39,7 @@ from .hal.wire.security import ServerKeys
 from .policy import save_policy
 from .replay import PersistentReplay, Prefetcher, RateLimiter
 from .transport import LearnerServer, ReceivedSteps
-from .transport.credits import fair_order
+from .transport.credits import GrantOrder
 
 
 @dataclass
@@ -89,8 +89,7 @@ class Learner:
         self.rng = np.random.default_rng(config.seed)
         self.counters = Counters()
         self._credit: dict[bytes, int] = {}  # session identity -> outstanding rows
-        self._last_grant: dict[bytes, int] = {}  # session identity -> number of its latest grant
-        self._grant_count = 0
+        self._grant_order = GrantOrder()
         self._returns = EpisodeReturns()
         self._metrics: dict[str, float] = {}
         self._staleness: list[float] = []
@@ -221,15 +220,15 @@ class Learner:
         for identity in list(self._credit):
             if identity not in sessions:
                 del self._credit[identity]
-                self._last_grant.pop(identity, None)
-        for identity, session in fair_order(sessions, self._credit, self._last_grant):
+                self._grant_order.forget(identity)
+        for identity, session in self._grant_order.order(sessions, self._credit):
             outstanding = sum(max(v, 0) for v in self._credit.values())
             if not self.limiter.can_insert(outstanding + lc.credit_quantum):
                 return
             if self._credit.get(identity, 0) < lc.credit_quantum:
                 self._credit[identity] = self._credit.get(identity, 0) + lc.credit_quantum
                 self.server.grant(session, lc.credit_quantum)
-                self._last_grant[identity] = self._grant_count = self._grant_count + 1
+                self._grant_order.granted(identity)
 
     def _sample_call(self) -> dict:
         """One training call's K batches, stacked: numpy arrays ready for the device."""

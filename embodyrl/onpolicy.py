@@ -45,7 +45,7 @@ from .hal.wire.protocol import DeviceInfo
 from .hal.wire.security import ServerKeys
 from .policy import save_policy
 from .transport import LearnerServer, ReceivedSteps
-from .transport.credits import fair_order
+from .transport.credits import GrantOrder
 
 
 @dataclass
@@ -81,8 +81,7 @@ class OnPolicyLearner:
         self.assembler = RolloutAssembler(config.ppo.rollout_length, config.ppo.max_staleness, self.version)
         self.resumed = False  # on-policy: nothing to resume but the weights (see the module docstring)
         self._credit: dict[bytes, int] = {}
-        self._last_grant: dict[bytes, int] = {}  # session identity -> number of its latest grant
-        self._grant_count = 0
+        self._grant_order = GrantOrder()
         self._received: dict[int, int] = {}
         self._returns = EpisodeReturns()
         self._metrics: dict[str, float] = {}
@@ -157,17 +156,17 @@ class OnPolicyLearner:
         for identity in list(self._credit):
             if identity not in sessions:
                 del self._credit[identity]
-                self._last_grant.pop(identity, None)
+                self._grant_order.forget(identity)
         per_iteration = self.ppo.rollout_length * self.ppo.rollouts_per_iteration
         target = per_iteration * (1 + self.ppo.max_staleness) + quantum * len(sessions)
-        for identity, session in fair_order(sessions, self._credit, self._last_grant):
+        for identity, session in self._grant_order.order(sessions, self._credit):
             outstanding = sum(max(v, 0) for v in self._credit.values())
             if outstanding + self.assembler.ready * self.ppo.rollout_length + quantum > target:
                 return
             if self._credit.get(identity, 0) < quantum:
                 self._credit[identity] = self._credit.get(identity, 0) + quantum
                 self.server.grant(session, quantum)
-                self._last_grant[identity] = self._grant_count = self._grant_count + 1
+                self._grant_order.granted(identity)
 
     def _train(self) -> None:
         started = time.monotonic()

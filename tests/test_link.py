@@ -167,13 +167,13 @@ def test_server_counts_garbage_and_keeps_serving(server):
 
 
 def test_credit_goes_round_the_actors_when_there_is_room_for_one_quantum_at_a_time():
-    from embodyrl.transport.credits import fair_order
+    from embodyrl.transport.credits import GrantOrder
 
-    sessions, credit, last, served = {b"a": "A", b"b": "B", b"c": "C"}, {}, {}, []
-    for grant in range(6):  # each round: one quantum, spent before the next round
-        identity, _ = fair_order(sessions, credit, last)[0]
+    sessions, credit, grants, served = {b"a": "A", b"b": "B", b"c": "C"}, {}, GrantOrder(), []
+    for _ in range(6):  # each round: one quantum, spent before the next round
+        identity, _ = grants.order(sessions, credit)[0]
         served.append(identity)
-        last[identity] = grant
+        grants.granted(identity)
     assert served == [b"a", b"b", b"c", b"a", b"b", b"c"]
     credit[b"b"] = 256  # holding credit: served after those with none
-    assert [i for i, _ in fair_order(sessions, credit, last)] == [b"a", b"c", b"b"]
+    assert [i for i, _ in grants.order(sessions, credit)] == [b"a", b"c", b"b"]
