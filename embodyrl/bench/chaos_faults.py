@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import multiprocessing as mp
 import os
+import shutil
 import subprocess
 import tempfile
 import time
@@ -121,6 +122,7 @@ def disk_full(quick: bool) -> dict:
                 writer.kill()
                 writer.join()
             out = json.loads(result.read_text()) if result.exists() else {}
+            shutil.rmtree(result.parent, ignore_errors=True)
             (mount / "filler").unlink(missing_ok=True)  # free room, as an operator would
             start = time.monotonic()
             try:

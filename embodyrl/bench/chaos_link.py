@@ -9,7 +9,6 @@ import multiprocessing as mp
 import os
 import signal
 import statistics
-import tempfile
 import time
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from .chaos_parts import (
     LearnerSide,
     checksum,
     free_port,
+    in_scratch_dir,
     logged_rows,
     logging_actor,
     rss_bytes,
@@ -64,10 +64,10 @@ def _wait_stored(learner: LearnerSide, rows, timeout_s: float = 60) -> float:
     return time.monotonic() - start
 
 
-def actor_kill(quick: bool) -> dict:
+@in_scratch_dir("chaos-actor-")
+def actor_kill(quick: bool, work: Path) -> dict:
     """SIGKILL the actor N times mid-stream; each restart resends its spool."""
     kills, run_s = (2, 1.0) if quick else (5, 3.0)
-    work = Path(tempfile.mkdtemp(prefix="chaos-actor-"))
     learner = LearnerSide(free_port())
     learner.start()
     endpoint = f"tcp://127.0.0.1:{learner.port}"
@@ -97,10 +97,10 @@ def actor_kill(quick: bool) -> dict:
                    unacked_at_kill=spooled, resends_dropped=learner.resends_dropped)
 
 
-def learner_kill(quick: bool) -> dict:
+@in_scratch_dir("chaos-learner-")
+def learner_kill(quick: bool, work: Path) -> dict:
     """Kill the learner side N times (no BYE, in-flight lost); restart on the same port."""
     kills, run_s, down_s = (2, 1.0, 1.0) if quick else (5, 3.0, 3.0)
-    work = Path(tempfile.mkdtemp(prefix="chaos-learner-"))
     learner = LearnerSide(free_port())
     learner.start()
     stop = CTX.Event()
@@ -125,10 +125,10 @@ def learner_kill(quick: bool) -> dict:
                    down_s=down_s, resends_dropped=learner.resends_dropped)
 
 
-def partition(quick: bool) -> dict:
+@in_scratch_dir("chaos-partition-")
+def partition(quick: bool, work: Path) -> dict:
     """Cut the actor off (a proxy drops every connection) for T seconds, N times."""
     cuts, run_s, cut_s = (1, 1.5, 2.0) if quick else (3, 3.0, 5.0)
-    work = Path(tempfile.mkdtemp(prefix="chaos-partition-"))
     learner = LearnerSide(free_port())
     learner.start()
     proxy_port, partitioned, ready = free_port(), CTX.Event(), CTX.Event()
@@ -201,13 +201,13 @@ def _template():
     return rec.flush().arrays()
 
 
-def hostile(quick: bool) -> dict:
+@in_scratch_dir("chaos-hostile-")
+def hostile(quick: bool, work: Path) -> dict:
     """Alternate quiet and attacked windows while an honest actor streams; compare its stored rate."""
     import numpy as np
     import zmq
 
     pairs, window_s = (2, 1.0) if quick else (5, 2.0)
-    work = Path(tempfile.mkdtemp(prefix="chaos-hostile-"))
     learner = LearnerSide(free_port())
     learner.start()
     stop = CTX.Event()
@@ -248,10 +248,10 @@ def hostile(quick: bool) -> dict:
                    throughput_ratio=attacked_rate / quiet_rate if quiet_rate else 0.0)
 
 
-def slow_learner(quick: bool) -> dict:
+@in_scratch_dir("chaos-slow-")
+def slow_learner(quick: bool, work: Path) -> dict:
     """A learner that takes 20 ms per batch: credits bound the actor; its memory and spool stay flat."""
     run_s, delay_s = (4.0, 0.02) if quick else (20.0, 0.02)
-    work = Path(tempfile.mkdtemp(prefix="chaos-slow-"))
     learner = LearnerSide(free_port(), delay_s=delay_s)
     learner.start()
     stop = CTX.Event()

@@ -10,13 +10,35 @@ are started with ``spawn``.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
+import os
+import shutil
 import socket
+import tempfile
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
+
+
+def in_scratch_dir(prefix: str):
+    """Give a scenario a fresh ``work`` directory and remove it when the scenario ends, however it
+    ends: its figures are in the record it returns, and a benchmark run in a loop must not fill /tmp.
+    ``EMBODYRL_KEEP_SCRATCH=1`` keeps them for debugging."""
+    def wrap(scenario):
+        @functools.wraps(scenario)
+        def run(*args, **kwargs):
+            work = Path(tempfile.mkdtemp(prefix=prefix))
+            try:
+                return scenario(*args, work=work, **kwargs)
+            finally:
+                if not os.environ.get("EMBODYRL_KEEP_SCRATCH"):
+                    shutil.rmtree(work, ignore_errors=True)
+        return run
+    return wrap
 
 
 def free_port() -> int:
