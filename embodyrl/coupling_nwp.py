@@ -38,7 +38,7 @@ import numpy as np
 
 from .envs.columns import BANDS, DAY_S, ColumnConfig, ColumnModel, row_split
 from .hal import runtime
-from .hal.coupling import CouplingConfig, CouplingLink
+from .hal.coupling import CouplingConfig, CouplingLink, io_threads_cpu_s
 
 BAND_NAMES = ["90S-60S", "60S-30S", "30S-0", "0-30N", "30N-60N", "60N-90N"]
 VARIANTS = ("native", "bias_corrected", "corrected")
@@ -66,6 +66,8 @@ class ExperimentConfig:
     radius: int = 2
     stream_fraction: float = 0.25
     """Fraction of a rank's columns streamed to the learner per step."""
+    compression: str = "off"
+    """Step batches' compression: the ranks and the learner share one machine, where none pays."""
     policy_wait_s: float = 900.0
     """How long ranks wait for the learner's final policy before evaluating without it."""
 
@@ -78,7 +80,7 @@ class ExperimentConfig:
         cfg = ColumnConfig()
         return CouplingConfig(levels=cfg.levels, features=ColumnModel.FEATURES, context=ColumnModel.CONTEXT,
                               radius=self.radius, max_correction=self.max_correction,
-                              stream_fraction=self.stream_fraction, send_every=4)
+                              stream_fraction=self.stream_fraction, send_every=4, compression=self.compression)
 
     @property
     def period_days(self) -> float:
@@ -95,7 +97,7 @@ class Rank:
         self.model_cfg = ColumnConfig.model(nlat=exp.nlat, nlon=exp.nlon)
         self.rows = row_split(exp.nlat, comm.size)[comm.rank]
         self.dt = self.truth_cfg.dt_s
-        self.timing = {"model_s": 0.0, "feature_s": 0.0, "steps": 0}
+        self.timing = new_timing()
 
     def model(self, cfg: ColumnConfig, seed: int) -> ColumnModel:
         return ColumnModel(cfg, seed=seed, rows=self.rows)
@@ -113,15 +115,27 @@ class Rank:
             requests += [comm.Isend(first, r - 1, tag=1), comm.Irecv(south, r - 1, tag=2)]
         if north is not None:
             requests += [comm.Isend(last, r + 1, tag=2), comm.Irecv(north, r + 1, tag=1)]
+        t0, c0 = time.perf_counter(), time.thread_time()
         MPI.Request.Waitall(requests)
+        self.timing["halo_wait_s"] += time.perf_counter() - t0
+        self.timing["halo_wait_cpu_s"] += time.thread_time() - c0
         return south, north
 
     def step(self, model, theta, **kw):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         out = model.step(theta, halos=self.halos, **kw)
         self.timing["model_s"] += time.perf_counter() - t0
+        self.timing["model_cpu_s"] += time.thread_time() - c0
         self.timing["steps"] += 1
         return out
+
+
+def new_timing() -> dict:
+    """A rank's clocks for one phase: the model step (physics and halo exchange; ``halo_wait``, the
+    part spent in ``MPI_Waitall``, is also kept apart) and building the features, each as wall time
+    and as the rank thread's CPU time."""
+    return {"model_s": 0.0, "model_cpu_s": 0.0, "halo_wait_s": 0.0, "halo_wait_cpu_s": 0.0,
+            "feature_s": 0.0, "feature_cpu_s": 0.0, "steps": 0}
 
 
 def make_analysis(rank: Rank, path: Path) -> None:
@@ -182,9 +196,10 @@ def train(rank: Rank, analysis: Analysis, link: CouplingLink) -> np.ndarray:
         for k in range(int(exp.train_days * DAY_S / rank.dt)):
             reference = analysis.at_step(k0 + k)
             increment = (reference - theta) / tau * DAY_S
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.thread_time()
             state, context = model.features(theta), model.context()
             rank.timing["feature_s"] += time.perf_counter() - t0
+            rank.timing["feature_cpu_s"] += time.thread_time() - c0
             link.exchange(state, {"context": context, "target": increment})
             total, count = total + increment, count + 1
             theta, _ = rank.step(model, theta, nudge_to=reference, nudge_tau_s=tau)
@@ -258,19 +273,23 @@ def main(args_path: str) -> None:
     t_analysis = time.perf_counter()
 
     coupling = exp.coupling()
-    rank.timing = {"model_s": 0.0, "feature_s": 0.0, "steps": 0}
+    rank.timing = new_timing()
     train_link = CouplingLink(CouplingConfig(**{**asdict(coupling), "learner": args["learner"],
                                                 "connect_timeout_s": 60.0, "peer_timeout_s": 60.0}),
                               comm.rank, runtime.load(out / "policy_init", seed=comm.rank), seed=comm.rank)
+    io_before = io_threads_cpu_s()
     bias = train(rank, analysis, train_link)
-    train_stats, train_timing = train_link.stats, dict(rank.timing)
+    io_after = io_threads_cpu_s()
+    train_stats, train_timing = asdict(train_link.stats), dict(rank.timing)
+    train_stats["io_threads_cpu_s"] = None if io_before is None else io_after - io_before
+    train_stats["codec"] = train_link.codec
     train_link.close(flush_s=30.0)
     comm.Barrier()
     if comm.rank == 0:
         (out / "training_done").write_text("done\n")
     t_train = time.perf_counter()
 
-    rank.timing = {"model_s": 0.0, "feature_s": 0.0, "steps": 0}
+    rank.timing = new_timing()
     baseline, weights = forecast_errors(rank, analysis, bias, None, ("native", "bias_corrected"))
     deadline = time.monotonic() + exp.policy_wait_s
     while not (out / "policy.npz").exists() and time.monotonic() < deadline:
@@ -286,12 +305,12 @@ def main(args_path: str) -> None:
     t_eval = time.perf_counter()
 
     report = {"rank": comm.rank, "columns": len(rank.rows) * exp.nlon, "train_timing": train_timing,
-              "train_link": {"link_s": train_stats.link_s, "inference_s": train_stats.inference_s,
-                             "exchanges": train_stats.exchanges, "steps_sent": train_stats.steps_sent,
-                             "zero_answers": train_stats.zero_answers, "weights_taken": train_stats.weights_taken},
+              "train_link": {k: train_stats[k] for k in (
+                  "link_s", "link_cpu_s", "inference_s", "inference_cpu_s", "io_threads_cpu_s", "exchanges",
+                  "steps_sent", "zero_answers", "weights_taken", "codec")},
               "eval_timing": dict(rank.timing),
-              "eval_link": None if link is None else {"link_s": link.stats.link_s,
-                                                      "inference_s": link.stats.inference_s},
+              "eval_link": None if link is None else {k: getattr(link.stats, k) for k in (
+                  "link_s", "link_cpu_s", "inference_s", "inference_cpu_s")},
               "stability": {k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in stability.items()},
               "wall_s": {"analysis": t_analysis - t_start, "train": t_train - t_analysis, "eval": t_eval - t_train}}
     reports = comm.gather(report, root=0)

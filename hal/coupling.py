@@ -46,9 +46,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .coupling_batch import ColumnBatch
 from .runtime import NumpyPolicy
 from .specs import ArraySpec, DictSpec
-from .steps import NO_POLICY, SCALAR_COLUMNS, PolicyVersion, Steps, new_episode_id
+from .steps import NO_POLICY, PolicyVersion, new_episode_id
 from .wire import protocol as P
 from .wire.client import LearnerLink, LinkError
 from .wire.spool import Spool, SpoolFull
@@ -96,6 +97,8 @@ class CouplingConfig:
     """Answer zero corrections (not the stale policy) while the learner is lost."""
     spool_bytes: int = 256 << 20
     """RAM for steps the learner has not acknowledged; beyond it the oldest are dropped."""
+    compression: str = "auto"
+    """Step batches' compression (``auto``, ``off``, ``zstd``, ``lz4``): the link's CPU against bandwidth."""
 
     @property
     def window(self) -> int:
@@ -135,12 +138,49 @@ def level_inputs(profile: np.ndarray, context: np.ndarray | None, radius: int) -
     return np.concatenate([window, ctx], axis=-1)
 
 
+def all_finite(array: np.ndarray) -> bool:
+    """Whether every value is finite (a NaN or inf anywhere would reach the policy and the learner)."""
+    return bool(np.isfinite(array).all())
+
+
+def io_threads_cpu_s() -> float | None:
+    """CPU seconds of this process's ZeroMQ I/O threads so far (Linux ``/proc``; None elsewhere).
+
+    The link's sockets hand their bytes to these threads, so their CPU is the link's too, though
+    the calling thread's clock does not see it. Read from ``schedstat`` (nanoseconds) where the
+    kernel keeps it, else from ``stat`` (clock ticks)."""
+    import os
+
+    total = 0.0
+    try:
+        for task in os.scandir("/proc/self/task"):
+            with open(f"{task.path}/comm") as f:
+                if not f.read().startswith("ZMQbg"):
+                    continue
+            try:
+                with open(f"{task.path}/schedstat") as f:
+                    total += int(f.read().split()[0]) * 1e-9
+            except FileNotFoundError:
+                with open(f"{task.path}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+                total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+    except (OSError, ValueError, IndexError):
+        return None
+    return total
+
+
 @dataclass
 class CouplingStats:
     exchanges: int = 0
     link_s: float = 0.0
-    """Time in the link's own work (checks, steps, sockets, weights), inference excluded."""
+    """Wall time in the link's own work (checks, steps, sockets, weights), inference excluded."""
+    link_cpu_s: float = 0.0
+    """The calling thread's CPU time in the same work (``time.thread_time``): what the link cost the
+    model's thread, without the time the rank spent descheduled inside ``exchange``."""
     inference_s: float = 0.0
+    """Wall time in the policy (the replica or the inference process's round trip)."""
+    inference_cpu_s: float = 0.0
+    """The process's CPU time in the policy (``time.process_time``: BLAS worker threads included)."""
     zero_answers: int = 0
     steps_sent: int = 0
     steps_dropped: int = 0
@@ -171,7 +211,8 @@ class CouplingLink:
         self._episodes: np.ndarray | None = None
         self._step_index = 0
         self._link: LearnerLink | None = None
-        self._pending: list[Steps] = []
+        self._exchanges_in_batch = 0
+        self._batch = ColumnBatch(config.levels, config.features, config.context, self.rank, config.max_correction)
         self._spool = Spool(ram_bytes=config.spool_bytes, disk_bytes=config.spool_bytes, on_full="drop_oldest")
         self._next_connect = 0.0
         self._lost_since: float | None = None
@@ -190,29 +231,39 @@ class CouplingLink:
         ``target`` [columns, levels]: the reward of a column is
         ``-mean(((correction - target) / max_correction) ** 2)``.
         """
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.thread_time()
         info = info or {}
         profile, context, target = self._checked(state, info)
-        self._service_learner()
-        inference_s = 0.0
+        if target is None or self._exchanges_in_batch == 0:  # streaming: once per batch is soon enough
+            self._service_learner()
+        inference_s = inference_thread_s = inference_cpu_s = 0.0
         answer = None
         if self._ready():
-            t0 = time.perf_counter()
+            t0, c0, p0 = time.perf_counter(), time.thread_time(), time.process_time()
             answer = self._infer(profile, context)
-            inference_s = time.perf_counter() - t0
+            inference_s, inference_thread_s = time.perf_counter() - t0, time.thread_time() - c0
+            inference_cpu_s = time.process_time() - p0
         if answer is None:
             answer = np.zeros(profile.shape[:2], np.float32)
             self.stats.zero_answers += 1
         elif target is not None and self._link is not None:
             self._stream(profile, context, answer, target)
+        answer = answer.astype(state.dtype, copy=False)
         self.stats.exchanges += 1
         self.stats.inference_s += inference_s
+        self.stats.inference_cpu_s += inference_cpu_s
         self.stats.link_s += time.perf_counter() - start - inference_s
-        return answer.astype(state.dtype, copy=False)
+        self.stats.link_cpu_s += time.thread_time() - start_cpu - inference_thread_s
+        return answer
 
     @property
     def version(self) -> PolicyVersion:
         return self.policy.version if self.policy is not None else self._inference.version
+
+    @property
+    def codec(self) -> str | None:
+        """The compression the step batches go out with now (None: raw, or no learner)."""
+        return self._link.compression.codec if self._link is not None else None
 
     def close(self, flush_s: float = 5.0) -> None:
         """Hand what is spooled to the learner (within ``flush_s``) and close the sockets."""
@@ -239,7 +290,7 @@ class CouplingLink:
                                 f"{getattr(state, 'dtype', '')}")
         if state.ndim != 3 or state.shape[1:] != (cfg.levels, cfg.features):
             raise CouplingError(f"state: shape {state.shape}; expected [columns, {cfg.levels}, {cfg.features}]")
-        if not np.isfinite(state).all():
+        if not all_finite(state):
             raise CouplingError("state: non-finite values")
         n = state.shape[0]
         context = None
@@ -248,11 +299,19 @@ class CouplingLink:
             if context is None or np.shape(context) != (n, cfg.context):
                 raise CouplingError(f"info['context']: shape {np.shape(context)}; expected ({n}, {cfg.context})")
             context = np.asarray(context, np.float32)
+            if not all_finite(context):
+                raise CouplingError("info['context']: non-finite values")
         target = info.get("target")
-        if target is not None:
-            if np.shape(target) != (n, cfg.levels):
-                raise CouplingError(f"info['target']: shape {np.shape(target)}; expected ({n}, {cfg.levels})")
-            target = np.asarray(target, np.float32)
+        if target is not None:  # kept in its own dtype: only the streamed rows are read
+            target = np.asarray(target)
+            if target.shape != (n, cfg.levels):
+                raise CouplingError(f"info['target']: shape {target.shape}; expected ({n}, {cfg.levels})")
+            if target.dtype.kind in "biu":
+                target = target.astype(np.float32)
+            elif target.dtype.kind != "f":
+                raise CouplingError(f"info['target']: dtype {target.dtype}; expected numbers")
+            if not all_finite(target):
+                raise CouplingError("info['target']: non-finite values")
         return np.asarray(state, np.float32), context, target
 
     def _ready(self) -> bool:
@@ -289,7 +348,8 @@ class CouplingLink:
         cfg = self.config
         device = P.DeviceInfo(self.rank, f"rank-{self.rank}", self.observation_spec, self.action_spec)
         link = LearnerLink(cfg.learner, actor_name=f"rank-{self.rank}", actor_id=self.rank, devices=[device],
-                           handshake_timeout_s=timeout_s, peer_timeout_s=cfg.peer_timeout_s, spool=self._spool)
+                           handshake_timeout_s=timeout_s, peer_timeout_s=cfg.peer_timeout_s, spool=self._spool,
+                           compression=cfg.compression)
         try:
             link.connect()
         except LinkError as err:
@@ -325,43 +385,30 @@ class CouplingLink:
         self.stats.weights_taken += 1
 
     def _stream(self, profile, context, action, target) -> None:
-        """One exchange's column steps (a random subset) to the learner."""
+        """One exchange's column steps (a random subset) into the outgoing batch; send every
+        ``send_every`` exchanges."""
+        cfg = self.config
         n = profile.shape[0]
         if self._episodes is None or len(self._episodes) != n:
             self._episodes = np.array([new_episode_id() for _ in range(n)], np.int64)
-        rows = np.arange(n)
-        if self.config.stream_fraction < 1.0:
-            k = max(1, int(round(self.config.stream_fraction * n)))
-            rows = np.sort(self._rng.choice(n, k, replace=False))
-        a = action[rows]
-        reward = -np.mean(((a - target[rows]) / self.config.max_correction) ** 2, axis=1)
-        m = len(rows)
-        version = self.version
-        cols = {name: np.zeros(m, dtype) for name, dtype in SCALAR_COLUMNS.items()}
-        cols["reward"][:] = reward
-        cols["terminated"][:] = True
-        cols["episode_id"][:] = self._episodes[rows]
-        cols["step_index"][:] = self._step_index
-        cols["device_id"][:] = self.rank
-        cols["actor_id"][:] = self.rank
-        cols["policy_incarnation"][:] = version.incarnation
-        cols["policy_count"][:] = version.count
-        observation = {"profile": profile[rows]}
-        if context is not None:
-            observation["context"] = context[rows]
-        self._pending.append(Steps(observation=observation, action=a, proposed_action=a, **cols))
+        if cfg.stream_fraction < 1.0:
+            rows = np.sort(self._rng.choice(n, max(1, int(round(cfg.stream_fraction * n))), replace=False))
+        else:
+            rows = np.arange(n)
+        if not self._batch.fits(len(rows)):  # the column count grew within a batch
+            self._send_pending()
+        self._batch.add(profile, context, action, target, rows, self._episodes, self._step_index, self.version,
+                        capacity=cfg.send_every * len(rows))
         self._step_index += 1
-        if len(self._pending) >= self.config.send_every:
+        self._exchanges_in_batch += 1
+        if self._exchanges_in_batch >= cfg.send_every:
             self._send_pending()
 
     def _send_pending(self) -> None:
-        if not self._pending:
+        self._exchanges_in_batch = 0
+        steps = self._batch.take()
+        if steps is None:
             return
-        parts, self._pending = self._pending, []
-        steps = parts[0] if len(parts) == 1 else Steps(
-            observation={k: np.concatenate([p.observation[k] for p in parts]) for k in parts[0].observation},
-            **{f: np.concatenate([getattr(p, f) for p in parts]) for f in
-               ("action", "proposed_action", *SCALAR_COLUMNS)})
         m = len(steps)
         before = self._link.spool.dropped_rows
         try:

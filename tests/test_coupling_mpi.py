@@ -93,6 +93,8 @@ class LearnerThread:
         self.rows: dict[tuple[int, int], int] = {}
         self.batches = 0
         self.rewards: list[float] = []
+        self.received: list = []
+        """Every batch's Steps, as the server decoded and validated it."""
         self._publish: tuple | None = None
         self._publish_after: tuple | None = None
         self._stop = threading.Event()
@@ -116,6 +118,7 @@ class LearnerThread:
                 self.rows[key] = self.rows.get(key, 0) + len(s)
                 self.batches += 1
                 self.rewards.extend(s.reward.tolist())
+                self.received.append(s)
                 self.server.ack(batch.session, batch.seq, credits=len(s))
             for identity, session in self.server.sessions.items():
                 if identity not in self._granted:

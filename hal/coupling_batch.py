@@ -1,0 +1,115 @@
+"""Column steps of several exchanges, written straight into one outgoing batch.
+
+A coupled model streams a subset of its columns every exchange and sends
+them to the learner every ``send_every`` exchanges. Building a
+:class:`~.steps.Steps` per exchange and concatenating them at send time
+copied every row twice and allocated a dozen small columns per exchange.
+:class:`ColumnBatch` instead allocates the batch once (``send_every``
+exchanges' worth of rows) and gathers each exchange's rows into it; the
+columns that are the same on every row (the rank, the flags, the source)
+are shared read-only arrays, allocated once per batch length.
+
+A batch that has been taken is never written again: the wire encodes its
+columns without a copy and the spool keeps them until the learner's ACK, so
+the next batch gets fresh arrays.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .steps import SCALAR_COLUMNS, PolicyVersion, Steps
+
+_PER_ROW = ("reward", "episode_id", "step_index", "policy_incarnation", "policy_count")
+"""Scalar columns that differ from row to row; the others are constant for a rank's stream."""
+
+
+class ColumnBatch:
+    """One rank's outgoing batch of column steps (contextual-bandit rows: all terminated)."""
+
+    def __init__(self, levels: int, features: int, context: int, rank: int, max_correction: float):
+        self.levels, self.features, self.context = levels, features, context
+        self.rank = int(rank)
+        self._inverse_bound = 1.0 / float(max_correction)
+        self._rows = 0
+        self._capacity = 0
+        self._columns: dict[str, np.ndarray] = {}
+        self._constant: dict[int, dict[str, np.ndarray]] = {}
+
+    def __len__(self) -> int:
+        return self._rows
+
+    def fits(self, rows: int) -> bool:
+        """Whether ``rows`` more rows fit the batch being filled (an empty batch fits any)."""
+        return self._rows == 0 or self._rows + rows <= self._capacity
+
+    def add(self, profile: np.ndarray, context: np.ndarray | None, action: np.ndarray, target: np.ndarray,
+            rows: np.ndarray, episode_ids: np.ndarray, step_index: int, version: PolicyVersion,
+            capacity: int) -> None:
+        """Gather ``rows`` of one exchange into the batch.
+
+        ``profile`` [n, L, F] float32 and ``context`` [n, C] float32 are the
+        checked inputs, ``action`` [n, L] float32 the answer, ``target``
+        [n, L] (any float dtype, checked) the nudging increment; the reward of
+        a row is ``-mean(((action - target) / max_correction) ** 2)``. The
+        first rows of a batch allocate it with room for ``capacity`` rows.
+        """
+        m = len(rows)
+        if self._rows == 0:
+            self._allocate(max(capacity, m))
+        elif self._rows + m > self._capacity:
+            raise ValueError(f"{m} rows do not fit: {self._capacity - self._rows} left; take() first")
+        lo, hi = self._rows, self._rows + m
+        c = self._columns
+        np.take(profile, rows, axis=0, out=c["observation/profile"][lo:hi], mode="clip")
+        if self.context:
+            np.take(context, rows, axis=0, out=c["observation/context"][lo:hi], mode="clip")
+        a = np.take(action, rows, axis=0, out=c["action"][lo:hi], mode="clip")
+        error = np.subtract(a, target[rows])
+        error *= self._inverse_bound
+        reward = c["reward"][lo:hi]
+        np.multiply(np.einsum("ij,ij->i", error, error), -1.0 / self.levels, out=reward, casting="unsafe")
+        c["episode_id"][lo:hi] = episode_ids[rows]
+        c["step_index"][lo:hi] = step_index
+        c["policy_incarnation"][lo:hi] = version.incarnation
+        c["policy_count"][lo:hi] = version.count
+        self._rows = hi
+
+    def take(self) -> Steps | None:
+        """The rows gathered so far as one :class:`Steps` (views, no copy); None when empty."""
+        if self._rows == 0:
+            return None
+        n, c = self._rows, self._columns
+        const = self._constant_columns(n)
+        observation = {"profile": c["observation/profile"][:n]}
+        if self.context:
+            observation["context"] = c["observation/context"][:n]
+        action = c["action"][:n]
+        scalars = {name: (c[name][:n] if name in _PER_ROW else const[name]) for name in SCALAR_COLUMNS}
+        self._rows, self._capacity, self._columns = 0, 0, {}
+        return Steps(observation=observation, action=action, proposed_action=action, **scalars)
+
+    def _allocate(self, capacity: int) -> None:
+        """Fresh arrays for a new batch (the previous one may still be in the spool)."""
+        self._capacity = capacity
+        c = {"observation/profile": np.empty((capacity, self.levels, self.features), np.float32),
+             "action": np.empty((capacity, self.levels), np.float32)}
+        if self.context:
+            c["observation/context"] = np.empty((capacity, self.context), np.float32)
+        for name in _PER_ROW:
+            c[name] = np.empty(capacity, SCALAR_COLUMNS[name])
+        self._columns = c
+
+    def _constant_columns(self, n: int) -> dict[str, np.ndarray]:
+        """The columns every row shares, for a batch of ``n`` rows (read-only, reused)."""
+        if n not in self._constant:
+            if len(self._constant) >= 8:  # column counts rarely change; keep a few lengths
+                self._constant.clear()
+            const = {name: np.zeros(n, dtype) for name, dtype in SCALAR_COLUMNS.items() if name not in _PER_ROW}
+            const["terminated"][:] = True
+            const["device_id"][:] = self.rank
+            const["actor_id"][:] = self.rank
+            for array in const.values():
+                array.flags.writeable = False
+            self._constant[n] = const
+        return self._constant[n]

@@ -1,0 +1,122 @@
+"""The streaming path of the coupling link: rows gathered straight into one batch per ``send_every``
+exchanges reach a real learner server exactly as the model gave them, and the link's clocks."""
+
+import time
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from embodyrl.hal import runtime
+from embodyrl.hal.coupling import CouplingError, CouplingLink, io_threads_cpu_s
+from embodyrl.hal.coupling_batch import ColumnBatch
+from embodyrl.hal.steps import PolicyVersion, Steps
+from tests.test_coupling_mpi import CFG, LearnerThread, level_policy
+
+
+def _exchanges(n_list, seed=0):
+    rng = np.random.default_rng(seed)
+    for n in n_list:
+        state = rng.normal(size=(n, CFG.levels, CFG.features))
+        if n % 2:
+            state = np.asfortranarray(state.astype(np.float32))  # the model's own order and dtype
+        yield state, {"context": rng.normal(size=(n, CFG.context)), "target": rng.normal(size=(n, CFG.levels))}
+
+
+def test_streamed_rows_are_the_models_columns_with_their_rewards(tmp_path):
+    path, _ = level_policy(tmp_path, PolicyVersion(7, 0))
+    learner = LearnerThread()
+    given = []
+    try:
+        link = CouplingLink(replace(CFG, learner=learner.endpoint, send_every=3, stream_fraction=0.5), rank=2,
+                            policy=runtime.load(path), seed=0)
+        for state, info in _exchanges([8, 8, 8, 8, 21, 21, 9]):  # the column count changes inside a batch
+            correction = link.exchange(state, info)
+            given.append((state, info, correction))
+        link.close(flush_s=5.0)
+        deadline = time.monotonic() + 5
+        while sum(len(s) for s in learner.received) < link.stats.steps_sent and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        learner.close()
+    steps = learner.received
+    assert sum(len(s) for s in steps) == link.stats.steps_sent == 4 * 4 + 2 * 10 + 4  # half of 8, 21, 9
+    rows = {(int(s.episode_id[i]), int(s.step_index[i])): (s, i) for s in steps for i in range(len(s))}
+    episodes = {}  # each column keeps its episode id while the column count stays; match rows by content
+    for k, (state, info, correction) in enumerate(given):
+        mine = [(s, i) for (e, t), (s, i) in rows.items() if t == k]
+        assert len(mine) == max(1, round(0.5 * len(state)))
+        for s, i in mine:
+            same = (state.astype(np.float32) == s.observation["profile"][i]).all(axis=(1, 2))
+            assert same.sum() == 1  # the row is exactly one of this exchange's columns
+            c = int(np.argmax(same))
+            np.testing.assert_array_equal(s.observation["context"][i], info["context"][c].astype(np.float32))
+            np.testing.assert_allclose(s.action[i], correction[c], rtol=1e-6)
+            want = -np.mean(((correction[c].astype(np.float32) - info["target"][c]) / CFG.max_correction) ** 2)
+            assert s.reward[i] == pytest.approx(want, rel=1e-5)
+            assert s.terminated[i] and not s.truncated[i] and not s.final[i] and s.source[i] == 0
+            assert s.actor_id[i] == s.device_id[i] == 2 and s.policy_incarnation[i] == 7
+            episodes.setdefault((len(state), c), int(s.episode_id[i]))
+            assert episodes[(len(state), c)] == int(s.episode_id[i])
+
+
+def test_a_taken_batch_is_never_written_again():
+    batch = ColumnBatch(levels=4, features=2, context=1, rank=5, max_correction=2.0)
+    rng = np.random.default_rng(1)
+    profile, context = rng.normal(size=(6, 4, 2)).astype(np.float32), rng.normal(size=(6, 1)).astype(np.float32)
+    action, target, episodes = np.ones((6, 4), np.float32), np.zeros((6, 4)), np.arange(6, dtype=np.int64)
+    batch.add(profile, context, action, target, np.array([0, 2]), episodes, 0, PolicyVersion(3, 4), capacity=4)
+    assert batch.fits(2) and not batch.fits(3)
+    batch.add(profile, context, action, target, np.array([1, 5]), episodes, 1, PolicyVersion(3, 5), capacity=4)
+    with pytest.raises(ValueError, match="do not fit"):
+        batch.add(profile, context, action, target, np.array([3]), episodes, 2, PolicyVersion(3, 5), capacity=4)
+    first = batch.take()
+    kept = {k: v.copy() for k, v in first.arrays().items()}
+    batch.add(2 * profile, context, -action, target, np.array([0, 2, 4]), episodes, 2, PolicyVersion(9, 9),
+              capacity=3)
+    second = batch.take()
+    for name, value in first.arrays().items():  # what the spool still holds is untouched
+        np.testing.assert_array_equal(value, kept[name], err_msg=name)
+    np.testing.assert_array_equal(first.observation["profile"], profile[[0, 2, 1, 5]])
+    np.testing.assert_array_equal(first.step_index, [0, 0, 1, 1])
+    np.testing.assert_array_equal(first.policy_count, [4, 4, 5, 5])
+    np.testing.assert_allclose(first.reward, -0.25)  # ((1 - 0) / 2)^2 at every level
+    assert len(second) == 3 and (second.policy_incarnation == 9).all()
+    small = replace(CFG, levels=4, features=2, context=1, max_correction=2.0)
+    Steps.from_arrays(second.arrays(), small.observation_spec(), small.action_spec())  # the learner's checks pass
+    assert batch.take() is None
+
+
+@pytest.mark.parametrize("key, bad, message", [
+    ("target", np.nan, r"info\['target'\]: non-finite"),
+    ("context", np.inf, r"info\['context'\]: non-finite"),
+])
+def test_non_finite_info_is_refused_before_anything_is_sent(tmp_path, key, bad, message):
+    path, _ = level_policy(tmp_path, PolicyVersion(7, 0))
+    link = CouplingLink(replace(CFG, explore=False), rank=0, policy=runtime.load(path))
+    info = {"context": np.zeros((4, CFG.context)), "target": np.zeros((4, CFG.levels))}
+    info[key][1, 0] = bad
+    with pytest.raises(CouplingError, match=message):
+        link.exchange(np.zeros((4, CFG.levels, CFG.features)), info)
+    assert link.stats.exchanges == 0
+
+
+def test_the_link_books_wall_and_cpu_time_apart_from_inference(tmp_path):
+    path, _ = level_policy(tmp_path, PolicyVersion(7, 0))
+    learner = LearnerThread()
+    try:
+        link = CouplingLink(replace(CFG, learner=learner.endpoint, send_every=2), rank=1,
+                            policy=runtime.load(path), seed=0)
+        before = io_threads_cpu_s()
+        for state, info in _exchanges([200] * 20):
+            link.exchange(state, info)
+        link.close(flush_s=5.0)
+        after = io_threads_cpu_s()
+    finally:
+        learner.close()
+    s = link.stats
+    assert s.steps_sent == 20 * 200
+    assert 0 < s.link_cpu_s <= s.link_s + 0.01  # one thread's CPU time cannot exceed the wall time
+    assert s.inference_s > 0 and s.inference_cpu_s > 0
+    if before is not None:  # Linux: the ZeroMQ I/O thread did the sending
+        assert after > before
