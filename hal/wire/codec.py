@@ -2,7 +2,12 @@
 
 A message is a ZeroMQ multipart ``[header, frame_0, ..., frame_n]``. The
 header is a msgpack map ``{"p": protocol, "k": kind, "f": fields, "a":
-[[name, dtype, shape], ...]}`` describing each following frame. Nothing is
+[[name, dtype, shape(, codec)], ...]}`` describing each following frame.
+Small arrays (under 64 KiB, ZeroMQ's zero-copy threshold) travel together:
+their descriptors carry the codec ``"packed"`` and their bytes lie end to
+end, each at an 8-byte aligned offset, in one last frame. A step batch of
+16 columns is then 2 frames, not 17, which is most of a small batch's cost
+on both sides (a frame is a ZeroMQ message part and a Python object). Nothing is
 ever unpickled: dtypes travel by name (see :mod:`..dtypes`), and
 :func:`decode` checks every size, count and shape against :class:`Limits`
 before it builds an array, so a malformed or hostile message costs one
@@ -22,6 +27,11 @@ from ..dtypes import SUPPORTED_DTYPES, dtype_from_name, dtype_name
 from .compression import CODECS, MIN_FRAME_BYTES, CompressionUnavailable, compress, decompress
 
 PROTOCOL_VERSION = 1
+PACKED = "packed"
+"""The codec of arrays that share the message's last frame."""
+PACK_BELOW_BYTES = 64 * 1024
+"""Arrays smaller than this are packed (pyzmq copies frames this small anyway)."""
+_ALIGN = 8
 
 
 class MessageError(ValueError):
@@ -68,24 +78,49 @@ def encode(kind: str, fields: dict | None = None,
            arrays: dict[str, np.ndarray] | None = None, compression: str | None = None) -> list:
     """Frames for ``socket.send_multipart(frames, copy=False)``.
 
-    Large frames go out without a copy; pyzmq copies those below its
-    ``copy_threshold`` (64 KiB), where zero-copy costs more than it saves.
+    Large frames go out without a copy; arrays below ``PACK_BELOW_BYTES``
+    (pyzmq's ``copy_threshold``, where zero-copy costs more than it saves)
+    are copied into one shared last frame when there are two or more.
     With ``compression`` ("zstd" or "lz4"), frames of at least 4 KiB that
     shrink are sent compressed; their descriptor names the codec.
     """
-    descriptors, frames = [], []
+    items = []  # (descriptor, bytes), in the caller's order: a decoded dict keeps it
     for name, array in (arrays or {}).items():
         (dtype, shape), flat = _wire_array(array)
         if compression and flat.nbytes >= MIN_FRAME_BYTES:
             packed = compress(flat, compression)
             if len(packed) < 0.9 * flat.nbytes:
-                descriptors.append([name, dtype, shape, compression])
-                frames.append(packed)
+                items.append(([name, dtype, shape, compression], packed))
                 continue
-        descriptors.append([name, dtype, shape])
-        frames.append(flat)
-    header = {"p": PROTOCOL_VERSION, "k": kind, "f": fields or {}, "a": descriptors}
+        items.append(([name, dtype, shape], flat))
+    small = [i for i, (d, flat) in enumerate(items) if len(d) == 3 and flat.nbytes < PACK_BELOW_BYTES]
+    if len(small) < 2:  # nothing to share a frame with: one frame each
+        small = []
+    for i in small:
+        items[i][0].append(PACKED)
+    frames = [flat for d, flat in items if len(d) == 3 or d[3] != PACKED]
+    if small:
+        frames.append(_pack([items[i][1] for i in small]))
+    header = {"p": PROTOCOL_VERSION, "k": kind, "f": fields or {}, "a": [d for d, _ in items]}
     return [msgpack.packb(header, use_bin_type=True), *frames]
+
+
+def _aligned(offset: int) -> int:
+    return -(-offset // _ALIGN) * _ALIGN
+
+
+def _pack(flats: list[np.ndarray]) -> bytearray:
+    """Byte arrays end to end, each at an aligned offset (zero padding between)."""
+    offsets, end = [], 0
+    for flat in flats:
+        start = _aligned(end)
+        offsets.append(start)
+        end = start + flat.nbytes
+    out = bytearray(end)
+    view = memoryview(out)
+    for start, flat in zip(offsets, flats, strict=True):
+        view[start:start + flat.nbytes] = flat
+    return out
 
 
 def _buffer(frame) -> memoryview:
@@ -114,18 +149,35 @@ def decode(frames: list, limits: Limits = DEFAULT_LIMITS) -> Message:
         raise MessageError("header_malformed", "kind must be a string, fields a map, arrays a list")
     if len(descriptors) > limits.max_arrays:
         raise MessageError("too_many_arrays", f"{len(descriptors)} arrays exceed {limits.max_arrays}")
-    if len(descriptors) != len(frames) - 1:
-        raise MessageError("frame_count", f"header describes {len(descriptors)} arrays, message has {len(frames) - 1} frames")
+    checked = [_check_descriptor(d, limits) for d in descriptors]
+    packed = sum(1 for c in checked if c[3] == PACKED)
+    expected_frames = len(checked) - packed + (packed > 0)
+    if expected_frames != len(frames) - 1:
+        raise MessageError("frame_count", f"header describes {expected_frames} frames "
+                           f"({len(descriptors)} arrays, {packed} packed), message has {len(frames) - 1}")
+    shared = _buffer(frames[-1]) if packed else None
+    shared_end = 0
+    own = iter(frames[1:])
     arrays: dict[str, np.ndarray] = {}
     total = 0
-    for descriptor, frame in zip(descriptors, frames[1:], strict=True):
-        name, dtype, shape, codec = _check_descriptor(descriptor, limits)
+    for name, dtype, shape, codec in checked:
         if name in arrays:
             raise MessageError("array_malformed", f"array {name!r} appears twice")
         nbytes = math.prod(shape) * dtype.itemsize
         if nbytes > limits.max_frame_bytes:
             raise MessageError("frame_size", f"{name}: {nbytes} bytes exceed {limits.max_frame_bytes}")
-        buf = _buffer(frame)
+        if codec == PACKED:
+            start = _aligned(shared_end)
+            shared_end = start + nbytes
+            if shared_end > shared.nbytes:
+                raise MessageError("frame_size", f"{name}: packed frame of {shared.nbytes} bytes ends "
+                                   f"before its {nbytes} bytes at offset {start}")
+            total += nbytes
+            if total > limits.max_message_bytes:
+                raise MessageError("message_size", f"message exceeds {limits.max_message_bytes} bytes")
+            arrays[name] = np.frombuffer(shared[start:shared_end], dtype=dtype).reshape(shape)
+            continue
+        buf = _buffer(next(own))
         if codec is not None:
             try:
                 buf = memoryview(decompress(buf, codec, nbytes))
@@ -139,6 +191,8 @@ def decode(frames: list, limits: Limits = DEFAULT_LIMITS) -> Message:
         if total > limits.max_message_bytes:
             raise MessageError("message_size", f"message exceeds {limits.max_message_bytes} bytes")
         arrays[name] = np.frombuffer(buf, dtype=dtype).reshape(shape)
+    if shared is not None and shared_end != shared.nbytes:
+        raise MessageError("frame_size", f"packed frame has {shared.nbytes} bytes, its arrays need {shared_end}")
     return Message(kind, fields, arrays)
 
 
@@ -147,7 +201,7 @@ def _check_descriptor(descriptor, limits: Limits):
         raise MessageError("array_malformed", f"array descriptor {descriptor!r} is not [name, dtype, shape(, codec)]")
     name, dtype, shape = descriptor[0], descriptor[1], descriptor[2]
     codec = descriptor[3] if len(descriptor) == 4 else None
-    if codec is not None and codec not in CODECS:
+    if codec is not None and codec not in CODECS and codec != PACKED:
         raise MessageError("compression", f"{name!r}: unknown compression {codec!r}")
     if type(name) is not str or not 0 < len(name) <= limits.max_name_chars:
         raise MessageError("array_malformed", f"array name {name!r} is not a short string")
