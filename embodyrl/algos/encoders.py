@@ -29,6 +29,7 @@ import numpy as np
 from flax import nnx
 
 from ..hal.specs import DictSpec
+from .conv import conv as conv2d
 from .networks import flatten_observation
 
 
@@ -73,7 +74,11 @@ def image_fields(spec: DictSpec, config: EncoderConfig) -> tuple[str, ...]:
 
 
 class ConvEncoder(nnx.Module):
-    """3x3 convolutions (VALID, ReLU), then linear -> LayerNorm -> tanh."""
+    """3x3 convolutions (VALID, ReLU), then linear -> LayerNorm -> tanh.
+
+    The convolutions hold their parameters in ``nnx.Conv`` layers but run through
+    :func:`embodyrl.algos.conv.conv`: the same forward, with a gradient that stays fast
+    inside the learner's ``lax.scan`` on XLA:CPU."""
 
     def __init__(self, image_shape: tuple[int, int, int], config: EncoderConfig, *, rngs: nnx.Rngs):
         height, width, channels = image_shape
@@ -93,7 +98,7 @@ class ConvEncoder(nnx.Module):
         """``images``: float32 [N, H, W, C] in [0, 1] -> [N, feature_dim]."""
         x = images
         for conv in self.convs:
-            x = jax.nn.relu(conv(x))
+            x = jax.nn.relu(conv2d(x, conv.kernel[...], conv.strides[0]) + conv.bias[...])
         return jnp.tanh(self.norm(self.linear(x.reshape(x.shape[0], -1))))
 
 
