@@ -4,7 +4,8 @@ One replay directory lives through all the kills: each writer process reopens
 it, continues the deterministic stream (row g holds x = g) from the last
 committed row, adds batches of random sizes and commits at random points,
 until it is killed with SIGKILL. Most commits run in the background
-(``maybe_commit``), so kills land mid-sync on the committer thread too. After each kill the parent reopens the
+(``maybe_commit``), so kills land mid-sync on the committer thread too (and, with
+every batch written behind, with rows queued on the writer thread). After each kill the parent reopens the
 buffer and checks it against the stream: the stored rows are exactly the
 window of the ring's newest rows ending at the committed count, every link
 between stored rows survived, and the committed sequence number matches.
@@ -24,9 +25,10 @@ from embodyrl.replay import PersistentReplay
 CAPACITY, CHUNK = 1024, 64
 
 
-def writer(directory: str, started: str, seed: int) -> None:
+def writer(directory: str, started: str, seed: int, write_behind_bytes: int | None) -> None:
     rng = np.random.default_rng(seed)
-    replay = PersistentReplay(directory, OBS, ACT, capacity=CAPACITY, chunk_rows=CHUNK)
+    replay = PersistentReplay(directory, OBS, ACT, capacity=CAPACITY, chunk_rows=CHUNK,
+                              write_behind_bytes=write_behind_bytes)
     g = replay.rows_added
     open(started, "w").close()
     deadline = time.monotonic() + 20
@@ -63,14 +65,14 @@ def check(directory) -> int:
         replay.close(commit=False)
 
 
-def run_kills(tmp_path, kills: int) -> list[int]:
+def run_kills(tmp_path, kills: int, write_behind_bytes: int | None = None) -> list[int]:
     ctx = mp.get_context("spawn")
     directory = str(tmp_path / "replay")
     rng = np.random.default_rng(0)
     committed = []
     for i in range(kills):
         started = str(tmp_path / f"started-{i}")
-        proc = ctx.Process(target=writer, args=(directory, started, i))
+        proc = ctx.Process(target=writer, args=(directory, started, i, write_behind_bytes))
         proc.start()
         try:
             deadline = time.monotonic() + 30
@@ -91,6 +93,12 @@ def run_kills(tmp_path, kills: int) -> list[int]:
 def test_kill_minus_nine_at_random_points_leaves_a_consistent_prefix(tmp_path):
     committed = run_kills(tmp_path, 8)
     assert committed == sorted(committed) and committed[-1] > CAPACITY  # the ring wrapped
+
+
+def test_kill_minus_nine_with_every_batch_written_behind(tmp_path):
+    """The writer thread holds queued rows when the kill lands: commits cover only written rows."""
+    committed = run_kills(tmp_path, 6, write_behind_bytes=0)
+    assert committed == sorted(committed) and committed[-1] > 0
 
 
 @pytest.mark.slow

@@ -36,13 +36,18 @@ class PersistentReplay:
     def __init__(self, directory: Path, observation_spec: DictSpec | None = None,
                  action_spec: ArraySpec | None = None, *, capacity: int = 1 << 20, chunk_rows: int = 4096,
                  ram_budget_bytes: int = 256 << 20, retained: tuple[int, ...] = (Source.DEMONSTRATION,),
-                 prioritized: bool = False, priority_exponent: float = 0.6, release_every: int = 64):
-        """Open the replay in ``directory``, creating it from the specs if it holds none."""
+                 prioritized: bool = False, priority_exponent: float = 0.6, release_every: int = 64,
+                 write_behind_bytes: int | None = 256 << 10):
+        """Open the replay in ``directory``, creating it from the specs if it holds none.
+
+        ``write_behind_bytes``: batches at least this large are written by a writer thread
+        while ``add`` returns (see writer.py); None writes each on the caller's thread."""
         layout = None
         if observation_spec is not None and action_spec is not None:
             layout = Layout(capacity, chunk_rows, observation_spec, action_spec)
         self.reopened = (Path(directory) / "meta.json").exists()
-        self.store = ChunkStore(Path(directory), layout, retained=retained)
+        self.store = ChunkStore(Path(directory), layout, retained=retained,
+                                write_behind_bytes=write_behind_bytes)
         self.observation_spec = self.store.layout.observation_spec
         self.action_spec = self.store.layout.action_spec
         self.capacity = self.store.layout.capacity
@@ -91,6 +96,11 @@ class PersistentReplay:
         if self.priorities is not None:
             rows = self.store.layout.chunk_rows
             self.priorities.set_range(chunk * rows, rows, 0.0)
+
+    def wait_for_writes(self) -> None:
+        """Return once every row added so far is in the page cache (the writer thread's queue
+        drained); raise a failed write's error."""
+        self.store.drain_writes()
 
     def commit(self) -> None:
         """Make every row added so far durable now (waits for a background commit first)."""

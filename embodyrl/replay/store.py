@@ -25,7 +25,10 @@ the largest batch spans, plus one; at most a quarter of the ring) as already evi
 served until then), so the learner rarely waits for an eviction's commit;
 the price: a crash may lose those oldest chunks early. The commit records, for every
 actor, the last wire sequence number whose rows it contains, atomically with
-those rows.
+those rows. Batches of at least ``write_behind_bytes`` are packed on the
+caller's thread and written by one writer thread (``writer.py``) while the
+caller goes on; every commit waits for the writes its snapshot counts, and
+``rows`` waits for all of them, so readers and commits see what they expect.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ import numpy as np
 from ..hal.steps import Steps
 from .layout import DATA_FILE, INDEX_FILES, META_FILE, NEXT_GENERATION, NEXT_INDEX, Layout, to_rows
 from .ring import ChunkRing, ReplayFullError
+from .writer import RowWriter
 
 Stream = tuple[int, int]  # (actor id, device id)
 _MADV_POPULATE_READ = getattr(mmap, "MADV_POPULATE_READ", 22)  # Linux >= 5.14
@@ -73,8 +77,12 @@ class ChunkStore:
     """Rows on disk in a ring of chunks, with crash-safe group commits."""
 
     def __init__(self, directory: Path, layout: Layout | None = None, *,
-                 retained: tuple[int, ...] = (1,)):
-        """Open ``directory``, creating it with ``layout`` when it holds no replay."""
+                 retained: tuple[int, ...] = (1,), write_behind_bytes: int | None = 256 << 10,
+                 write_depth: int = 4):
+        """Open ``directory``, creating it with ``layout`` when it holds no replay.
+
+        ``write_behind_bytes``: batches this large or larger are written by the writer thread
+        (at most ``write_depth`` queued); None writes every batch on the caller's thread."""
         self.directory = Path(directory)
         meta = self.directory / META_FILE
         if meta.exists():
@@ -118,8 +126,9 @@ class ChunkStore:
             raise ValueError(f"{self.directory / DATA_FILE}: size differs from the layout's {expected} bytes")
         self._mmap = mmap.mmap(self._fd, expected, prot=mmap.PROT_READ)
         self._mmap.madvise(mmap.MADV_RANDOM)  # no 8 MB read-ahead per cold miss
-        self.rows = np.frombuffer(self._mmap, self.dtype, count=layout.capacity)
-        self._staging = np.zeros(0, self.dtype)  # rows packed here before their pwrite, reused
+        self._rows = np.frombuffer(self._mmap, self.dtype, count=layout.capacity)
+        self._writer = RowWriter(self._fd, self.dtype, write_behind_bytes, write_depth,
+                                 str(self.directory / DATA_FILE))
         self._durable_slot = 0  # the index file holding the last durable commit (the first goes to 1)
         self._load_index()
         self._index_fds = [os.open(self.directory / name, os.O_RDWR | os.O_CREAT, 0o644) for name in INDEX_FILES]
@@ -219,24 +228,30 @@ class ChunkStore:
         except (ValueError, KeyError, TypeError) as err:
             raise ValueError(f"{self.directory}: corrupt index ({err})") from None
 
-    def _snapshot(self) -> tuple[int, bytes, dict[int, int]]:
-        """The next commit's (number, index bytes, seqs), from the state now (caller's thread).
+    def _snapshot(self) -> tuple[int, bytes, dict[int, int], int]:
+        """The next commit's (number, index bytes, seqs, write ticket), from the state now
+        (caller's thread).
 
-        Every row it counts was ``pwrite``-n before this, so the ``fdatasync``
-        that follows covers it; rows added later are beyond its fills.
+        Every row it counts was ``pwrite``-n before this, or is among the
+        first ``ticket`` writes of the writer thread, which the commit waits
+        for, so the ``fdatasync`` that follows covers it; rows added later are
+        beyond its fills.
         """
         seqs = {**self.committed_seqs, **self._pending_seqs}  # in-flight seqs are pending until durable
         self._pending_seqs.clear()
         self._plan_eviction()
         self.commits += 1
         self.pending_rows = 0
-        return self.commits, self._index_bytes(seqs), seqs
+        ticket = self._writer.ticket()
+        return self.commits, self._index_bytes(seqs), seqs, ticket
 
-    def _make_durable(self, number: int, index: bytes, seqs: dict[int, int]) -> None:
-        """Sync the rows, then write the index into the file that does NOT hold the last durable
-        commit: a failed write (a full disk) can tear only the file that was already stale."""
+    def _make_durable(self, number: int, index: bytes, seqs: dict[int, int], ticket: int = 0) -> None:
+        """Wait for the writes the snapshot counts, sync the rows, then write the index into the
+        file that does NOT hold the last durable commit: a failed write (a full disk) can tear
+        only the file that was already stale."""
         slot = 1 - self._durable_slot
         try:
+            self._writer.wait(ticket)
             os.fdatasync(self._fd)
             fd = self._index_fds[slot]
             if os.pwrite(fd, index, 0) != len(index):  # a full disk writes short, without raising
@@ -324,16 +339,16 @@ class ChunkStore:
         slots = self.ring.apply(segments, steps.source)
         self._plan_eviction()  # a chunk ahead of need: the next commits record it
         generation = self.ring.generation[slots // self.layout.chunk_rows]
-        if len(self._staging) < n:
-            self._staging = np.zeros(n, self.dtype)
-        rows = to_rows(steps, self.dtype, self._staging)
+        staging = self._writer.staging(n)
+        rows = to_rows(steps, self.dtype, staging)
         rows[NEXT_INDEX][:-1] = np.where(steps.final[:-1], -1, slots[1:])
         rows[NEXT_GENERATION][:-1] = np.where(steps.final[:-1], -1, generation[1:])
-        i = 0
+        writes, i = [], 0
         for chunk, offset, count in segments:
             slot = chunk * self.layout.chunk_rows + offset
-            os.pwrite(self._fd, memoryview(rows[i:i + count]).cast("B"), slot * self.row_bytes)
+            writes.append((memoryview(rows[i:i + count]).cast("B"), slot * self.row_bytes))
             i += count
+        self._writer.write(writes, staging)
         self._link_stream(steps, int(slots[0]), int(generation[0]), int(slots[-1]))
         if self.pending_rows == 0:
             self._pending_since = time.monotonic()
@@ -358,8 +373,19 @@ class ChunkStore:
             self.streams[stream] = (last, int(steps.episode_id[-1]), int(steps.step_index[-1]))
 
     def _write_link(self, slot: int, successor: int, generation: int) -> None:
-        """Patch a stored row's (next_index, next_generation), adjacent at the row's start."""
-        os.pwrite(self._fd, np.array([successor, generation], np.int64).tobytes(), slot * self.row_bytes)
+        """Patch a stored row's (next_index, next_generation), adjacent at the row's start
+        (after the row itself: through the writer's queue while it has writes waiting)."""
+        self._writer.patch(np.array([successor, generation], np.int64).tobytes(), slot * self.row_bytes)
+
+    @property
+    def rows(self) -> np.ndarray:
+        """Every row slot (read-only mapping), once the writes submitted so far have landed."""
+        self._writer.drain()
+        return self._rows
+
+    def drain_writes(self) -> None:
+        """Wait for the writer thread's queued writes; raise a failed one's error."""
+        self._writer.drain()
 
     # -- cache hints ------------------------------------------------------------
     def page_range(self, chunk: int) -> tuple[int, int]:
@@ -422,7 +448,8 @@ class ChunkStore:
             if self._committer is not None:
                 self._committer.shutdown(wait=True)
                 self._committer = None
-        del self.rows
+            self._writer.close()  # its queued writes land before the file closes
+        del self._rows
         with contextlib.suppress(BufferError):  # a caller holds a view: unmapped with the last one
             self._mmap.close()
         os.close(self._fd)
