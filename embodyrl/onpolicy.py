@@ -13,14 +13,18 @@ There is no replay: a batch is trained on once and dropped, so nothing is
 written to disk and a crash loses at most one iteration's data (the actors'
 spools resend what was not acked, and the learner takes it if still fresh).
 Every iteration publishes, so staleness is counted in iterations.
-``ppo.max_staleness = 0`` is synchronous PPO: the assembler keeps only
-transitions acted by the current weights, and everything acted by older
-weights is discarded (counted as ``discarded``). ``k > 0`` accepts data up
-to k iterations old; the update corrects it with V-trace from the behaviour
-log-probabilities, measures the effective sample size and shrinks the step
-when it collapses. Credits bound how far the actors run ahead: with k = 0
-they stop after one iteration's data (plus a quantum each) while the learner
-trains; with larger k they keep acting with older weights.
+``ppo.max_staleness = 0`` is synchronous PPO as in the textbook: the
+learner grants each stream exactly the rows that complete the iteration's B
+segments (plus room for one final row), so actors that act only within
+credit (``actor.act_within_credit``, set for PPO) stop once the iteration's
+data is acted, wait while the learner trains, and act on with the new
+weights, which reach them before the next credit. Nothing is acted by
+replaced weights; the one transition per stream whose successor closes the
+last segment of an iteration is discarded (it cannot complete before the
+learner publishes). ``k > 0`` accepts data up to k iterations old; the
+update corrects it with V-trace from the behaviour log-probabilities,
+measures the effective sample size and shrinks the step when it collapses;
+credits keep the actors within (1 + k) iterations.
 """
 
 from __future__ import annotations
@@ -58,6 +62,8 @@ class Counters:
     publications: int = 0
     discarded: int = 0
     """Transitions dropped as too stale (or taken before any weights)."""
+    rows_behind: int = 0
+    """Rows received that were acted by weights older than the learner's current ones."""
 
 
 class OnPolicyLearner:
@@ -141,6 +147,9 @@ class OnPolicyLearner:
         c = self.counters
         c.rows += len(steps)
         c.env_steps += steps.env_steps
+        acted = ~steps.final.astype(bool)  # a final row holds only an observation: no policy acted it
+        c.rows_behind += int(np.sum(acted & ((steps.policy_count < self.counters.publications)
+                                             | (steps.policy_incarnation != self.incarnation))))
         self._credit[session.identity] = self._credit.get(session.identity, 0) - len(steps)
         before = self.assembler.stats.discarded
         self.assembler.add(steps)
@@ -148,15 +157,48 @@ class OnPolicyLearner:
         self.counters.episodes += self._returns.add(steps)
 
     def _grant_credits(self) -> None:
+        if self.ppo.max_staleness == 0:
+            self._grant_synchronous_credits()
+        else:
+            self._grant_asynchronous_credits()
+
+    def _grant_synchronous_credits(self) -> None:
+        """Grant each stream the rows that complete this iteration's segments, and no more.
+
+        Streams already holding credit for a segment come first (a grant cannot be taken back),
+        then those closest to a full segment; once the ready segments and those in progress make
+        B, the rest get nothing until the learner has trained and published. Each actor also
+        holds one row of room for an episode's final row (an actor acting within credit stops
+        one row short of it), so a segment never waits on credit it cannot use.
+        """
+        sessions = self.server.sessions
+        self._forget_gone(sessions)
+        ready = self.assembler.ready
+        streams = sorted(((self._credit.get(identity, 0) <= 1, self.assembler.rows_to_complete(session.actor_id, d),
+                           identity) for identity, session in sessions.items() for d in session.devices),
+                         key=lambda item: item[:2])
+        wanted: dict[bytes, int] = {}
+        for _, rows, identity in streams[: max(0, self.ppo.rollouts_per_iteration - ready)]:
+            wanted[identity] = wanted.get(identity, 1) + rows
+        for identity, rows in wanted.items():
+            held = self._credit.get(identity, 0)
+            if rows > held:
+                self._credit[identity] = rows
+                self.server.grant(sessions[identity], rows - held)
+
+    def _forget_gone(self, sessions) -> None:
+        for identity in list(self._credit):
+            if identity not in sessions:
+                del self._credit[identity]
+                self._grant_order.forget(identity)
+
+    def _grant_asynchronous_credits(self) -> None:
         """Keep ready rows plus rows promised within (1 + max_staleness) iterations, plus a quantum
         per actor. Segments still being built do not count: each stream holds at most one, and
         counting them could leave every stream one batch short of a segment, waiting for credit."""
         quantum = self.config.learner.credit_quantum
         sessions = self.server.sessions
-        for identity in list(self._credit):
-            if identity not in sessions:
-                del self._credit[identity]
-                self._grant_order.forget(identity)
+        self._forget_gone(sessions)
         per_iteration = self.ppo.rollout_length * self.ppo.rollouts_per_iteration
         target = per_iteration * (1 + self.ppo.max_staleness) + quantum * len(sessions)
         for identity, session in self._grant_order.order(sessions, self._credit):
@@ -206,7 +248,7 @@ class OnPolicyLearner:
             "episode_return": float(np.mean(returns)) if returns else None,
             "updates": c.updates, "updates_per_s": round(updates_per_s, 2),
             "policy_version": c.publications, "actors": len(self.server.sessions),
-            "max_staleness": self.ppo.max_staleness, "discarded": c.discarded,
+            "max_staleness": self.ppo.max_staleness, "discarded": c.discarded, "rows_behind": c.rows_behind,
             "discarded_fraction": round(c.discarded / max(1, self.assembler.stats.transitions), 4),
             "ready_segments": self.assembler.ready, "buffered_rows": self.assembler.buffered_rows,
             "iteration_s": float(np.mean(iteration_s)) if iteration_s else None,

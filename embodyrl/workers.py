@@ -86,7 +86,8 @@ def actor_main(config_dict: dict, endpoint: str, index: int, run_dir: str | None
     ac = config.actor
     actor_config = dataclasses.replace(ac, actor_id=index, seed=config.seed * 1000 + index)
     if config.algorithm in ("ppo",):  # on-policy, no random warm-up: rows acted without learner weights are discarded
-        actor_config = dataclasses.replace(actor_config, random_steps=0)
+        # and no row beyond the credit: a synchronous learner grants exactly one iteration's rows
+        actor_config = dataclasses.replace(actor_config, random_steps=0, act_within_credit=True)
     raw_device, task = envs.make(config.task)
     device = SafeDevice(raw_device, SafetyConfig())  # clipping to the spec, counted
     policy = JaxPolicy(device.observation_spec, device.action_spec, config.off_policy, seed=actor_config.seed)

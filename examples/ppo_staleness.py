@@ -2,11 +2,18 @@
 
 Every run is a real ``embodyrl train pendulum --algorithm ppo`` (a learner
 process and ``--actors`` actor processes on loopback sockets) with the same
-environment-step budget; only ``ppo.max_staleness`` changes. For each run:
-the saved (deterministic) policy's return and a uniform random policy's on
-the same 10 seeded episodes, the wall-clock time (whole run, and from the
-first env step to the last, without process start-up and evaluation), and the learner's mean
-staleness, effective sample size, learning-rate scale and discarded share.
+environment-step budget; only ``ppo.max_staleness`` changes. The actors run
+in real time as a robot would (``actor.realtime``: a RateClock paces each
+at ``actor.time_scale`` x the pendulum's 20 Hz control rate, so a run fits
+in minutes), so env time cannot be bought with CPU. Synchronous PPO (k = 0)
+is the textbook one: the actors act exactly one iteration's rows, then
+stay paused (counted) until the new weights come; asynchronous actors act
+on while the learner trains. For each run: the saved (deterministic)
+policy's return and a uniform random policy's on the same 10 seeded
+episodes, the wall-clock time (whole run, and from the first env step to
+the last, without process start-up and evaluation), the learner's mean
+staleness, effective sample size, learning-rate scale and discarded share,
+and the actors' paused control periods and missed clock deadlines.
 Improvement = final return - random return; the goal is asynchronous PPO
 recovering at least 90% of synchronous PPO's improvement in less time.
 
@@ -31,7 +38,8 @@ STALENESS = (0, 1, 4, 16)
 SETTINGS = {"actors": 4, "ppo": {"discount": 0.95, "learning_rate": 3e-4, "init_log_std": 0.0,
                                  "reward_scale": 0.1, "rollout_length": 64, "rollouts_per_iteration": 16,
                                  "minibatches": 16, "target_kl": 0.03, "value_clip": 0.0},
-            "learner": {"credit_quantum": 64}, "actor": {"send_every": 32}}
+            "learner": {"credit_quantum": 64},
+            "actor": {"send_every": 32, "realtime": True, "time_scale": 10.0, "realtime_priority": 10}}
 
 
 def run_one(staleness: int, seed: int, steps: int, root: Path) -> dict:
@@ -43,11 +51,17 @@ def run_one(staleness: int, seed: int, steps: int, root: Path) -> dict:
     _merge(data, {"ppo": {"max_staleness": staleness}})
     config = from_dict(type(default_config("pendulum")), data)
     run_dir = root / f"k{staleness}-s{seed}"
-    summary = train(config, run_dir, quiet=True)
+    return collect(staleness, seed, run_dir, train(config, run_dir, quiet=True))
+
+
+def collect(staleness: int, seed: int, run_dir: Path, summary: dict) -> dict:
+    """One run's figures from its summary, the learner's metrics and the actors' last reports."""
     lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     trained = [m for m in lines if "staleness_mean" in m]
     acting = [m for m in lines if m["env_steps"] > 0]  # from the first step in: no process start-up
     mean = lambda key: float(np.mean([m[key] for m in trained])) if trained else None  # noqa: E731
+    actors = [json.loads(f.read_text().splitlines()[-1]) for f in sorted(run_dir.glob("actor-*.jsonl"))
+              if "ledger" not in f.name]
     return {"staleness_setting": staleness, "seed": seed, "env_steps": summary["env_steps"],
             "wall_s": summary["wall_s"], "train_s": round(acting[-1]["time"] - acting[0]["time"], 1),
             "final_return": summary["eval_return_mean"],
@@ -55,7 +69,14 @@ def run_one(staleness: int, seed: int, steps: int, root: Path) -> dict:
             "improvement": summary["eval_return_mean"] - summary["random_return_mean"],
             "iterations": lines[-1]["updates"], "discarded_fraction": lines[-1]["discarded_fraction"],
             "staleness_mean": mean("staleness_mean"), "ess_fraction_mean": mean("ess_fraction"),
-            "lr_scale_mean": mean("lr_scale"),
+            "lr_scale_mean": mean("lr_scale"), "rows_behind": lines[-1]["rows_behind"],
+            "discarded": lines[-1]["discarded"], "iteration_s_median": float(np.median(
+                [m["iteration_s"] for m in lines if m.get("iteration_s") is not None])),
+            "paused_fraction": sum(a["credit_paused_steps"] for a in actors)
+            / max(1, sum(a["credit_paused_steps"] + a["env_steps"] for a in actors)),
+            "credit_wait_s": float(np.mean([a["credit_wait_s"] for a in actors])),
+            "clock_missed": sum(a["clock"].get("missed", 0) for a in actors),
+            "clock_ticks": sum(a["clock"].get("ticks", 0) for a in actors),
             "curve": [(m["env_steps"], m["episode_return"]) for m in lines if m["episode_return"] is not None]}
 
 
@@ -66,8 +87,9 @@ def summarise(runs: list[dict]) -> dict:
         if rs:
             out[str(k)] = {key: float(np.median([r[key] for r in rs]))
                            for key in ("final_return", "improvement", "wall_s", "train_s", "discarded_fraction",
-                                       "staleness_mean", "ess_fraction_mean", "lr_scale_mean")
-                           if all(r[key] is not None for r in rs)}
+                                       "staleness_mean", "ess_fraction_mean", "lr_scale_mean", "paused_fraction",
+                                       "credit_wait_s", "iteration_s_median")
+                           if all(r.get(key) is not None for r in rs)}
             out[str(k)]["seeds"] = len(rs)
     if "0" in out:
         for row in out.values():
@@ -133,8 +155,10 @@ def main() -> None:
                 continue
             r = runs[-1]
             print(f"k={k} seed={seed}: return {r['final_return']:.0f} (random {r['random_return']:.0f}), "
-                  f"{r['wall_s']:.0f} s, staleness {r['staleness_mean']}, ess {r['ess_fraction_mean']}, "
-                  f"discarded {r['discarded_fraction']:.2f} [{time.monotonic() - started:.0f} s]", flush=True)
+                  f"{r['wall_s']:.0f} s, acting {r['train_s']:.0f} s, staleness {r['staleness_mean']:.2f}, "
+                  f"ess {r['ess_fraction_mean']:.3f}, discarded {r['discarded']} ({r['discarded_fraction']:.3f}), "
+                  f"behind {r['rows_behind']}, paused {r['paused_fraction']:.3f}, "
+                  f"missed {r['clock_missed']}/{r['clock_ticks']} [{time.monotonic() - started:.0f} s]", flush=True)
             args.out.parent.mkdir(parents=True, exist_ok=True)
             args.out.write_text(json.dumps({"steps": args.steps, "settings": SETTINGS, "runs": runs,
                                             "failed": failed, "summary": summarise(runs)}, indent=1) + "\n")

@@ -14,7 +14,15 @@ One loop drives one device, or every member of a :class:`DeviceGroup`
 (:meth:`ActorLoop.for_group`), each with its own policy, task and recorder,
 so each device's rows go to the learner tagged with its device id in their
 own STEPS messages. With ``realtime=True`` a :class:`RateClock` paces the
-loop at the (slowest) device's control rate.
+loop at the (slowest) device's control rate (times ``time_scale``, for a
+simulated device run faster than life).
+
+With ``act_within_credit`` the loop acts only rows the learner has granted
+credit for, so a synchronous on-policy learner gets no step acted by weights
+it is about to replace. Short of credit, it sends what it recorded, then a
+simulator waits; a real-time loop keeps ticking with its devices paused (no
+step, so ``SafeDevice``'s watchdog holds hardware in its safe state) and
+counts every paused control period.
 """
 
 from __future__ import annotations
@@ -55,6 +63,13 @@ class ActorConfig:
     """Longest wait for credit before the learner is declared stuck."""
     realtime: bool = False
     """Pace the loop with a RateClock at the control rate (real hardware); off for simulators."""
+    time_scale: float = 1.0
+    """With ``realtime``: pace the loop at this multiple of the control rate. Only for simulated
+    devices (a real-time run of a simulator that fits in minutes); 1 for hardware."""
+    act_within_credit: bool = False
+    """Act only rows the learner granted credit for (one row per device plus room for an episode's
+    final row): short of credit, send what is recorded, then wait (a simulator) or hold the devices
+    paused, counting the periods (``realtime``). Synchronous on-policy learning needs it."""
     realtime_priority: int = 0
     """With ``realtime``: run the loop under SCHED_FIFO at this priority (1-99) if permitted; 0: don't."""
     spool_dir: str = ""
@@ -72,6 +87,8 @@ class ActorConfig:
             raise ValueError(f"actor.spool_on_full must be 'pause' or 'drop_oldest', not {self.spool_on_full!r}")
         if self.spool_disk_mb <= 0 or self.flush_timeout_s < 0:
             raise ValueError("actor.spool_disk_mb must be positive and actor.flush_timeout_s non-negative")
+        if not self.time_scale > 0:
+            raise ValueError(f"actor.time_scale must be positive, not {self.time_scale!r}")
 
 
 @dataclass
@@ -91,6 +108,12 @@ class ActorStats:
     """Times the spool filled up (set to pause) and the devices were held in their safe state."""
     paused_steps: int = 0
     """Control periods spent paused."""
+    credit_pauses: int = 0
+    """Times ``act_within_credit`` stopped the loop until the learner granted credit."""
+    credit_paused_steps: int = 0
+    """Control periods a real-time loop spent paused for credit (devices held, nothing acted)."""
+    credit_wait_s: float = 0.0
+    """Seconds spent stopped for credit (waiting or paused)."""
     link: dict = field(default_factory=dict)
     """The link's figures: bytes and messages each way, RTT, resends, reconnects, spool depth."""
 
@@ -100,6 +123,8 @@ class ActorStats:
                 "batches_sent": self.batches_sent, "weight_updates": self.weight_updates,
                 "interventions": self.interventions, "safety": dict(self.safety),
                 "clock": dict(self.clock), "pauses": self.pauses, "paused_steps": self.paused_steps,
+                "credit_pauses": self.credit_pauses, "credit_paused_steps": self.credit_paused_steps,
+                "credit_wait_s": round(self.credit_wait_s, 3),
                 "link": dict(self.link),
                 "last_return": self.returns[-1] if self.returns else None}
 
@@ -148,6 +173,7 @@ class ActorLoop:
 
     def _setup(self, link, config, tap, lanes) -> None:
         self._should_stop = lambda: False  # run()'s, so a wait for credit ends on a stop signal
+        self._credit_pause_started: float | None = None  # when act_within_credit stopped the loop
         self._held: list[tuple[int, Steps]] = []  # batches the full spool refused, oldest first
         self.link = link
         self.config = config
@@ -178,7 +204,7 @@ class ActorLoop:
         period = max(lane.device.control_period_s for lane in self.lanes)
         clock = None
         if cfg.realtime:
-            clock = RateClock(1.0 / period)
+            clock = RateClock(cfg.time_scale / period)
             if cfg.realtime_priority:
                 self.stats.clock["realtime_priority"] = float(set_realtime_priority(cfg.realtime_priority))
         next_report = time.monotonic() + report_every_s
@@ -196,6 +222,13 @@ class ActorLoop:
                     else:
                         link.poll(int(period * 1000))
                     continue
+            if cfg.act_within_credit and self._short_of_credit():
+                self._stop_for_credit(clock)
+                continue
+            if self._credit_pause_started is not None:
+                self.stats.credit_wait_s += time.monotonic() - self._credit_pause_started
+                self._credit_pause_started = None
+                self._refresh_weights()  # what came with the credit (a synchronous learner's new weights)
             warm = steps < cfg.random_steps
             for lane in self.lanes:
                 self._step(lane, warm)
@@ -246,6 +279,30 @@ class ActorLoop:
             lane.observation = next_observation
         if len(lane.recorder) >= self.config.send_every:
             self._send(lane)
+
+    def _short_of_credit(self) -> bool:
+        """Whether acting one more step on every device could exceed the credit: each needs a row,
+        plus one for the final row should its episode end."""
+        recorded = sum(len(lane.recorder) for lane in self.lanes)
+        return self.link.credits - recorded < 2 * len(self.lanes)
+
+    def _stop_for_credit(self, clock: RateClock | None) -> None:
+        """Send what is recorded (it has credit), then wait for more (a simulator) or let one control
+        period pass with nothing acted (real time: the devices are not stepped, so hardware holds)."""
+        if self._credit_pause_started is None:
+            self._credit_pause_started = time.monotonic()
+            self.stats.credit_pauses += 1
+            for lane in self.lanes:
+                self._send(lane)
+        if clock is not None:
+            self.stats.credit_paused_steps += 1
+            clock.tick()
+            return
+        deadline = self._credit_pause_started + self.config.credit_timeout_s
+        while self._short_of_credit() and not self._should_stop() and self.link.bye_reason is None:
+            if time.monotonic() > deadline:
+                raise LinkError(f"no credit from the learner for {self.config.credit_timeout_s} s")
+            self.link.poll(20)
 
     def _collect(self, clock: RateClock | None) -> ActorStats:
         safety: dict[str, int] = {}

@@ -28,14 +28,18 @@ def _train(run_dir, steps, *extra):
     return json.loads(out), lines
 
 
-def test_synchronous_ppo_trains_only_on_fresh_data_and_discards_the_rest(tmp_path):
+def test_synchronous_ppo_trains_only_on_fresh_data_and_its_actors_wait_for_new_weights(tmp_path):
     summary, lines = _train(tmp_path / "sync", 2000)
     assert summary["env_steps"] >= 2000 and np.isfinite(summary["eval_return_mean"])
     trained = [m for m in lines if "staleness_max" in m]
     assert trained and lines[-1]["updates"] >= 3
     assert lines[-1]["policy_version"] == lines[-1]["updates"] + 1  # one publication per iteration
     assert all(m["staleness_max"] == 0 for m in trained)  # every batch acted by the weights it trains
-    assert lines[-1]["discarded"] > 0  # rows acted by the previous weights while the learner trained
+    # textbook synchronous: the actors wait for each iteration's weights, so no row arrives acted by
+    # replaced weights; the only loss is, per actor and iteration, the transition whose successor
+    # closed the iteration's last segment (it cannot complete before the learner publishes)
+    assert lines[-1]["rows_behind"] == 0
+    assert 0 < lines[-1]["discarded"] <= 2 * lines[-1]["policy_version"]
     assert all(m["lr_scale"] == 1.0 for m in trained)
     policy = json.loads((tmp_path / "sync" / "policy" / "policy.json").read_text())
     assert policy["algorithm"] == "ppo"

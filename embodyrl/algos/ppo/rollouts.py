@@ -68,6 +68,17 @@ class RolloutAssembler:
         held = sum(len(s.segment) + (s.pending is not None) for s in self._streams.values())
         return held + self.rollout_length * len(self._ready)
 
+    def rows_to_complete(self, actor_id: int, device_id: int) -> int:
+        """Rows that stream must still send to complete its segment of fresh data: T transitions
+        need T + 1 rows (a transition is complete when its successor arrives), less the fresh ones
+        held. A stale pending row does not count: its successor completes nothing fresh."""
+        stream = self._streams.get((actor_id, device_id))
+        if stream is None:
+            return self.rollout_length + 1
+        pending = stream.pending is not None and stream.pending["incarnation"] == self.version.incarnation \
+            and self._fresh(stream.pending["policy_count"])
+        return self.rollout_length + 1 - len(stream.segment) - int(pending)
+
     def take(self, count: int) -> tuple[dict, np.ndarray] | None:
         """The oldest ``count`` ready segments as a time-major batch ``[T, count, ...]`` and the
         policy count of every transition ``[T, count]``; None until that many are ready."""
