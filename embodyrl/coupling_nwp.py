@@ -66,6 +66,8 @@ class ExperimentConfig:
     radius: int = 2
     stream_fraction: float = 0.25
     """Fraction of a rank's columns streamed to the learner per step."""
+    send_every: int = 8
+    """Exchanges whose streamed columns go out in one STEPS message (the link's per-message cost)."""
     compression: str = "off"
     """Step batches' compression: the ranks and the learner share one machine, where none pays."""
     policy_wait_s: float = 900.0
@@ -80,7 +82,8 @@ class ExperimentConfig:
         cfg = ColumnConfig()
         return CouplingConfig(levels=cfg.levels, features=ColumnModel.FEATURES, context=ColumnModel.CONTEXT,
                               radius=self.radius, max_correction=self.max_correction,
-                              stream_fraction=self.stream_fraction, send_every=4, compression=self.compression)
+                              stream_fraction=self.stream_fraction, send_every=self.send_every,
+                              compression=self.compression)
 
     @property
     def period_days(self) -> float:

@@ -209,6 +209,7 @@ class CouplingLink:
         self.action_spec = config.action_spec()
         self._rng = np.random.default_rng(seed)
         self._episodes: np.ndarray | None = None
+        self._unstreamed = np.empty(0, np.int64)
         self._step_index = 0
         self._link: LearnerLink | None = None
         self._exchanges_in_batch = 0
@@ -234,20 +235,27 @@ class CouplingLink:
         start, start_cpu = time.perf_counter(), time.thread_time()
         info = info or {}
         profile, context, target = self._checked(state, info)
+        if self._exchanges_in_batch >= self.config.send_every and self._link is not None:  # the last one filled it
+            self._send_pending()
         if target is None or self._exchanges_in_batch == 0:  # streaming: once per batch is soon enough
             self._service_learner()
         inference_s = inference_thread_s = inference_cpu_s = 0.0
         answer = None
         if self._ready():
+            streaming = target is not None and self._link is not None
+            if streaming:  # the rows' inputs now, while the state is in the cache; the policy evicts it
+                self._stage(profile, context, target)
             t0, c0, p0 = time.perf_counter(), time.thread_time(), time.process_time()
             answer = self._infer(profile, context)
             inference_s, inference_thread_s = time.perf_counter() - t0, time.thread_time() - c0
             inference_cpu_s = time.process_time() - p0
+            if streaming and answer is not None:
+                self._batch.complete(answer)
+                self._step_index += 1
+                self._exchanges_in_batch += 1
         if answer is None:
             answer = np.zeros(profile.shape[:2], np.float32)
             self.stats.zero_answers += 1
-        elif target is not None and self._link is not None:
-            self._stream(profile, context, answer, target)
         answer = answer.astype(state.dtype, copy=False)
         self.stats.exchanges += 1
         self.stats.inference_s += inference_s
@@ -384,25 +392,34 @@ class CouplingLink:
             self.policy.load_weights(*weights)
         self.stats.weights_taken += 1
 
-    def _stream(self, profile, context, action, target) -> None:
-        """One exchange's column steps (a random subset) into the outgoing batch; send every
-        ``send_every`` exchanges."""
+    def _stage(self, profile, context, target) -> None:
+        """Stage this exchange's streamed rows (a random subset of the columns) in the outgoing batch;
+        the answer completes them. A batch goes out at the start of the exchange after it fills."""
         cfg = self.config
         n = profile.shape[0]
         if self._episodes is None or len(self._episodes) != n:
             self._episodes = np.array([new_episode_id() for _ in range(n)], np.int64)
-        if cfg.stream_fraction < 1.0:
-            rows = np.sort(self._rng.choice(n, max(1, int(round(cfg.stream_fraction * n))), replace=False))
-        else:
-            rows = np.arange(n)
+            self._unstreamed = np.empty(0, np.int64)
+        rows = self._pick_rows(n)
         if not self._batch.fits(len(rows)):  # the column count grew within a batch
             self._send_pending()
-        self._batch.add(profile, context, action, target, rows, self._episodes, self._step_index, self.version,
-                        capacity=cfg.send_every * len(rows))
-        self._step_index += 1
-        self._exchanges_in_batch += 1
-        if self._exchanges_in_batch >= cfg.send_every:
-            self._send_pending()
+        self._batch.stage(profile, context, target, rows, self._episodes, self._step_index, self.version,
+                          capacity=cfg.send_every * len(rows))
+
+    def _pick_rows(self, n: int) -> np.ndarray:
+        """A random ``stream_fraction`` of the n columns, drawn without replacement across exchanges:
+        every column is streamed once before any is streamed again (one permutation per round, not
+        a fresh draw per exchange)."""
+        k = max(1, int(round(self.config.stream_fraction * n)))
+        if k >= n:
+            return np.arange(n)
+        rest = self._unstreamed
+        if len(rest) < k:  # a new round; its permutation puts the last round's rest last (no repeats)
+            fresh = self._rng.permutation(n)
+            later = np.isin(fresh, rest)
+            self._unstreamed = rest = np.concatenate([rest, fresh[~later], fresh[later]])
+        self._unstreamed = rest[k:]
+        return np.sort(rest[:k])
 
     def _send_pending(self) -> None:
         self._exchanges_in_batch = 0

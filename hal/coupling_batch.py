@@ -30,10 +30,11 @@ class ColumnBatch:
     def __init__(self, levels: int, features: int, context: int, rank: int, max_correction: float):
         self.levels, self.features, self.context = levels, features, context
         self.rank = int(rank)
-        self._inverse_bound = 1.0 / float(max_correction)
+        self._reward_scale = -1.0 / (levels * float(max_correction) ** 2)  # -mean(((a - t) / B)^2)
         self._rows = 0
         self._capacity = 0
         self._columns: dict[str, np.ndarray] = {}
+        self._staged: tuple[np.ndarray, np.ndarray] | None = None
         self._constant: dict[int, dict[str, np.ndarray]] = {}
 
     def __len__(self) -> int:
@@ -43,16 +44,15 @@ class ColumnBatch:
         """Whether ``rows`` more rows fit the batch being filled (an empty batch fits any)."""
         return self._rows == 0 or self._rows + rows <= self._capacity
 
-    def add(self, profile: np.ndarray, context: np.ndarray | None, action: np.ndarray, target: np.ndarray,
-            rows: np.ndarray, episode_ids: np.ndarray, step_index: int, version: PolicyVersion,
-            capacity: int) -> None:
-        """Gather ``rows`` of one exchange into the batch.
+    def stage(self, profile: np.ndarray, context: np.ndarray | None, target: np.ndarray, rows: np.ndarray,
+              episode_ids: np.ndarray, step_index: int, version: PolicyVersion, capacity: int) -> None:
+        """Gather the inputs of one exchange's ``rows`` into the batch; :meth:`complete` adds the
+        answer and commits them (an exchange without an answer is simply never completed).
 
         ``profile`` [n, L, F] float32 and ``context`` [n, C] float32 are the
-        checked inputs, ``action`` [n, L] float32 the answer, ``target``
-        [n, L] (any float dtype, checked) the nudging increment; the reward of
-        a row is ``-mean(((action - target) / max_correction) ** 2)``. The
-        first rows of a batch allocate it with room for ``capacity`` rows.
+        checked inputs, ``target`` [n, L] (any float dtype, checked) the
+        nudging increment. The first rows of a batch allocate it with room
+        for ``capacity`` rows.
         """
         m = len(rows)
         if self._rows == 0:
@@ -64,16 +64,34 @@ class ColumnBatch:
         np.take(profile, rows, axis=0, out=c["observation/profile"][lo:hi], mode="clip")
         if self.context:
             np.take(context, rows, axis=0, out=c["observation/context"][lo:hi], mode="clip")
-        a = np.take(action, rows, axis=0, out=c["action"][lo:hi], mode="clip")
-        error = np.subtract(a, target[rows])
-        error *= self._inverse_bound
-        reward = c["reward"][lo:hi]
-        np.multiply(np.einsum("ij,ij->i", error, error), -1.0 / self.levels, out=reward, casting="unsafe")
         c["episode_id"][lo:hi] = episode_ids[rows]
         c["step_index"][lo:hi] = step_index
         c["policy_incarnation"][lo:hi] = version.incarnation
         c["policy_count"][lo:hi] = version.count
+        self._staged = (rows, target[rows])
+
+    def complete(self, action: np.ndarray) -> None:
+        """Add the answer ``action`` [n, L] float32 to the staged rows, score them, commit them.
+
+        The reward of a row is ``-mean(((action - target) / max_correction) ** 2)``."""
+        if self._staged is None:
+            raise ValueError("complete() without stage()")
+        rows, target = self._staged
+        self._staged = None
+        lo, hi = self._rows, self._rows + len(rows)
+        c = self._columns
+        a = np.take(action, rows, axis=0, out=c["action"][lo:hi], mode="clip")
+        error = a - target
+        np.multiply(np.einsum("ij,ij->i", error, error), self._reward_scale, out=c["reward"][lo:hi],
+                    casting="unsafe")
         self._rows = hi
+
+    def add(self, profile: np.ndarray, context: np.ndarray | None, action: np.ndarray, target: np.ndarray,
+            rows: np.ndarray, episode_ids: np.ndarray, step_index: int, version: PolicyVersion,
+            capacity: int) -> None:
+        """:meth:`stage` then :meth:`complete`, for an answer already at hand."""
+        self.stage(profile, context, target, rows, episode_ids, step_index, version, capacity)
+        self.complete(action)
 
     def take(self) -> Steps | None:
         """The rows gathered so far as one :class:`Steps` (views, no copy); None when empty."""
@@ -86,7 +104,7 @@ class ColumnBatch:
             observation["context"] = c["observation/context"][:n]
         action = c["action"][:n]
         scalars = {name: (c[name][:n] if name in _PER_ROW else const[name]) for name in SCALAR_COLUMNS}
-        self._rows, self._capacity, self._columns = 0, 0, {}
+        self._rows, self._capacity, self._columns, self._staged = 0, 0, {}, None
         return Steps(observation=observation, action=action, proposed_action=action, **scalars)
 
     def _allocate(self, capacity: int) -> None:

@@ -180,9 +180,12 @@ def test_coupling_benchmark_quick_reports_finite_named_figures():
     from embodyrl.bench import run
 
     res = run("coupling", quick=True)
-    for key in ("model_step_ms", "link_ms", "inference_ms", "link_overhead_fraction", "inference_fraction"):
+    for key in ("model_step_ms", "link_ms", "inference_ms", "link_overhead_fraction", "inference_fraction",
+                "model_step_cpu_ms", "link_cpu_ms", "link_overhead_fraction_cpu", "link_overhead_fraction_wall",
+                "inference_fraction_wall"):
         assert np.isfinite(res[key]) and res[key] > 0, key
-    assert res["zero_answers"] == 0 and res["steps_sent"] == 10 * round(0.25 * res["columns"])
+    assert res["link_overhead_fraction"] == res["link_overhead_fraction_cpu"]
+    assert res["zero_answers"] == 0 and res["steps_sent"] == res["steps"] * round(0.25 * res["columns"])
 
 
 C_EXAMPLE = Path(__file__).parent.parent / "examples" / "c" / "coupling_infer.c"
