@@ -136,3 +136,8 @@ def test_rows_to_complete_counts_what_a_stream_still_owes_a_fresh_segment():
     assert assembler.rows_to_complete(3, 0) == 5
     assembler.add(_stream_rows(recorder, obs[:2], v2, final_after=1))  # an episode ends: no pending row
     assert assembler.rows_to_complete(3, 0) == 3  # two fresh transitions, no pending row
+
+
+def test_a_time_scale_that_is_not_positive_is_refused_by_name():
+    with pytest.raises(ValueError, match="actor.time_scale"):
+        ActorConfig(time_scale=0.0)
