@@ -1,7 +1,6 @@
 """Write-behind: rows land in order, commits wait for the writes they count, the queue is bounded,
 and a failed write is never acknowledged. Every batch goes behind here (``write_behind_bytes=0``)."""
 
-import os
 import threading
 import time
 
@@ -132,13 +131,50 @@ def test_a_failed_write_fails_every_later_commit_and_acknowledges_nothing(tmp_pa
     again.close()
 
 
-def test_writes_under_the_threshold_stay_on_the_callers_thread(tmp_path):
-    replay = PersistentReplay(tmp_path / "r", OBS, ACT, capacity=256, chunk_rows=64)  # default: 256 KiB
-    replay.add(stream_rows(0, 50), seq=1)
+def test_writes_stay_on_the_callers_thread_by_default_and_under_the_threshold(tmp_path):
+    replay = PersistentReplay(tmp_path / "r", OBS, ACT, capacity=256, chunk_rows=64)  # default: off
+    replay.add(stream_rows(0, 60), seq=1)
     assert replay.store._writer._thread is None
     replay.close()
-    big = PersistentReplay(tmp_path / "b", OBS, ACT, capacity=256, chunk_rows=64,
-                           write_behind_bytes=10 * os.sysconf("SC_PAGE_SIZE") // 64)
-    big.add(stream_rows(0, 60), seq=1)
-    assert big.store._writer._thread is not None
-    big.close()
+    row = PersistentReplay(tmp_path / "t", OBS, ACT, capacity=256, chunk_rows=64).store.row_bytes
+    some = PersistentReplay(tmp_path / "s", OBS, ACT, capacity=256, chunk_rows=64, write_behind_bytes=50 * row)
+    some.add(stream_rows(0, 49), seq=1)
+    assert some.store._writer._thread is None
+    some.add(stream_rows(49, 50), seq=2)
+    assert some.store._writer._thread is not None
+    some.close()
+
+
+def _image_steps(first: int, count: int, camera_dtype=np.uint8):
+    """``stream_rows`` with an 84x84x3 camera whose every byte depends on the row."""
+    from embodyrl.hal.steps import Steps
+
+    base = stream_rows(first, count)
+    g = np.arange(first, first + count)
+    camera = ((g[:, None] * 7 + np.arange(84 * 84 * 3)[None]) % 251).astype(camera_dtype).reshape(count, 84, 84, 3)
+    return Steps(**{**{f: getattr(base, f) for f in base.__dataclass_fields__}, "observation": {"camera": camera}})
+
+
+@pytest.mark.parametrize("behind", [None, 0])
+def test_image_columns_are_written_straight_from_the_received_arrays_bit_exactly(tmp_path, behind):
+    from embodyrl.hal.specs import ArraySpec, DictSpec
+    from embodyrl.replay.layout import direct_fields
+
+    obs = DictSpec.of(ArraySpec("camera", (84, 84, 3), np.uint8))
+    replay = PersistentReplay(tmp_path / "r", obs, ACT, capacity=192, chunk_rows=64, write_behind_bytes=behind)
+    assert direct_fields(replay.store.dtype) == ("observation/camera",)
+    g = 0
+    for n in (3, 70, 64, 41, 1):  # chunk boundaries (two pwritev calls) and a wrap
+        replay.add(_image_steps(g, n), seq=g + n)
+        g += n
+    replay.commit()
+    ring = replay.store.ring
+    slots = np.concatenate([np.arange(c * 64, c * 64 + ring.fill[c]) for c in np.argsort(ring.generation)
+                            if ring.generation[c] >= 0])
+    rows = replay.store.rows[slots]
+    expected = _image_steps(g - len(slots), len(slots))
+    for name, column in expected.arrays().items():
+        np.testing.assert_array_equal(rows[name], column, err_msg=name)
+    starts, nxt = all_starts(replay)
+    assert len(starts) > 0 and (replay.store.rows["step_index"][nxt] == (replay.store.rows["step_index"][starts] + 1)).all()
+    replay.close()

@@ -18,6 +18,7 @@ reads only the row itself and the ring in RAM, never the successor row.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -50,18 +51,71 @@ def row_dtype(observation_spec: DictSpec, action_spec: ArraySpec) -> np.dtype:
     return dtype
 
 
-def to_rows(steps: Steps, dtype: np.dtype, out: np.ndarray | None = None) -> np.ndarray:
+def to_rows(steps: Steps, dtype: np.dtype, out: np.ndarray | None = None,
+            skip: tuple[str, ...] = ()) -> np.ndarray:
     """Pack a batch of steps into rows (``next_index`` left at -1).
 
     ``out`` (zeroed once, at least ``len(steps)`` rows of ``dtype``) is reused:
     every field is written, so its padding stays zero and no fresh pages are
-    faulted in per batch."""
+    faulted in per batch. Fields in ``skip`` are left as they are (the store
+    writes those straight from their columns, see :func:`row_pieces`)."""
     rows = np.zeros(len(steps), dtype) if out is None else out[:len(steps)]
     rows[NEXT_INDEX] = -1
     rows[NEXT_GENERATION] = -1
     for name, column in steps.arrays().items():
-        rows[name] = column
+        if name not in skip:
+            rows[name] = column
     return rows
+
+
+DIRECT_FIELD_BYTES = 4096
+"""Fields at least this large per row (camera images) are written from their own column."""
+
+
+def direct_fields(dtype: np.dtype) -> tuple[str, ...]:
+    """The fields the store writes straight from the received column (one copy, not two)."""
+    return tuple(name for name in dtype.names if dtype.fields[name][0].itemsize >= DIRECT_FIELD_BYTES)
+
+
+def row_pieces(dtype: np.dtype, direct: tuple[str, ...]) -> list[tuple[str | None, int, int]]:
+    """One row as byte pieces in file order: ``(None, start, end)`` from the packed row,
+    ``(field, 0, nbytes)`` from that field's column; adjacent packed pieces merged."""
+    pieces: list[tuple[str | None, int, int]] = []
+    cursor = 0
+    for name, offset in sorted(((n, dtype.fields[n][1]) for n in direct), key=lambda x: x[1]):
+        if offset > cursor:
+            pieces.append((None, cursor, offset))
+        size = dtype.fields[name][0].itemsize
+        pieces.append((name, 0, size))
+        cursor = offset + size
+    if cursor < dtype.itemsize:
+        pieces.append((None, cursor, dtype.itemsize))
+    return pieces
+
+
+def as_stored(column: np.ndarray, field: np.dtype) -> bool:
+    """The column's bytes are the field's bytes, row after row (no conversion needed)."""
+    return column.dtype == field.base and column.shape[1:] == field.shape and column.flags.c_contiguous
+
+
+_IOV_MAX = os.sysconf("SC_IOV_MAX") if "SC_IOV_MAX" in os.sysconf_names else 1024
+
+
+def row_vectors(staging: np.ndarray, arrays: dict, pieces: list, first: int, count: int,
+                position: int) -> list[tuple[list[memoryview], int]]:
+    """``pwritev`` calls for rows ``first..first+count`` at file offset ``position``: the
+    packed pieces from ``staging``, the large fields straight from their columns."""
+    packed = memoryview(staging).cast("B")
+    columns = {name: memoryview(arrays[name]).cast("B") for name, _, _ in pieces if name is not None}
+    per_call = max(1, _IOV_MAX // len(pieces))
+    rb, out = staging.dtype.itemsize, []
+    for start in range(first, first + count, per_call):
+        views = []
+        for r in range(start, min(start + per_call, first + count)):
+            for name, a, b in pieces:
+                views.append(packed[r * rb + a:r * rb + b] if name is None else columns[name][r * b:(r + 1) * b])
+        out.append((views, position + (start - first) * rb))
+    return out
 
 
 @dataclass(frozen=True)

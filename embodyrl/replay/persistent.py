@@ -37,11 +37,13 @@ class PersistentReplay:
                  action_spec: ArraySpec | None = None, *, capacity: int = 1 << 20, chunk_rows: int = 4096,
                  ram_budget_bytes: int = 256 << 20, retained: tuple[int, ...] = (Source.DEMONSTRATION,),
                  prioritized: bool = False, priority_exponent: float = 0.6, release_every: int = 64,
-                 write_behind_bytes: int | None = 256 << 10):
+                 write_behind_bytes: int | None = None):
         """Open the replay in ``directory``, creating it from the specs if it holds none.
 
         ``write_behind_bytes``: batches at least this large are written by a writer thread
-        while ``add`` returns (see writer.py); None writes each on the caller's thread."""
+        while ``add`` returns (see writer.py); their image columns are written from the
+        caller's arrays, which must then stay unchanged until ``wait_for_writes`` or a
+        commit (received frames never change). None: every write on the caller's thread."""
         layout = None
         if observation_spec is not None and action_spec is not None:
             layout = Layout(capacity, chunk_rows, observation_spec, action_spec)

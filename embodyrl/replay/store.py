@@ -25,10 +25,12 @@ the largest batch spans, plus one; at most a quarter of the ring) as already evi
 served until then), so the learner rarely waits for an eviction's commit;
 the price: a crash may lose those oldest chunks early. The commit records, for every
 actor, the last wire sequence number whose rows it contains, atomically with
-those rows. Batches of at least ``write_behind_bytes`` are packed on the
-caller's thread and written by one writer thread (``writer.py``) while the
-caller goes on; every commit waits for the writes its snapshot counts, and
-``rows`` waits for all of them, so readers and commits see what they expect.
+those rows. Fields of 4 KiB or more per row (images) are written straight
+from the received column (``pwritev``), the rest packed into a staging
+buffer first. Batches of at least ``write_behind_bytes`` (off by default)
+are written by one writer thread (``writer.py``) while the caller goes on;
+every commit waits for the writes its snapshot counts, and ``rows`` waits
+for all of them, so readers and commits see what they expect.
 """
 
 from __future__ import annotations
@@ -47,7 +49,19 @@ from pathlib import Path
 import numpy as np
 
 from ..hal.steps import Steps
-from .layout import DATA_FILE, INDEX_FILES, META_FILE, NEXT_GENERATION, NEXT_INDEX, Layout, to_rows
+from .layout import (
+    DATA_FILE,
+    INDEX_FILES,
+    META_FILE,
+    NEXT_GENERATION,
+    NEXT_INDEX,
+    Layout,
+    as_stored,
+    direct_fields,
+    row_pieces,
+    row_vectors,
+    to_rows,
+)
 from .ring import ChunkRing, ReplayFullError
 from .writer import RowWriter
 
@@ -77,7 +91,7 @@ class ChunkStore:
     """Rows on disk in a ring of chunks, with crash-safe group commits."""
 
     def __init__(self, directory: Path, layout: Layout | None = None, *,
-                 retained: tuple[int, ...] = (1,), write_behind_bytes: int | None = 256 << 10,
+                 retained: tuple[int, ...] = (1,), write_behind_bytes: int | None = None,
                  write_depth: int = 4):
         """Open ``directory``, creating it with ``layout`` when it holds no replay.
 
@@ -129,6 +143,8 @@ class ChunkStore:
         self._rows = np.frombuffer(self._mmap, self.dtype, count=layout.capacity)
         self._writer = RowWriter(self._fd, self.dtype, write_behind_bytes, write_depth,
                                  str(self.directory / DATA_FILE))
+        self._direct = direct_fields(self.dtype)  # images: written from the received column
+        self._pieces = row_pieces(self.dtype, self._direct)
         self._durable_slot = 0  # the index file holding the last durable commit (the first goes to 1)
         self._load_index()
         self._index_fds = [os.open(self.directory / name, os.O_RDWR | os.O_CREAT, 0o644) for name in INDEX_FILES]
@@ -339,14 +355,19 @@ class ChunkStore:
         slots = self.ring.apply(segments, steps.source)
         self._plan_eviction()  # a chunk ahead of need: the next commits record it
         generation = self.ring.generation[slots // self.layout.chunk_rows]
+        arrays = steps.arrays()
+        direct = self._direct if all(as_stored(arrays[f], self.dtype.fields[f][0]) for f in self._direct) else ()
         staging = self._writer.staging(n)
-        rows = to_rows(steps, self.dtype, staging)
+        rows = to_rows(steps, self.dtype, staging, skip=direct)
         rows[NEXT_INDEX][:-1] = np.where(steps.final[:-1], -1, slots[1:])
         rows[NEXT_GENERATION][:-1] = np.where(steps.final[:-1], -1, generation[1:])
         writes, i = [], 0
         for chunk, offset, count in segments:
             slot = chunk * self.layout.chunk_rows + offset
-            writes.append((memoryview(rows[i:i + count]).cast("B"), slot * self.row_bytes))
+            if direct:
+                writes.extend(row_vectors(staging, arrays, self._pieces, i, count, slot * self.row_bytes))
+            else:
+                writes.append((memoryview(rows[i:i + count]).cast("B"), slot * self.row_bytes))
             i += count
         self._writer.write(writes, staging)
         self._link_stream(steps, int(slots[0]), int(generation[0]), int(slots[-1]))

@@ -143,8 +143,10 @@ class RowWriter:
         buffer = self._free.popleft() if self._free else None  # at most depth + 1 exist
         return buffer if buffer is not None and len(buffer) >= n else np.zeros(n, self._dtype)
 
-    def write(self, writes: list[tuple[memoryview, int]], staging: np.ndarray) -> None:
-        """Write ``(bytes, file offset)`` pieces of ``staging`` (from :meth:`staging`)."""
+    def write(self, writes: list[tuple], staging: np.ndarray) -> None:
+        """Write ``(buffer or list of buffers, file offset)`` pieces of ``staging`` (from
+        :meth:`staging`) and of the columns they name: behind, those columns must stay
+        unchanged until the write lands (received frames are never written to)."""
         if not self._behind:
             for data, position in writes:
                 self._pwrite(data, position)
@@ -184,5 +186,10 @@ class RowWriter:
             self._thread = None
 
     def _pwrite(self, data, position: int) -> None:
-        if os.pwrite(self._fd, data, position) != memoryview(data).nbytes:  # a full disk writes short
+        """Write one buffer, or a list of them back to back (``pwritev``); a short write raises."""
+        if isinstance(data, list):
+            written, expected = os.pwritev(self._fd, data, position), sum(v.nbytes for v in data)
+        else:
+            written, expected = os.pwrite(self._fd, data, position), memoryview(data).nbytes
+        if written != expected:  # a full disk writes short
             raise OSError(errno.ENOSPC, f"{self._path}: row write cut short (disk full?)")
