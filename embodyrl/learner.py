@@ -77,7 +77,8 @@ class Learner:
         capacity = max(2, -(-lc.replay_capacity // chunk)) * chunk
         self.replay = PersistentReplay(self.run_dir / "replay", observation_spec, action_spec,
                                        capacity=capacity, chunk_rows=chunk,
-                                       ram_budget_bytes=lc.replay_ram_budget_mb << 20)
+                                       ram_budget_bytes=lc.replay_ram_budget_mb << 20,
+                                       write_behind_bytes=256 << 10)  # image batches: pwrite overlaps ingest
         # updates are samples, rows are inserts: the ratio and tolerance of LearnerConfig
         self.limiter = RateLimiter(lc.updates_per_step, lc.min_replay, lc.updates_per_step * lc.rate_tolerance)
         if self.replay.reopened:
