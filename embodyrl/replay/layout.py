@@ -102,20 +102,39 @@ _IOV_MAX = os.sysconf("SC_IOV_MAX") if "SC_IOV_MAX" in os.sysconf_names else 102
 
 
 def row_vectors(staging: np.ndarray, arrays: dict, pieces: list, first: int, count: int,
-                position: int) -> list[tuple[list[memoryview], int]]:
-    """``pwritev`` calls for rows ``first..first+count`` at file offset ``position``: the
-    packed pieces from ``staging``, the large fields straight from their columns."""
+                position: int) -> list[tuple[list[memoryview], int, int]]:
+    """``pwritev`` calls (buffers, file offset, bytes) for rows ``first..first+count`` at file
+    offset ``position``: the large fields straight from their columns, and between them one
+    slice of ``staging`` each (a row's packed tail and the next row's packed head are adjacent
+    there, so one slice covers both)."""
     packed = memoryview(staging).cast("B")
-    columns = {name: memoryview(arrays[name]).cast("B") for name, _, _ in pieces if name is not None}
-    per_call = max(1, _IOV_MAX // len(pieces))
-    rb, out = staging.dtype.itemsize, []
+    direct = [(memoryview(arrays[name]).cast("B"), a, b) for name, a, b in _direct_spans(pieces)]
+    rb = staging.dtype.itemsize
+    per_call = max(1, (_IOV_MAX - 1) // (2 * len(direct)))
+    out = []
     for start in range(first, first + count, per_call):
-        views = []
-        for r in range(start, min(start + per_call, first + count)):
-            for name, a, b in pieces:
-                views.append(packed[r * rb + a:r * rb + b] if name is None else columns[name][r * b:(r + 1) * b])
-        out.append((views, position + (start - first) * rb))
+        stop = min(start + per_call, first + count)
+        views, cursor = [], start * rb
+        for r in range(start, stop):
+            for column, offset, size in direct:
+                if r * rb + offset > cursor:
+                    views.append(packed[cursor:r * rb + offset])
+                views.append(column[r * size:(r + 1) * size])
+                cursor = r * rb + offset + size
+        if stop * rb > cursor:
+            views.append(packed[cursor:stop * rb])
+        out.append((views, position + (start - first) * rb, (stop - start) * rb))
     return out
+
+
+def _direct_spans(pieces: list) -> list[tuple[str, int, int]]:
+    """(field, offset in the row, size) of the direct pieces of ``row_pieces``."""
+    spans, offset = [], 0
+    for name, a, b in pieces:
+        if name is not None:
+            spans.append((name, offset, b))
+        offset += b - a
+    return spans
 
 
 @dataclass(frozen=True)

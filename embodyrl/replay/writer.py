@@ -144,19 +144,19 @@ class RowWriter:
         return buffer if buffer is not None and len(buffer) >= n else np.zeros(n, self._dtype)
 
     def write(self, writes: list[tuple], staging: np.ndarray) -> None:
-        """Write ``(buffer or list of buffers, file offset)`` pieces of ``staging`` (from
+        """Write ``(buffer, file offset)`` or ``(buffers, file offset, bytes)`` pieces of ``staging`` (from
         :meth:`staging`) and of the columns they name: behind, those columns must stay
         unchanged until the write lands (received frames are never written to)."""
         if not self._behind:
-            for data, position in writes:
-                self._pwrite(data, position)
+            for write in writes:
+                self._pwrite(*write)
             return
         if self._thread is None:
             self._thread = WriteBehind(self._depth)
 
         def job() -> None:
-            for data, position in writes:
-                self._pwrite(data, position)
+            for write in writes:
+                self._pwrite(*write)
             self._free.append(staging)
 
         self._thread.submit(job)
@@ -185,10 +185,11 @@ class RowWriter:
             self._thread.close()
             self._thread = None
 
-    def _pwrite(self, data, position: int) -> None:
-        """Write one buffer, or a list of them back to back (``pwritev``); a short write raises."""
+    def _pwrite(self, data, position: int, expected: int | None = None) -> None:
+        """Write one buffer, or a list of ``expected`` bytes back to back (``pwritev``); a short
+        write raises."""
         if isinstance(data, list):
-            written, expected = os.pwritev(self._fd, data, position), sum(v.nbytes for v in data)
+            written = os.pwritev(self._fd, data, position)
         else:
             written, expected = os.pwrite(self._fd, data, position), memoryview(data).nbytes
         if written != expected:  # a full disk writes short

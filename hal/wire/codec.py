@@ -66,12 +66,18 @@ class Message:
     arrays: dict[str, np.ndarray] = field(default_factory=dict)
 
 
+_NAME_AND_WIRE: dict[np.dtype, tuple[str, np.dtype]] = {}  # dtype -> (wire name, little-endian dtype)
+
+
 def _wire_array(array: np.ndarray) -> tuple[list, np.ndarray]:
     array = np.asarray(array)
-    name = dtype_name(array.dtype)
-    little = array.dtype.newbyteorder("<")
-    flat = np.ascontiguousarray(array, dtype=little).reshape(-1).view(np.uint8)
-    return [name, list(array.shape)], flat
+    known = _NAME_AND_WIRE.get(array.dtype)
+    if known is None:  # once per dtype: dtype_name raises for unsupported ones
+        known = _NAME_AND_WIRE[array.dtype] = (dtype_name(array.dtype), array.dtype.newbyteorder("<"))
+    name, little = known
+    if array.dtype != little or not array.flags.c_contiguous:
+        array = np.ascontiguousarray(array, dtype=little)
+    return [name, list(array.shape)], array.reshape(-1).view(np.uint8)
 
 
 def encode(kind: str, fields: dict | None = None,
