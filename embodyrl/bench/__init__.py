@@ -30,5 +30,5 @@ def run(name: str, quick: bool = False) -> dict:
     return module.run(quick=quick)
 
 
-for _name in ("hal", "replay", "transport", "drivers", "algos", "chaos", "coupling"):
+for _name in ("hal", "replay", "transport", "drivers", "algos", "chaos", "coupling", "pixels"):
     register(_name, _name)
