@@ -67,9 +67,6 @@ def _resolve_config(args, run_dir: Path | None, extra_named: dict | None = None)
         config = build_config(base, args.config, _overrides(args.overrides) + named)
     except ValueError as err:
         raise _Refused(f"config: {err}") from None
-    if run_dir is not None and args.resume and config.algorithm == "ppo":
-        raise _Refused("--resume: the on-policy (PPO) learner keeps no checkpoint to resume from; "
-                       "start a new run directory")
     return config
 
 

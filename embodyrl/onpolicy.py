@@ -9,9 +9,12 @@ credits, versioned weights)::
     grant credits while the rows held and promised stay within (1 + max_staleness) iterations
     when B segments are ready: one jitted PPO iteration on the [T, B] batch, then publish
 
-There is no replay: a batch is trained on once and dropped, so nothing is
-written to disk and a crash loses at most one iteration's data (the actors'
-spools resend what was not acked, and the learner takes it if still fresh).
+There is no replay: a batch is trained on once and dropped. The training
+state and counters are checkpointed (Orbax, every
+``learner.checkpoint_every_s`` and at the end), so ``--resume`` continues a
+run; a crash loses the data of the iteration in progress (on-policy data is
+worthless to the next weights anyway) and the training since the last
+checkpoint.
 Every iteration publishes, so staleness is counted in iterations.
 ``ppo.max_staleness = 0`` is synchronous PPO as in the textbook: the
 learner grants each stream exactly the rows that complete the iteration's B
@@ -29,6 +32,7 @@ credits keep the actors within (1 + k) iterations.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from dataclasses import dataclass
@@ -40,11 +44,12 @@ import numpy as np
 from .algos import ppo
 from .algos.ppo.rollouts import RolloutAssembler
 from .algos.registry import OnPolicy
+from .checkpoint import Checkpointer
 from .config import TrainConfig
 from .episodes import EpisodeReturns
 from .hal import params as flat_params
 from .hal.specs import ArraySpec, DictSpec
-from .hal.steps import PolicyVersion, new_incarnation
+from .hal.steps import PolicyVersion, StepRecorder, new_incarnation
 from .hal.wire.protocol import DeviceInfo
 from .hal.wire.security import ServerKeys
 from .policy import save_policy
@@ -80,18 +85,37 @@ class OnPolicyLearner:
         self.algorithm = OnPolicy("ppo", config.ppo)
         self.networks, self.state = ppo.init(jax.random.key(config.seed), observation_spec, action_spec, config.ppo)
         self._update = jax.jit(ppo.make_update(self.networks, config.ppo), donate_argnums=0)
+        self.compile_s = self._compile()
         self.server = LearnerServer(config.learner.bind, run_id=self.run_dir.name, incarnation=self.incarnation,
                                     admit=self._admit, peer_timeout_s=config.learner.peer_timeout_s,
                                     keys=keys, allow_insecure=allow_insecure)
         self.counters = Counters()
+        self.checkpointer = Checkpointer(self.run_dir / "checkpoints")
+        self.resumed = self.checkpointer.latest_step() is not None
+        if self.resumed:
+            self._restore()
         self.assembler = RolloutAssembler(config.ppo.rollout_length, config.ppo.max_staleness, self.version)
-        self.resumed = False  # on-policy: nothing to resume but the weights (see the module docstring)
         self._credit: dict[bytes, int] = {}
         self._grant_order = GrantOrder()
         self._received: dict[int, int] = {}
         self._returns = EpisodeReturns()
         self._metrics: dict[str, float] = {}
         self._iteration_s: list[float] = []
+
+    def _restore(self) -> None:
+        """Continue from the newest checkpoint: the training state and the counters (the
+        publication count goes on, under this start's new incarnation)."""
+        self.state, record = self.checkpointer.restore(self.state)
+        if record.get("algorithm") != "ppo":
+            raise ValueError(f"{self.checkpointer.directory}: a checkpoint of {record.get('algorithm')!r}, not ppo")
+        self.counters = Counters(**record["counters"])
+
+    def checkpoint(self) -> None:
+        """Save the training state and counters, once per iteration count."""
+        if self.checkpointer.latest_step() == self.counters.updates:
+            return
+        self.checkpointer.save(self.counters.updates, self.state, {
+            "counters": dataclasses.asdict(self.counters), "incarnation": self.incarnation, "algorithm": "ppo"})
 
     @property
     def endpoint(self) -> str:
@@ -112,7 +136,7 @@ class OnPolicyLearner:
         lc = self.config.learner
         self.publish()
         metrics_file = (self.run_dir / "metrics.jsonl").open("a")
-        start = last_log = last_beat = time.monotonic()
+        start = last_log = last_beat = last_checkpoint = time.monotonic()
         last_updates = 0
         try:
             while self.counters.env_steps < self.config.steps and not should_stop():
@@ -126,6 +150,9 @@ class OnPolicyLearner:
                 if now - last_beat >= 1.0:
                     self.server.heartbeat()
                     last_beat = now
+                if now - last_checkpoint >= lc.checkpoint_every_s:
+                    self.checkpoint()
+                    last_checkpoint = now
                 if now - last_log >= lc.log_every_s:
                     rate = (self.counters.updates - last_updates) / (now - last_log)
                     self._log(metrics_file, now - start, rate)
@@ -135,6 +162,8 @@ class OnPolicyLearner:
             metrics_file.close()
             self.server.bye("training complete")
             self.save()
+            self.checkpoint()
+            self.checkpointer.close()
             self.server.close()
         return self.counters
 
@@ -210,12 +239,35 @@ class OnPolicyLearner:
                 self.server.grant(session, quantum)
                 self._grant_order.granted(identity)
 
+    def _compile(self) -> float:
+        """Compile the iteration before any actor connects, on zeros laid out as a real batch (the
+        assembler's own output), so the first iteration does not hold the actors up; seconds taken."""
+        started = time.monotonic()
+        T, B = self.ppo.rollout_length, self.ppo.rollouts_per_iteration
+        version = PolicyVersion(self.incarnation, 0)
+        assembler = RolloutAssembler(T, 0, version)
+        observation, action = self.observation_spec.zeros(), self.action_spec.zeros()
+        for stream in range(B):
+            recorder = StepRecorder(self.observation_spec, self.action_spec, actor_id=stream, device_id=0,
+                                    capacity=T + 1)
+            for _ in range(T + 1):
+                recorder.add(observation, action, action, 0.0, False, False, version)
+            assembler.add(recorder.flush())
+        batch, _ = assembler.take(B)
+        _, scratch = ppo.init(jax.random.key(self.config.seed), self.observation_spec, self.action_spec, self.ppo)
+        jax.block_until_ready(self._update(scratch, self._prepare(batch)))  # scratch is donated, then dropped
+        return time.monotonic() - started
+
+    def _prepare(self, batch: dict) -> dict:
+        """The assembler's batch as the update takes it: discounts from terminations, float flags."""
+        batch["discount"] = (self.ppo.discount * (1.0 - batch.pop("terminated"))).astype(np.float32)
+        batch["truncated"] = batch["truncated"].astype(np.float32)
+        return batch
+
     def _train(self) -> None:
         started = time.monotonic()
         batch, counts = self.assembler.take(self.ppo.rollouts_per_iteration)
-        gamma = self.ppo.discount
-        batch["discount"] = (gamma * (1.0 - batch.pop("terminated"))).astype(np.float32)
-        batch["truncated"] = batch["truncated"].astype(np.float32)
+        batch = self._prepare(batch)
         staleness = self.counters.publications - counts
         self.state, metrics = self._update(self.state, batch)
         self.counters.updates += 1
@@ -251,7 +303,7 @@ class OnPolicyLearner:
             "max_staleness": self.ppo.max_staleness, "discarded": c.discarded, "rows_behind": c.rows_behind,
             "discarded_fraction": round(c.discarded / max(1, self.assembler.stats.transitions), 4),
             "ready_segments": self.assembler.ready, "buffered_rows": self.assembler.buffered_rows,
-            "iteration_s": float(np.mean(iteration_s)) if iteration_s else None,
+            "iteration_s": float(np.mean(iteration_s)) if iteration_s else None, "compile_s": round(self.compile_s, 2),
             "rejected": sum(self.server.stats.rejected.values()),
             "messages_in": self.server.stats.messages_in, "duplicates_dropped": self.server.stats.duplicates,
             **self._metrics,

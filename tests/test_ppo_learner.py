@@ -62,3 +62,17 @@ def test_bad_ppo_settings_are_refused_by_name(tmp_path, key, value):
            "--run-dir", str(tmp_path / "bad"), key, value]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and key.removeprefix("--") in proc.stderr
+
+
+def test_ppo_resume_continues_from_the_checkpoint_with_the_iterations_and_budget_so_far(tmp_path):
+    run_dir = tmp_path / "resume"
+    _, first = _train(run_dir, 1000)
+    done = first[-1]["updates"]
+    assert done >= 2 and (run_dir / "checkpoints").is_dir()
+    summary, lines = _train(run_dir, 2000, "--resume")
+    resumed = lines[len(first):]
+    assert resumed[0]["updates"] == done  # the checkpoint at the end of the first run
+    assert resumed[0]["env_steps"] >= first[-1]["env_steps"]  # the budget counts on, not from 0
+    assert resumed[0]["policy_version"] > first[-1]["policy_version"]  # publications go on
+    assert resumed[-1]["updates"] > done and summary["env_steps"] >= 2000
+    assert np.isfinite(summary["eval_return_mean"])
