@@ -210,6 +210,7 @@ class CouplingLink:
         self._rng = np.random.default_rng(seed)
         self._episodes: np.ndarray | None = None
         self._unstreamed = np.empty(0, np.int64)
+        self._round: list[np.ndarray] = []
         self._step_index = 0
         self._link: LearnerLink | None = None
         self._exchanges_in_batch = 0
@@ -399,7 +400,7 @@ class CouplingLink:
         n = profile.shape[0]
         if self._episodes is None or len(self._episodes) != n:
             self._episodes = np.array([new_episode_id() for _ in range(n)], np.int64)
-            self._unstreamed = np.empty(0, np.int64)
+            self._unstreamed, self._round = np.empty(0, np.int64), []
         rows = self._pick_rows(n)
         if not self._batch.fits(len(rows)):  # the column count grew within a batch
             self._send_pending()
@@ -413,13 +414,15 @@ class CouplingLink:
         k = max(1, int(round(self.config.stream_fraction * n)))
         if k >= n:
             return np.arange(n)
-        rest = self._unstreamed
-        if len(rest) < k:  # a new round; its permutation puts the last round's rest last (no repeats)
-            fresh = self._rng.permutation(n)
-            later = np.isin(fresh, rest)
-            self._unstreamed = rest = np.concatenate([rest, fresh[~later], fresh[later]])
-        self._unstreamed = rest[k:]
-        return np.sort(rest[:k])
+        if not self._round:  # a new round: one permutation, cut into sorted picks of k at once
+            rest, order = self._unstreamed, self._rng.permutation(n)
+            if len(rest):  # the last round's rest first, and last again (no pick repeats a column)
+                later = np.isin(order, rest)
+                order = np.concatenate([rest, order[~later], order[later]])
+            whole = len(order) // k
+            self._round = list(np.sort(order[:whole * k].reshape(whole, k), axis=1)[::-1])
+            self._unstreamed = order[whole * k:]
+        return self._round.pop()
 
     def _send_pending(self) -> None:
         self._exchanges_in_batch = 0

@@ -120,3 +120,17 @@ def test_the_link_books_wall_and_cpu_time_apart_from_inference(tmp_path):
     assert s.inference_s > 0 and s.inference_cpu_s > 0
     if before is not None:  # Linux: the ZeroMQ I/O thread did the sending
         assert after > before
+
+
+@pytest.mark.parametrize("n, fraction", [(17, 0.25), (704, 0.25), (5, 0.9), (3, 0.3)])
+def test_streamed_columns_are_drawn_round_by_round_without_repeats(tmp_path, n, fraction):
+    path, _ = level_policy(tmp_path, PolicyVersion(7, 0))
+    link = CouplingLink(replace(CFG, stream_fraction=fraction), rank=0, policy=runtime.load(path), seed=3)
+    k = max(1, round(fraction * n))
+    counts = np.zeros(n, int)
+    picks = [link._pick_rows(n) for _ in range(60)]
+    for rows in picks:
+        assert len(rows) == len(np.unique(rows)) == k and (np.diff(rows) > 0).all()
+        counts[rows] += 1
+    assert counts.max() - counts.min() <= 1  # every column streamed as often as any other, give or take one
+    assert len({tuple(r) for r in picks}) > 1  # and not always the same ones
