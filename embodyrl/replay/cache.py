@@ -57,11 +57,11 @@ class CachePolicy:
         if room > 0:  # budget left: keep the next most recent too
             rest = [c for c in by_recency if not hot[c]][:room]
             hot[rest] = True
-        for chunk in np.flatnonzero(self.hot & ~hot & ~self.borrowed):
-            self.store.release(int(chunk))
+        for chunk in np.flatnonzero(self.hot & ~hot & ~self.borrowed):  # behind the writes, if they are
+            self.store.release_soon(int(chunk))
         for chunk in np.flatnonzero(hot & ~self._populated):  # full chunks stay mapped
             if ring.fill[chunk] == ring.chunk_rows:
-                self.store.populate(int(chunk))
+                self.store.populate_soon(int(chunk))
                 self._populated[chunk] = True
         self._populated &= hot
         self._own = hot

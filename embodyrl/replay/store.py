@@ -62,12 +62,11 @@ from .layout import (
     row_vectors,
     to_rows,
 )
+from .pages import PageHints
 from .ring import ChunkRing, ReplayFullError
 from .writer import RowWriter
 
 Stream = tuple[int, int]  # (actor id, device id)
-_MADV_POPULATE_READ = getattr(mmap, "MADV_POPULATE_READ", 22)  # Linux >= 5.14
-
 
 def _fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
@@ -87,7 +86,7 @@ def _atomic_write(path: Path, text: str) -> None:
     _fsync_dir(path.parent)
 
 
-class ChunkStore:
+class ChunkStore(PageHints):
     """Rows on disk in a ring of chunks, with crash-safe group commits."""
 
     def __init__(self, directory: Path, layout: Layout | None = None, *,
@@ -407,54 +406,6 @@ class ChunkStore:
     def drain_writes(self) -> None:
         """Wait for the writer thread's queued writes; raise a failed one's error."""
         self._writer.drain()
-
-    # -- cache hints ------------------------------------------------------------
-    def page_range(self, chunk: int) -> tuple[int, int]:
-        start = chunk * self.layout.chunk_rows * self.row_bytes
-        return start, self.layout.chunk_rows * self.row_bytes
-
-    def release(self, chunk: int) -> None:
-        """Drop a chunk's pages from this mapping and from the page cache."""
-        start, length = self.page_range(chunk)
-        head = start - start % mmap.PAGESIZE
-        self._mmap.madvise(mmap.MADV_DONTNEED, head, length + start - head)
-        os.posix_fadvise(self._fd, start, length, os.POSIX_FADV_DONTNEED)
-
-    def warm(self, chunk: int) -> None:
-        """Ask the kernel to read a chunk ahead, asynchronously."""
-        start, length = self.page_range(chunk)
-        os.posix_fadvise(self._fd, start, length, os.POSIX_FADV_WILLNEED)
-
-    def will_need(self, slots: np.ndarray, span: int = 2) -> None:
-        """Start reading the pages of ``slots`` (and the ``span - 1`` rows after each, where
-        successors usually are) in parallel before a gather faults them in.
-
-        Runs of adjacent pages go out as one hint, so a multi-page row is one read.
-        """
-        page = mmap.PAGESIZE
-        first = slots * self.row_bytes // page
-        end = self.layout.capacity * self.row_bytes - 1
-        last = np.minimum((slots + span) * self.row_bytes - 1, end) // page
-        pages = np.unique(np.concatenate([first, last] + [np.minimum(first + k, last) for k in range(1, int((last - first).max()))]))
-        breaks = np.flatnonzero(np.diff(pages) > 1)
-        starts = pages[np.concatenate([[0], breaks + 1])]
-        ends = pages[np.concatenate([breaks, [len(pages) - 1]])]
-        advise = self._mmap.madvise  # the kernel queues them all at once (pread threads: no faster, see docs)
-        for a, b in zip(starts.tolist(), ends.tolist(), strict=True):
-            advise(mmap.MADV_WILLNEED, a * page, (b - a + 1) * page)
-
-    def populate(self, chunk: int) -> None:
-        """Map a resident chunk's pages into this process now (MADV_POPULATE_READ), so hot
-        gathers take no minor page faults; a no-op where the kernel lacks it."""
-        start, length = self.page_range(chunk)
-        head = start - start % mmap.PAGESIZE
-        with contextlib.suppress(OSError):
-            self._mmap.madvise(_MADV_POPULATE_READ, head, length + start - head)
-
-    def drop_page_cache(self) -> None:
-        """Evict every page of the data file from the page cache (cold-read benchmarks)."""
-        self._mmap.madvise(mmap.MADV_DONTNEED)
-        os.posix_fadvise(self._fd, 0, 0, os.POSIX_FADV_DONTNEED)
 
     def close(self, commit: bool = True) -> None:
         """Commit what is pending (unless ``commit`` is False: as a crash would) and unmap."""

@@ -20,6 +20,7 @@ next batch instead of following it. The rules that keep it correct:
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import threading
@@ -167,6 +168,19 @@ class RowWriter:
             self._thread.submit(lambda: self._pwrite(data, position))
         else:
             self._pwrite(data, position)
+
+    def advise(self, call: Callable[[], None]) -> None:
+        """Page-cache advice (release, populate): on the writer thread once it runs, after the
+        writes before it and off the ingest thread; advice that fails is ignored there."""
+        if self._thread is None:
+            call()
+            return
+
+        def job() -> None:
+            with contextlib.suppress(OSError, ValueError):  # advice, never a reason to fail a commit
+                call()
+
+        self._thread.submit(job)
 
     def ticket(self) -> int:
         """Writes submitted so far: what a commit snapshotted now must wait for."""
