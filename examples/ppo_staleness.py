@@ -19,6 +19,7 @@ recovering at least 90% of synchronous PPO's improvement in less time.
 
     python examples/ppo_staleness.py --seeds 0 1 2 --out docs/figures/ppo_staleness.json
     python examples/ppo_staleness.py --plot docs/figures/ppo_staleness.json   # redraw the figure
+    python examples/ppo_staleness.py --table docs/figures/ppo_staleness.json  # the docs' markdown table
 """
 
 from __future__ import annotations
@@ -99,6 +100,32 @@ def summarise(runs: list[dict]) -> dict:
     return out
 
 
+def table(path: Path) -> str:
+    """The results as the markdown table of docs/benchmarks.md: medians, each seed in brackets."""
+    data = json.loads(path.read_text())
+    summary = summarise(data["runs"])
+    head = ("| setting | final return: median (seeds) | improvement over random | of sync's improvement "
+            "| whole run s: median (seeds) | first to last env step s: median (seeds) | of sync's "
+            "| paused for credit | mean staleness | mean ESS fraction | discarded | rows acted by replaced weights |")
+    lines = [head, "|" + " --- |" * head.count(" | ") + " --- |"]
+    for k in STALENESS:
+        rs = sorted((r for r in data["runs"] if r["staleness_setting"] == k), key=lambda r: r["seed"])
+        if not rs:
+            continue
+        row = summary[str(k)]
+        def seeds(key: str, rs=rs) -> str:
+            return ", ".join(f"{r[key]:.0f}" for r in rs)
+
+        lines.append(
+            f"| {'sync (k=0)' if k == 0 else f'async k={k}'} | {row['final_return']:.0f} ({seeds('final_return')}) "
+            f"| {row['improvement']:.0f} | {row.get('improvement_vs_sync', float('nan')):.2f} "
+            f"| {row['wall_s']:.0f} ({seeds('wall_s')}) | {row['train_s']:.0f} ({seeds('train_s')}) "
+            f"| {row.get('train_vs_sync', float('nan')):.2f} | {row['paused_fraction']:.3f} "
+            f"| {row['staleness_mean']:.2f} | {row['ess_fraction_mean']:.3f} "
+            f"| {seeds('discarded')} | {seeds('rows_behind')} |")
+    return "\n".join(lines)
+
+
 def plot(path: Path) -> Path:
     import matplotlib
 
@@ -135,7 +162,11 @@ def main() -> None:
     parser.add_argument("--root", type=Path, default=Path("/tmp/ppo_staleness"))
     parser.add_argument("--out", type=Path, default=Path("docs/figures/ppo_staleness.json"))
     parser.add_argument("--plot", type=Path, help="only redraw the figure of this results file")
+    parser.add_argument("--table", type=Path, help="only print the markdown table of this results file")
     args = parser.parse_args()
+    if args.table:
+        print(table(args.table))
+        return
     if args.plot:
         print(plot(args.plot))
         return
