@@ -209,8 +209,9 @@ class CouplingLink:
         self.action_spec = config.action_spec()
         self._rng = np.random.default_rng(seed)
         self._episodes: np.ndarray | None = None
-        self._unstreamed = np.empty(0, np.int64)
-        self._round: list[np.ndarray] = []
+        self._order = np.empty(0, np.int64)
+        """This round's permutation of the columns; ``_picked`` of them have been streamed."""
+        self._picked = 0
         self._step_index = 0
         self._link: LearnerLink | None = None
         self._exchanges_in_batch = 0
@@ -400,7 +401,7 @@ class CouplingLink:
         n = profile.shape[0]
         if self._episodes is None or len(self._episodes) != n:
             self._episodes = np.array([new_episode_id() for _ in range(n)], np.int64)
-            self._unstreamed, self._round = np.empty(0, np.int64), []
+            self._order, self._picked = np.empty(0, np.int64), 0
         rows = self._pick_rows(n)
         if not self._batch.fits(len(rows)):  # the column count grew within a batch
             self._send_pending()
@@ -414,15 +415,15 @@ class CouplingLink:
         k = max(1, int(round(self.config.stream_fraction * n)))
         if k >= n:
             return np.arange(n)
-        if not self._round:  # a new round: one permutation, cut into sorted picks of k at once
-            rest, order = self._unstreamed, self._rng.permutation(n)
+        start = self._picked
+        if start + k > len(self._order):  # a new round: one permutation, taken k columns at a time
+            rest, order = self._order[start:], self._rng.permutation(n)
             if len(rest):  # the last round's rest first, and last again (no pick repeats a column)
                 later = np.isin(order, rest)
                 order = np.concatenate([rest, order[~later], order[later]])
-            whole = len(order) // k
-            self._round = list(np.sort(order[:whole * k].reshape(whole, k), axis=1)[::-1])
-            self._unstreamed = order[whole * k:]
-        return self._round.pop()
+            self._order, start = order, 0
+        self._picked = start + k
+        return self._order[start:start + k]
 
     def _send_pending(self) -> None:
         self._exchanges_in_batch = 0

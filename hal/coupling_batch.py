@@ -30,7 +30,9 @@ class ColumnBatch:
     def __init__(self, levels: int, features: int, context: int, rank: int, max_correction: float):
         self.levels, self.features, self.context = levels, features, context
         self.rank = int(rank)
-        self._reward_weights = np.full(levels, -1.0 / (levels * float(max_correction) ** 2))
+        self._reward_weights = np.full(levels, -1.0 / (levels * float(max_correction) ** 2), np.float32)
+        self._scratch = np.empty((0, levels), np.float32)
+        """The staged rows' targets (float32), then their squared errors; reused, never sent."""
         self._rows = 0
         self._capacity = 0
         self._columns: dict[str, np.ndarray] = {}
@@ -68,7 +70,9 @@ class ColumnBatch:
         c["step_index"][lo:hi] = step_index
         c["policy_incarnation"][lo:hi] = version.incarnation
         c["policy_count"][lo:hi] = version.count
-        self._staged = (rows, target[rows])
+        if len(self._scratch) < m:
+            self._scratch = np.empty((m, self.levels), np.float32)
+        self._staged = (rows, np.take(target, rows, axis=0, out=self._scratch[:m], mode="clip"))
 
     def complete(self, action: np.ndarray) -> None:
         """Add the answer ``action`` [n, L] float32 to the staged rows, score them, commit them.
@@ -81,9 +85,9 @@ class ColumnBatch:
         lo, hi = self._rows, self._rows + len(rows)
         c = self._columns
         a = np.take(action, rows, axis=0, out=c["action"][lo:hi], mode="clip")
-        error = a - target
+        error = np.subtract(a, target, out=target)  # in the scratch rows: no allocation
         np.square(error, out=error)
-        c["reward"][lo:hi] = error @ self._reward_weights  # -mean(((a - t) / B)^2): one BLAS call
+        np.matmul(error, self._reward_weights, out=c["reward"][lo:hi])  # -mean(((a - t) / B)^2)
         self._rows = hi
 
     def add(self, profile: np.ndarray, context: np.ndarray | None, action: np.ndarray, target: np.ndarray,

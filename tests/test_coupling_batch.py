@@ -130,7 +130,7 @@ def test_streamed_columns_are_drawn_round_by_round_without_repeats(tmp_path, n, 
     counts = np.zeros(n, int)
     picks = [link._pick_rows(n) for _ in range(60)]
     for rows in picks:
-        assert len(rows) == len(np.unique(rows)) == k and (np.diff(rows) > 0).all()
+        assert len(rows) == len(np.unique(rows)) == k
         counts[rows] += 1
     assert counts.max() - counts.min() <= 1  # every column streamed as often as any other, give or take one
     assert len({tuple(r) for r in picks}) > 1  # and not always the same ones
