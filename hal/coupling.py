@@ -191,6 +191,10 @@ class CouplingStats:
 class CouplingLink:
     """One rank's end of the coupling (see the module docstring)."""
 
+    POLL_AT_LEAST_S = 2.0
+    """While streaming, the learner is polled once per batch, and at least this often (heartbeats,
+    ACKs and weights keep flowing even when exchanges stop completing batches)."""
+
     def __init__(self, config: CouplingConfig, rank: int, policy: NumpyPolicy | None = None,
                  seed: int | None = None):
         if (policy is None) == (config.inference is None):
@@ -215,6 +219,7 @@ class CouplingLink:
         self._step_index = 0
         self._link: LearnerLink | None = None
         self._exchanges_in_batch = 0
+        self._serviced_at = 0.0
         self._batch = ColumnBatch(config.levels, config.features, config.context, self.rank, config.max_correction)
         self._spool = Spool(ram_bytes=config.spool_bytes, disk_bytes=config.spool_bytes, on_full="drop_oldest")
         self._next_connect = 0.0
@@ -239,8 +244,8 @@ class CouplingLink:
         profile, context, target = self._checked(state, info)
         if self._exchanges_in_batch >= self.config.send_every and self._link is not None:  # the last one filled it
             self._send_pending()
-        if target is None or self._exchanges_in_batch == 0:  # streaming: once per batch is soon enough
-            self._service_learner()
+        if target is None or self._exchanges_in_batch == 0 or start - self._serviced_at > self.POLL_AT_LEAST_S:
+            self._service_learner()  # while streaming, once per batch is soon enough (and at least so often)
         inference_s = inference_thread_s = inference_cpu_s = 0.0
         answer = None
         if self._ready():
@@ -373,6 +378,7 @@ class CouplingLink:
 
     def _service_learner(self) -> None:
         """Poll the learner link without waiting; take new weights; track silence."""
+        self._serviced_at = time.perf_counter()
         if self.config.learner is None:
             return
         if self._link is None:

@@ -134,3 +134,24 @@ def test_streamed_columns_are_drawn_round_by_round_without_repeats(tmp_path, n, 
         counts[rows] += 1
     assert counts.max() - counts.min() <= 1  # every column streamed as often as any other, give or take one
     assert len({tuple(r) for r in picks}) > 1  # and not always the same ones
+
+
+def test_a_stalled_batch_still_polls_the_learner(tmp_path):
+    """Exchanges that stop completing the batch (the inference process died) still keep the link alive."""
+    path, arrays = level_policy(tmp_path, PolicyVersion(7, 0))
+    learner = LearnerThread()
+    try:
+        link = CouplingLink(replace(CFG, learner=learner.endpoint, send_every=1000), rank=4,
+                            policy=runtime.load(path), seed=0)
+        link.POLL_AT_LEAST_S = 0.05
+        state, info = next(_exchanges([6]))
+        link.exchange(state, info)  # the batch is now part-filled: the per-batch poll will not come
+        learner.publish(PolicyVersion(7, 1), arrays)
+        deadline = time.monotonic() + 10
+        while link.stats.weights_taken == 0 and time.monotonic() < deadline:
+            link.exchange(state, info)
+            time.sleep(0.02)
+        assert link.stats.weights_taken == 1 and link.version == PolicyVersion(7, 1)
+        link.close(flush_s=5.0)
+    finally:
+        learner.close()
