@@ -7,7 +7,10 @@ copied every row twice and allocated a dozen small columns per exchange.
 :class:`ColumnBatch` instead allocates the batch once (``send_every``
 exchanges' worth of rows) and gathers each exchange's rows into it; the
 columns that are the same on every row (the rank, the flags, the source)
-are shared read-only arrays, allocated once per batch length.
+are shared read-only arrays, allocated once per batch length. An exchange
+fills its rows in two halves: :meth:`ColumnBatch.stage` gathers the inputs
+before the policy runs (while the state is still in the cache) and
+:meth:`ColumnBatch.complete` adds the answer and the reward after it.
 
 A batch that has been taken is never written again: the wire encodes its
 columns without a copy and the spool keeps them until the learner's ACK, so
