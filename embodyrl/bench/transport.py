@@ -12,9 +12,10 @@ Side by side, in one run, on loopback:
   run); ``large_batch_ratio_vs_raw_first_fill`` is the same into a fresh
   file, whose every page the kernel must first allocate, and
   ``large_batch_ratio_vs_raw_inline_writes`` the same with every write on
-  the ingest thread. ``large_batch_receiver_cpu_ms`` and
-  ``raw_receiver_cpu_ms``: CPU seconds per batch of the receiving process
-  (all its threads, ZeroMQ's included), ours and raw.
+  the ingest thread. ``large_batch_receiver_cpu_ms``,
+  ``raw_receiver_cpu_ms``, ``large_batch_sender_cpu_ms`` and
+  ``raw_sender_cpu_ms``: CPU seconds per batch of the receiving and the
+  sending process (all their threads, ZeroMQ's included), ours and raw.
 * ``transitions_per_s_4_actors``: four actor processes push pre-built
   batches of 256 HalfCheetah-sized steps (17-dim observation, 6-dim action)
   through their links to the real :class:`~embodyrl.learner.Learner`
@@ -72,13 +73,15 @@ def _batch(obs_spec: DictSpec, action_spec: ArraySpec, rows: int, actor_id: int,
 
 
 # -- sender processes (spawned) ------------------------------------------
-def _raw_sender(endpoint: str, batches: int, mode: str) -> None:
+def _raw_sender(endpoint: str, batches: int, mode: str, report) -> None:
+    """Send ``batches`` raw (or pickled) image batches; put the CPU seconds of sending on ``report``."""
     steps = _batch(IMAGE_SPEC, IMAGE_ACTION, 128, 0, 0)
     arrays = steps.arrays()
     ctx = zmq.Context()
     sock = ctx.socket(zmq.DEALER)
     sock.setsockopt(zmq.SNDHWM, 4)
     sock.connect(endpoint)
+    cpu = time.process_time()
     if mode == "raw":
         from ..hal.wire.codec import encode
 
@@ -89,8 +92,9 @@ def _raw_sender(endpoint: str, batches: int, mode: str) -> None:
         for _ in range(batches):
             sock.send(pickle.dumps(arrays, protocol=pickle.HIGHEST_PROTOCOL), copy=False)
     sock.send(b"end")
-    sock.close(linger=-1)
+    sock.close(linger=-1)  # waits until every frame is out
     ctx.term()
+    report.put(time.process_time() - cpu)
 
 
 def _link_sender(endpoint: str, batches: int, obs_msg, action_msg, rows: int, actor_id: int,
@@ -118,12 +122,14 @@ def _link_sender(endpoint: str, batches: int, obs_msg, action_msg, rows: int, ac
 
 
 # -- measurements --------------------------------------------------------
-def _receive_raw(batches: int, mode: str) -> tuple[float, float]:
-    """(bytes/s, receiver CPU seconds per batch, every thread of this process)."""
+def _receive_raw(batches: int, mode: str) -> tuple[float, float, float]:
+    """(bytes/s, receiver and sender CPU seconds per batch, every thread of each process)."""
     ctx = zmq.Context()
     sock = ctx.socket(zmq.ROUTER)
     port = sock.bind_to_random_port("tcp://127.0.0.1")
-    proc = mp.get_context("spawn").Process(target=_raw_sender, args=(f"tcp://127.0.0.1:{port}", batches, mode))
+    report = mp.get_context("spawn").Queue()
+    proc = mp.get_context("spawn").Process(target=_raw_sender, args=(f"tcp://127.0.0.1:{port}", batches, mode,
+                                                                     report))
     proc.start()
     if mode == "pickle":  # the receiver's work, made from a local twin of the payload (see above)
         local = _batch(IMAGE_SPEC, IMAGE_ACTION, 128, 0, 0).arrays()
@@ -145,15 +151,16 @@ def _receive_raw(batches: int, mode: str) -> tuple[float, float]:
                 ring[k][cursor:cursor + n] = v
             cursor = (cursor + n) % (8192 - n)
     elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
+    sender_cpu = report.get(timeout=60)
     proc.join(30)
     sock.close(0)
     ctx.term()
-    return nbytes / elapsed, cpu / batches
+    return nbytes / elapsed, cpu / batches, sender_cpu / batches
 
 
 def _receive_ours(batches: int, directory: Path, first_fill: bool = False,
-                  write_behind: bool = True) -> tuple[float, float]:
-    """(bytes/s, receiver CPU s per batch) through our link and ingest into the replay; in its
+                  write_behind: bool = True) -> tuple[float, float, float]:
+    """(bytes/s, receiver and sender CPU s per batch) through our link and ingest into the replay; in its
     steady state (the data file written once and synced, as through most of a long run) unless
     ``first_fill``. The clock stops once the last batch is in the page cache (with
     ``write_behind``, the writer thread's queue drained)."""
@@ -172,8 +179,9 @@ def _receive_ours(batches: int, directory: Path, first_fill: bool = False,
         os.fsync(fd)  # else the kernel writes these back during the run, stalling its writes
         os.close(fd)
     server = LearnerServer(run_id="bench", incarnation=1)
-    proc = mp.get_context("spawn").Process(
-        target=_link_sender, args=(server.endpoint, batches, IMAGE_SPEC.to_msg(), IMAGE_ACTION.to_msg(), 128, 0))
+    report = mp.get_context("spawn").Queue()
+    proc = mp.get_context("spawn").Process(target=_link_sender, args=(
+        server.endpoint, batches, IMAGE_SPEC.to_msg(), IMAGE_ACTION.to_msg(), 128, 0, report))
     proc.start()
     received, nbytes, start, cpu = 0, 0, None, 0.0
     granted = False
@@ -195,10 +203,11 @@ def _receive_ours(batches: int, directory: Path, first_fill: bool = False,
     deadline = time.monotonic() + 30
     while proc.is_alive() and time.monotonic() < deadline:
         server.poll(20)
+    sender_cpu = report.get(timeout=60)
     proc.join(5)
     server.close()
     replay.close(commit=False)
-    return nbytes / elapsed, cpu / batches
+    return nbytes / elapsed, cpu / batches, sender_cpu / batches
 
 
 def _four_actors(batches: int, directory: Path) -> tuple[float, float, float]:
@@ -294,6 +303,8 @@ def run(quick: bool = False) -> dict:
         # CPU seconds per 2.7 MB batch in the receiving process (all its threads), ours vs raw
         "large_batch_receiver_cpu_ms": round(1e3 * median(ours, 1), 3),
         "raw_receiver_cpu_ms": round(1e3 * median(raw, 1), 3),
+        "large_batch_sender_cpu_ms": round(1e3 * median(ours, 2), 3),
+        "raw_sender_cpu_ms": round(1e3 * median(raw, 2), 3),
         "transitions_per_s_4_actors": round(median(durable)),
         # CPU seconds per 256-row batch: the learner process, and the four senders together
         "learner_cpu_ms_per_batch": round(1e3 * learner_cpu, 3),
