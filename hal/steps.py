@@ -123,7 +123,14 @@ class Steps:
         Every column must have its spec's dtype and a common length;
         observations and actions must be finite and applied actions within
         the action bounds; flags must be consistent. Raises :class:`SpecError`.
+
+        ``proposed_action`` may be absent: it then equals ``action`` and is the
+        same array (no copy). A sender whose actions are never changed after
+        the policy proposes them (a coupled model) leaves it off the wire.
         """
+        proposed_absent = "proposed_action" not in arrays
+        if proposed_absent:
+            arrays = {**arrays, "proposed_action": arrays.get("action")}
         expected = _expected_columns(observation_spec)
         if arrays.keys() != expected:
             raise SpecError(
@@ -133,13 +140,15 @@ class Steps:
         length = arrays["reward"].shape[0] if arrays["reward"].ndim == 1 else -1
         if length < 1:
             raise SpecError(f"reward: shape {arrays['reward'].shape}; expected a non-empty 1-d column")
-        if not _columns_fit(arrays, _column_table(observation_spec, action_spec), length):
+        if not _columns_fit(arrays, _column_table(observation_spec, action_spec, not proposed_absent), length):
             checked = {name: spec.validate_batch(arrays[name], length)  # names the column at fault
                        for name, spec in _SCALAR_SPECS.items()}
             for name, spec in observation_spec.items():
                 checked[OBSERVATION_PREFIX + name] = spec.validate_batch(arrays[OBSERVATION_PREFIX + name], length)
-            for name in ("proposed_action", "action"):
+            for name in ("proposed_action", "action") if not proposed_absent else ("action",):
                 checked[name] = action_spec.validate_batch(arrays[name], length)
+            if proposed_absent:
+                checked["proposed_action"] = checked["action"]
             arrays = checked
         observation = {name: arrays[OBSERVATION_PREFIX + name] for name in observation_spec}
         final = arrays["final"]
@@ -161,11 +170,12 @@ class Steps:
 
 
 @functools.lru_cache(maxsize=64)
-def _column_table(observation_spec: DictSpec, action_spec: ArraySpec) -> tuple:
-    """(name, dtype, per-row shape, is float) of every column: the hot path's checks, precomputed."""
+def _column_table(observation_spec: DictSpec, action_spec: ArraySpec, proposed: bool = True) -> tuple:
+    """(name, dtype, per-row shape, is float) of every column: the hot path's checks, precomputed
+    (``proposed``: whether ``proposed_action`` is a column of its own, not ``action`` again)."""
     specs = [(name, spec) for name, spec in _SCALAR_SPECS.items()]
     specs += [(OBSERVATION_PREFIX + name, spec) for name, spec in observation_spec.items()]
-    specs += [("action", action_spec), ("proposed_action", action_spec)]
+    specs += [("action", action_spec)] + ([("proposed_action", action_spec)] if proposed else [])
     return tuple((name, spec.dtype, tuple(spec.shape), is_float(spec.dtype)) for name, spec in specs)
 
 
