@@ -11,8 +11,9 @@ one they stay non-canonical and run as naive loops, about 8x slower (an
 Here the forward is the same ``lax.conv_general_dilated`` as ``nnx.Conv``
 (canonical, fast everywhere); the backward is written as matrix products:
 
-* kernel gradient: the 3x3 input taps as strided slices, concatenated into
-  patches [N, OH, OW, kh*kw*C], times the output gradient (one ``dot``);
+* kernel gradient: for each of the 3x3 taps, the transposed output
+  gradient [O, N*OH*OW] times the tap's input pixels (a strided slice,
+  [N*OH*OW, C]): one ``dot`` per tap;
 * input gradient: the output gradient times the kernel gives each tap's
   contribution [N, OH, OW, kh, kw, C]; each tap is placed back with one
   ``lax.pad`` (interior padding = stride - 1) and summed.
@@ -67,8 +68,12 @@ def _backward(stride, residuals, grad):
     _, out_h, out_w, _ = grad.shape
     height, width = x.shape[1], x.shape[2]
     taps = [(r, c) for r in range(rows) for c in range(cols)]
-    patches = jnp.concatenate([_taps(x, r, c, stride, out_h, out_w) for r, c in taps], axis=-1)
-    d_kernel = jnp.einsum("nijp,nijo->po", patches, grad).reshape(rows, cols, c_in, c_out)
+    # grad^T [O, N*OH*OW] times each tap's pixels [N*OH*OW, C]: the long axis is the contraction, and
+    # only the small output gradient is transposed (a concatenated [C*9, N*OH*OW] patch matrix cost
+    # a transpose of the whole patch array)
+    grad_t = grad.reshape(-1, c_out).T
+    tap_grads = [grad_t @ _taps(x, r, c, stride, out_h, out_w).reshape(-1, c_in) for r, c in taps]
+    d_kernel = jnp.stack(tap_grads).reshape(rows, cols, c_out, c_in).transpose(0, 1, 3, 2)
     per_tap = jnp.einsum("nijo,rcko->nijrck", grad, kernel)
     zero = jnp.zeros((), x.dtype)
     d_x = jnp.zeros_like(x)
