@@ -115,9 +115,11 @@ class PersistentReplay:
 
         Returns at once: the syncs run on the store's committer thread, and
         ``committed_seqs`` moves only when they have returned. A failed
-        background commit raises here, at the next call.
+        background commit raises here, at the next call; a failed row write
+        (:class:`~.writer.RowsLost`) at this and every later call.
         """
         with self.lock:
+            self.store.check()  # a lost row write: raised here too, at every call
             if not self.store.committing:
                 self.store.settle()  # a finished commit's error surfaces here
                 if self.store.commit_due(interval_s):

@@ -243,6 +243,13 @@ class ChunkStore(PageHints):
         except (ValueError, KeyError, TypeError) as err:
             raise ValueError(f"{self.directory}: corrupt index ({err})") from None
 
+    def check(self) -> None:
+        """Raise unless rows may be added, committed and read: the store is open and no row
+        write has failed (:class:`~.writer.RowsLost` names the first failure, for good)."""
+        if self._fd < 0:
+            raise ValueError(f"{self.directory}: replay is closed")
+        self._writer.check()
+
     def _snapshot(self) -> tuple[int, bytes, dict[int, int], int]:
         """The next commit's (number, index bytes, seqs, write ticket), from the state now
         (caller's thread).
@@ -252,6 +259,7 @@ class ChunkStore(PageHints):
         for, so the ``fdatasync`` that follows covers it; rows added later are
         beyond its fills.
         """
+        self.check()
         seqs = {**self.committed_seqs, **self._pending_seqs}  # in-flight seqs are pending until durable
         self._pending_seqs.clear()
         self._plan_eviction()
@@ -265,34 +273,42 @@ class ChunkStore(PageHints):
         file that does NOT hold the last durable commit: a failed write (a full disk) can tear
         only the file that was already stale."""
         slot = 1 - self._durable_slot
-        try:
-            self._writer.wait(ticket)
-            os.fdatasync(self._fd)
-            fd = self._index_fds[slot]
-            if os.pwrite(fd, index, 0) != len(index):  # a full disk writes short, without raising
-                raise OSError(errno.ENOSPC, f"{self.directory}: index write cut short (disk full?)")
-            os.fdatasync(fd)
-        except BaseException:
-            with self._durable_lock:  # not durable: its seqs stay pending for the next commit
-                for actor, seq in seqs.items():
-                    if seq > self.committed_seqs.get(actor, 0):
-                        self._pending_seqs[actor] = max(seq, self._pending_seqs.get(actor, 0))
-            raise
+        self._writer.wait(ticket)
+        os.fdatasync(self._fd)
+        fd = self._index_fds[slot]
+        if os.pwrite(fd, index, 0) != len(index):  # a full disk writes short, without raising
+            raise OSError(errno.ENOSPC, f"{self.directory}: index write cut short (disk full?)")
+        os.fdatasync(fd)
         with self._durable_lock:
             self.committed_seqs = seqs
             self.durable_commits = number
             self._durable_slot = slot
 
+    def _requeue(self, seqs: dict[int, int]) -> None:
+        """A failed commit's seqs stay pending for the next one (on the caller's thread, the
+        one ``add`` runs on, so no update to ``_pending_seqs`` is lost)."""
+        for actor, seq in seqs.items():
+            if seq > self.committed_seqs.get(actor, 0):
+                self._pending_seqs[actor] = max(seq, self._pending_seqs.get(actor, 0))
+
     def settle(self) -> None:
         """Wait for the commit in flight; raise its error (its rows stay unacknowledged)."""
         inflight, self._inflight = self._inflight, None
         if inflight is not None:
-            inflight.result()
+            error = inflight.exception()
+            if error is not None:
+                self._requeue(inflight.seqs)
+                raise error
 
     def commit(self) -> None:
         """Make every row added so far durable, with the actors' sequence numbers (waits)."""
         self.settle()
-        self._make_durable(*self._snapshot())
+        snapshot = self._snapshot()
+        try:
+            self._make_durable(*snapshot)
+        except BaseException:
+            self._requeue(snapshot[2])
+            raise
 
     @property
     def committing(self) -> bool:
@@ -310,7 +326,9 @@ class ChunkStore(PageHints):
         self.settle()
         if self._committer is None:
             self._committer = ThreadPoolExecutor(1, thread_name_prefix="replay-commit")
-        self._inflight = self._committer.submit(self._make_durable, *self._snapshot())
+        snapshot = self._snapshot()
+        self._inflight = self._committer.submit(self._make_durable, *snapshot)
+        self._inflight.seqs = snapshot[2]  # re-queued by settle if the commit fails
         return True
 
     def commit_due(self, interval_s: float) -> bool:
@@ -332,6 +350,7 @@ class ChunkStore(PageHints):
         background commits once the ring is full, else committed here, waiting); ``on_evict(chunk)``
         lets the caller drop what it derived from them (priorities).
         """
+        self.check()
         n = len(steps)
         segments, evict = self.ring.plan(n)
         self._largest_batch = max(self._largest_batch, n)
@@ -352,6 +371,22 @@ class ChunkStore(PageHints):
                 self.eviction_waits += 1
                 self.commit()
         slots = self.ring.apply(segments, steps.source)
+        try:
+            self._write_rows(steps, segments, slots)
+        except BaseException as err:  # the ring counts rows that may not be on disk: for good
+            self._writer.fail(err)
+            raise
+        if self.pending_rows == 0:
+            self._pending_since = time.monotonic()
+        self.pending_rows += n
+        self.rows_added += n
+        if seq is not None:
+            self._pending_seqs[int(steps.actor_id[0])] = int(seq)
+        return slots
+
+    def _write_rows(self, steps: Steps, segments: list, slots: np.ndarray) -> None:
+        """Pack and write the rows the ring just placed at ``slots``, and link the stream."""
+        n = len(steps)
         self._plan_eviction()  # a chunk ahead of need: the next commits record it
         generation = self.ring.generation[slots // self.layout.chunk_rows]
         arrays = steps.arrays()
@@ -370,13 +405,6 @@ class ChunkStore(PageHints):
             i += count
         self._writer.write(writes, staging)
         self._link_stream(steps, int(slots[0]), int(generation[0]), int(slots[-1]))
-        if self.pending_rows == 0:
-            self._pending_since = time.monotonic()
-        self.pending_rows += n
-        self.rows_added += n
-        if seq is not None:
-            self._pending_seqs[int(steps.actor_id[0])] = int(seq)
-        return slots
 
     def _evictions_durable(self, chunks: list[int]) -> bool:
         durable = self.durable_commits
@@ -400,19 +428,28 @@ class ChunkStore(PageHints):
     @property
     def rows(self) -> np.ndarray:
         """Every row slot (read-only mapping), once the writes submitted so far have landed."""
+        self.check()
         self._writer.drain()
         return self._rows
 
     def drain_writes(self) -> None:
         """Wait for the writer thread's queued writes; raise a failed one's error."""
+        self.check()
         self._writer.drain()
 
     def close(self, commit: bool = True) -> None:
-        """Commit what is pending (unless ``commit`` is False: as a crash would) and unmap."""
+        """Commit what is pending (unless ``commit`` is False: as a crash would) and unmap.
+
+        The files close even if the commit fails (its error is raised; the
+        store is closed either way), except while the writer thread still
+        writes past its deadline: then TimeoutError, and the file stays open
+        for it (close again later). With ``commit``, a row write that failed
+        earlier is raised here too.
+        """
         if self._fd < 0:
             return
         try:
-            if commit and self.pending_rows:
+            if commit and (self.pending_rows or self._writer.failure is not None):
                 self.commit()
             else:
                 self.settle()
@@ -420,11 +457,11 @@ class ChunkStore(PageHints):
             if self._committer is not None:
                 self._committer.shutdown(wait=True)
                 self._committer = None
-            self._writer.close()  # its queued writes land before the file closes
-        del self._rows
-        with contextlib.suppress(BufferError):  # a caller holds a view: unmapped with the last one
-            self._mmap.close()
-        os.close(self._fd)
-        for fd in self._index_fds:
-            os.close(fd)
-        self._fd = -1
+            self._writer.close()  # its queued writes land before the file closes (or it raises)
+            self._rows = None
+            with contextlib.suppress(BufferError):  # a caller holds a view: unmapped with the last one
+                self._mmap.close()
+            os.close(self._fd)
+            for fd in self._index_fds:
+                os.close(fd)
+            self._fd = -1

@@ -14,6 +14,10 @@ next batch instead of following it. The rules that keep it correct:
 * a failed write is raised at the next ``submit``, ``wait`` or ``drain`` and
   at every one after: no commit covers rows after a lost write, so none of
   them is ever acknowledged;
+* so is any failure on the caller's thread once the ring counts a batch's
+  rows (an inline ``pwrite``, a ``submit`` that timed out): :class:`RowWriter`
+  keeps the first one for good, across ``close``, and raises
+  :class:`RowsLost` naming it at every later write, commit and read;
 * the caller's arrays are copied into the staging buffer before ``submit``,
   so a caller may reuse them as soon as ``add`` returns.
 """
@@ -30,6 +34,10 @@ from collections.abc import Callable
 import numpy as np
 
 DEFAULT_DEADLINE_S = 120.0
+
+
+class RowsLost(OSError):
+    """Rows the ring counts never reached the data file: no commit may cover them, no reader see them."""
 
 
 class WriteBehind:
@@ -75,12 +83,20 @@ class WriteBehind:
         if self.done != self.submitted or self._error is not None:
             self.wait(self.submitted)
 
+    @property
+    def error(self) -> BaseException | None:
+        """The failed write's error, if one failed."""
+        return self._error
+
     def close(self) -> None:
-        """Finish the queued jobs and stop the thread (a failed write is not raised here)."""
+        """Finish the queued jobs and stop the thread (a failed write is not raised here: see
+        ``error``). Raises TimeoutError if the thread is still writing after the deadline."""
         with self._cond:
             self._closed = True
             self._cond.notify_all()
         self._thread.join(self.deadline_s)
+        if self._thread.is_alive():
+            raise TimeoutError(f"replay write-behind: a write still runs after {self.deadline_s} s")
 
     def _wait_for(self, ready: Callable[[], bool], what: str) -> None:
         """Wait on the condition (held) until ``ready`` or an error; a deadline, never forever."""
@@ -115,7 +131,8 @@ class RowWriter:
 
     A batch of at least ``behind_bytes`` (None: never) goes to a
     :class:`WriteBehind` thread, and so does everything after it until that
-    thread is idle again, so writes land in submission order.
+    thread is idle again, so writes land in submission order. The first
+    failure (here or on the thread) sticks: see :meth:`check`.
     """
 
     def __init__(self, fd: int, dtype: np.dtype, behind_bytes: int | None, depth: int, path: str):
@@ -128,6 +145,22 @@ class RowWriter:
         self._free: deque[np.ndarray] = deque()  # the writer thread's buffers, back once written
         self._thread: WriteBehind | None = None
         self._behind = False  # the batch being packed goes behind
+        self.failure: BaseException | None = None
+        """The first write that failed (kept for good, across ``close``)."""
+
+    def fail(self, err: BaseException) -> None:
+        """Record that rows the ring counts may not be on disk (the first cause is kept)."""
+        if self.failure is None:
+            self.failure = err
+
+    def check(self) -> None:
+        """Raise :class:`RowsLost` naming the first failure, if any: nothing after it is durable."""
+        if self.failure is None and self._thread is not None and self._thread.error is not None:
+            self.failure = self._thread.error
+        if self.failure is not None:
+            raise RowsLost(errno.EIO, f"{self._path}: a row write failed ({self.failure!r}); rows counted "
+                           "after it are not on disk, so nothing more is committed, acknowledged or read. "
+                           "close(commit=False) and reopen: the replay continues from its last commit")
 
     def _busy(self) -> bool:
         return self._thread is not None and not self._thread.idle
@@ -148,26 +181,36 @@ class RowWriter:
         """Write ``(buffer, file offset)`` or ``(buffers, file offset, bytes)`` pieces of ``staging`` (from
         :meth:`staging`) and of the columns they name: behind, those columns must stay
         unchanged until the write lands (received frames are never written to)."""
-        if not self._behind:
-            for write in writes:
-                self._pwrite(*write)
-            return
-        if self._thread is None:
-            self._thread = WriteBehind(self._depth)
+        self.check()
+        try:
+            if not self._behind:
+                for write in writes:
+                    self._pwrite(*write)
+                return
+            if self._thread is None:
+                self._thread = WriteBehind(self._depth)
 
-        def job() -> None:
-            for write in writes:
-                self._pwrite(*write)
-            self._free.append(staging)
+            def job() -> None:
+                for write in writes:
+                    self._pwrite(*write)
+                self._free.append(staging)
 
-        self._thread.submit(job)
+            self._thread.submit(job)
+        except BaseException as err:  # an inline write or a submit that timed out: rows lost
+            self.fail(err)
+            raise
 
     def patch(self, data: bytes, position: int) -> None:
         """A small write that must land after every write submitted before it."""
-        if self._busy():
-            self._thread.submit(lambda: self._pwrite(data, position))
-        else:
-            self._pwrite(data, position)
+        self.check()
+        try:
+            if self._busy():
+                self._thread.submit(lambda: self._pwrite(data, position))
+            else:
+                self._pwrite(data, position)
+        except BaseException as err:
+            self.fail(err)
+            raise
 
     def advise(self, call: Callable[[], None]) -> None:
         """Page-cache advice (release, populate): on the writer thread once it runs, after the
@@ -184,19 +227,36 @@ class RowWriter:
 
     def ticket(self) -> int:
         """Writes submitted so far: what a commit snapshotted now must wait for."""
+        self.check()
         return self._thread.submitted if self._thread is not None else 0
 
     def wait(self, ticket: int) -> None:
+        self.check()
         if ticket and self._thread is not None:
-            self._thread.wait(ticket)
+            try:
+                self._thread.wait(ticket)
+            finally:
+                self.check()  # a write that failed meanwhile: RowsLost, naming it
 
     def drain(self) -> None:
+        self.check()
         if self._thread is not None:
-            self._thread.drain()
+            try:
+                self._thread.drain()
+            finally:
+                self.check()
 
     def close(self) -> None:
+        """Stop the writer thread once its queued writes have landed. Raises TimeoutError (and
+        keeps the thread) if it is still writing: the file must then stay open for it."""
         if self._thread is not None:
-            self._thread.close()
+            try:
+                self._thread.close()
+            except TimeoutError as err:
+                self.fail(err)  # whatever it still writes, no commit may count on it
+                raise
+            if self._thread.error is not None:
+                self.fail(self._thread.error)
             self._thread = None
 
     def _pwrite(self, data, position: int, expected: int | None = None) -> None:
