@@ -181,7 +181,7 @@ def decode(frames: list, limits: Limits = DEFAULT_LIMITS) -> Message:
             total += nbytes
             if total > limits.max_message_bytes:
                 raise MessageError("message_size", f"message exceeds {limits.max_message_bytes} bytes")
-            arrays[name] = np.frombuffer(shared[start:shared_end], dtype=dtype).reshape(shape)
+            arrays[name] = _view(shared[start:shared_end], dtype, shape, name)
             continue
         buf = _buffer(next(own))
         if codec is not None:
@@ -196,10 +196,19 @@ def decode(frames: list, limits: Limits = DEFAULT_LIMITS) -> Message:
         total += nbytes
         if total > limits.max_message_bytes:
             raise MessageError("message_size", f"message exceeds {limits.max_message_bytes} bytes")
-        arrays[name] = np.frombuffer(buf, dtype=dtype).reshape(shape)
+        arrays[name] = _view(buf, dtype, shape, name)
     if shared is not None and shared_end != shared.nbytes:
         raise MessageError("frame_size", f"packed frame has {shared.nbytes} bytes, its arrays need {shared_end}")
     return Message(kind, fields, arrays)
+
+
+def _view(buf, dtype: np.dtype, shape: tuple, name: str) -> np.ndarray:
+    """The frame's bytes as an array of ``shape`` (sizes were checked; numpy's own refusals,
+    if any remain, become a MessageError too)."""
+    try:
+        return np.frombuffer(buf, dtype=dtype).reshape(shape)
+    except (ValueError, TypeError) as err:
+        raise MessageError("array_malformed", f"{name}: shape {list(shape)} refused ({err})") from None
 
 
 def _check_descriptor(descriptor, limits: Limits):
@@ -219,4 +228,9 @@ def _check_descriptor(descriptor, limits: Limits):
     for d in shape:  # msgpack ints are 64-bit at most
         if type(d) is not int or d < 0:
             raise MessageError("array_malformed", f"{name}: shape {shape!r} has a bad dimension")
+    # an empty array's other dims still must fit memory: numpy refuses shapes whose non-zero
+    # dims overflow its index type, e.g. [0, 2**63], after any size check that counts bytes
+    if 0 in shape and math.prod(d for d in shape if d) * np_dtype.itemsize > limits.max_frame_bytes:
+        raise MessageError("array_malformed", f"{name}: empty shape {shape!r} has dimensions beyond "
+                           f"{limits.max_frame_bytes} bytes")
     return name, np_dtype, tuple(shape), codec
