@@ -191,9 +191,13 @@ class CouplingStats:
 class CouplingLink:
     """One rank's end of the coupling (see the module docstring)."""
 
+    POLL_EVERY_S = 1.0
+    """While streaming, the learner is polled after a batch goes out when this long has passed since
+    the last poll (or when rows wait for credits): its ACKs and weights are not urgent, and each
+    poll costs the rank's thread more than the few ACKs it collects."""
     POLL_AT_LEAST_S = 2.0
-    """While streaming, the learner is polled once per batch, and at least this often (heartbeats,
-    ACKs and weights keep flowing even when exchanges stop completing batches)."""
+    """And at least this often, within a batch too (heartbeats, ACKs and weights keep flowing even
+    when exchanges stop completing batches)."""
 
     def __init__(self, config: CouplingConfig, rank: int, policy: NumpyPolicy | None = None,
                  seed: int | None = None):
@@ -242,10 +246,11 @@ class CouplingLink:
         start, start_cpu = time.perf_counter(), time.thread_time()
         info = info or {}
         profile, context, target = self._checked(state, info)
-        if self._exchanges_in_batch >= self.config.send_every and self._link is not None:  # the last one filled it
+        sent = self._exchanges_in_batch >= self.config.send_every and self._link is not None
+        if sent:  # the last exchange filled the batch
             self._send_pending()
-        if target is None or self._exchanges_in_batch == 0 or start - self._serviced_at > self.POLL_AT_LEAST_S:
-            self._service_learner()  # while streaming, once per batch is soon enough (and at least so often)
+        if self._poll_due(target is not None, sent, start):
+            self._service_learner()
         inference_s = inference_thread_s = inference_cpu_s = 0.0
         answer = None
         if self._ready():
@@ -375,6 +380,17 @@ class CouplingLink:
             return
         self._link = link
         self._lost_since = None
+
+    def _poll_due(self, streaming: bool, sent: bool, now: float) -> bool:
+        """Whether to poll the learner in this exchange: always when not streaming (nothing else
+        happens on the link), and while streaming after a batch went out when ``POLL_EVERY_S``
+        has passed or rows wait for credits, else at least every ``POLL_AT_LEAST_S``."""
+        since = now - self._serviced_at
+        if not streaming or self._link is None or since > self.POLL_AT_LEAST_S:
+            return True
+        if sent:
+            return since > self.POLL_EVERY_S or self._link.unsent_rows > 0
+        return self._exchanges_in_batch == 0  # empty, not just sent: no answers (no weights yet, learner lost)
 
     def _service_learner(self) -> None:
         """Poll the learner link without waiting; take new weights; track silence."""

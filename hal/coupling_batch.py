@@ -15,6 +15,11 @@ before the policy runs (while the state is still in the cache) and
 A batch that has been taken is never written again: the wire encodes its
 columns without a copy and the spool keeps them until the learner's ACK, so
 the next batch gets fresh arrays.
+
+The batch goes out as :class:`WireSteps`, without ``proposed_action``: the
+model applies the correction the policy proposed, so the learner's
+:meth:`~.steps.Steps.from_arrays` rebuilds it from ``action`` (a fifth of
+the bytes a row would otherwise carry).
 """
 
 from __future__ import annotations
@@ -27,6 +32,18 @@ _PER_ROW = ("reward", "episode_id", "step_index", "policy_incarnation", "policy_
 """Scalar columns that differ from row to row; the others are constant for a rank's stream."""
 
 
+class WireSteps(Steps):
+    """A coupled model's batch as it goes on the wire: :meth:`arrays` leaves out
+    ``proposed_action``, which is ``action`` (nothing alters the policy's correction before the
+    model applies it); the receiver's :meth:`Steps.from_arrays` rebuilds it as the same array.
+    Hand it to a link, not to a replay (which stores ``proposed_action`` from :meth:`arrays`)."""
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        flat = super().arrays()
+        del flat["proposed_action"]
+        return flat
+
+
 class ColumnBatch:
     """One rank's outgoing batch of column steps (contextual-bandit rows: all terminated)."""
 
@@ -34,8 +51,9 @@ class ColumnBatch:
         self.levels, self.features, self.context = levels, features, context
         self.rank = int(rank)
         self._reward_weights = np.full(levels, -1.0 / (levels * float(max_correction) ** 2), np.float32)
-        self._scratch = np.empty((0, levels), np.float32)
-        """The staged rows' targets (float32), then their squared errors; reused, never sent."""
+        self._scratch: dict[np.dtype, np.ndarray] = {}
+        """Rows of the staged targets (in their own dtype, no cast) and of the squared errors
+        (float32), by dtype; reused, never sent."""
         self._rows = 0
         self._capacity = 0
         self._columns: dict[str, np.ndarray] = {}
@@ -69,13 +87,16 @@ class ColumnBatch:
         np.take(profile, rows, axis=0, out=c["observation/profile"][lo:hi], mode="clip")
         if self.context:
             np.take(context, rows, axis=0, out=c["observation/context"][lo:hi], mode="clip")
-        c["episode_id"][lo:hi] = episode_ids[rows]
+        np.take(episode_ids, rows, out=c["episode_id"][lo:hi], mode="clip")
         c["step_index"][lo:hi] = step_index
         c["policy_incarnation"][lo:hi] = version.incarnation
         c["policy_count"][lo:hi] = version.count
-        if len(self._scratch) < m:
-            self._scratch = np.empty((m, self.levels), np.float32)
-        self._staged = (rows, np.take(target, rows, axis=0, out=self._scratch[:m], mode="clip"))
+        staged = np.take(target, rows, axis=0, out=self._rows_of(target.dtype, m), mode="clip")
+        if staged.dtype != np.float32:  # cast now, while warm (a take that casts into its ``out``
+            staged32 = self._rows_of(np.dtype(np.float32), m)  # goes through a buffer: slower, and it warns)
+            staged32[...] = staged
+            staged = staged32
+        self._staged = (rows, staged)
 
     def complete(self, action: np.ndarray) -> None:
         """Add the answer ``action`` [n, L] float32 to the staged rows, score them, commit them.
@@ -100,8 +121,8 @@ class ColumnBatch:
         self.stage(profile, context, target, rows, episode_ids, step_index, version, capacity)
         self.complete(action)
 
-    def take(self) -> Steps | None:
-        """The rows gathered so far as one :class:`Steps` (views, no copy); None when empty."""
+    def take(self) -> WireSteps | None:
+        """The rows gathered so far as one :class:`WireSteps` (views, no copy); None when empty."""
         if self._rows == 0:
             return None
         n, c = self._rows, self._columns
@@ -112,7 +133,14 @@ class ColumnBatch:
         action = c["action"][:n]
         scalars = {name: (c[name][:n] if name in _PER_ROW else const[name]) for name in SCALAR_COLUMNS}
         self._rows, self._capacity, self._columns, self._staged = 0, 0, {}, None
-        return Steps(observation=observation, action=action, proposed_action=action, **scalars)
+        return WireSteps(observation=observation, action=action, proposed_action=action, **scalars)
+
+    def _rows_of(self, dtype: np.dtype, m: int) -> np.ndarray:
+        """``m`` scratch rows of ``dtype`` (grown when needed, then reused)."""
+        scratch = self._scratch.get(dtype)
+        if scratch is None or len(scratch) < m:
+            scratch = self._scratch[dtype] = np.empty((m, self.levels), dtype)
+        return scratch[:m]
 
     def _allocate(self, capacity: int) -> None:
         """Fresh arrays for a new batch (the previous one may still be in the spool)."""

@@ -56,6 +56,7 @@ def test_streamed_rows_are_the_models_columns_with_their_rewards(tmp_path):
             assert s.reward[i] == pytest.approx(want, rel=1e-5)
             assert s.terminated[i] and not s.truncated[i] and not s.final[i] and s.source[i] == 0
             assert s.actor_id[i] == s.device_id[i] == 2 and s.policy_incarnation[i] == 7
+            assert s.proposed_action is s.action  # not on the wire: the learner rebuilt it, no copy
             episodes.setdefault((len(state), c), int(s.episode_id[i]))
             assert episodes[(len(state), c)] == int(s.episode_id[i])
 
@@ -155,3 +156,46 @@ def test_a_stalled_batch_still_polls_the_learner(tmp_path):
         link.close(flush_s=5.0)
     finally:
         learner.close()
+
+
+def test_a_batch_without_proposed_action_decodes_with_it_equal_to_action():
+    """The wire schema: ``proposed_action`` absent means "equal to action"; present, it is its own column."""
+    from embodyrl.hal.wire.codec import decode, encode
+
+    small = replace(CFG, levels=4, features=2, context=1, max_correction=2.0)
+    batch = ColumnBatch(levels=4, features=2, context=1, rank=3, max_correction=2.0)
+    rng = np.random.default_rng(2)
+    profile, context = rng.normal(size=(5, 4, 2)).astype(np.float32), rng.normal(size=(5, 1)).astype(np.float32)
+    action = rng.uniform(-2, 2, size=(5, 4)).astype(np.float32)
+    batch.add(profile, context, action, np.zeros((5, 4)), np.array([4, 1, 3]), np.arange(5, dtype=np.int64), 0,
+              PolicyVersion(3, 4), capacity=3)
+    wire = batch.take().arrays()
+    assert "proposed_action" not in wire and "action" in wire
+    received = decode(encode("STEPS", {"seq": 1}, wire)).arrays  # through the real codec
+    steps = Steps.from_arrays(received, small.observation_spec(), small.action_spec())
+    assert steps.proposed_action is steps.action
+    np.testing.assert_array_equal(steps.action, action[[4, 1, 3]])
+    assert "proposed_action" in steps.arrays()  # what a replay stores still has the column
+
+    full = dict(received, proposed_action=np.zeros_like(received["action"]))  # a sender that sends it
+    steps = Steps.from_arrays(full, small.observation_spec(), small.action_spec())
+    np.testing.assert_array_equal(steps.proposed_action, 0)
+    np.testing.assert_array_equal(steps.action, action[[4, 1, 3]])
+
+    from embodyrl.hal.specs import SpecError
+    for bad, message in ((dict(received, proposed_action=np.full_like(received["action"], np.nan)), "non-finite"),
+                         ({k: v for k, v in received.items() if k != "action"}, r"missing \['action'\]")):
+        with pytest.raises(SpecError, match=message):
+            Steps.from_arrays(bad, small.observation_spec(), small.action_spec())
+
+
+def test_a_float64_target_is_scored_in_float32_without_warnings():
+    batch = ColumnBatch(levels=3, features=1, context=0, rank=0, max_correction=1.0)
+    target = np.array([[0.5, 0.5, 0.5], [1e-3, 0.0, -1e-3]])
+    action = np.array([[0.5, 0.5, 0.5], [0.0, 0.0, 0.0]], np.float32)
+    with np.errstate(all="raise"):
+        batch.add(np.zeros((2, 3, 1), np.float32), None, action, target, np.array([0, 1]),
+                  np.zeros(2, np.int64), 0, PolicyVersion(1, 1), capacity=2)
+    reward = batch.take().reward
+    assert reward.dtype == np.float32
+    np.testing.assert_allclose(reward, [0.0, -2e-6 / 3], rtol=1e-5)
