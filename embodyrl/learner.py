@@ -169,15 +169,35 @@ class Learner:
                 self._tb.close()
             if self._prefetch is not None:
                 self._prefetch.close()
-            self.replay.commit()
-            self._ack_committed()
-            self.server.bye("training complete")
+            replay_error = self._final_commit()
+            self.server.bye("training complete" if replay_error is None else "learner stopped: replay failed")
             self.save()
             self.checkpoint()
             self.checkpointer.close()
             self.server.close()
-            self.replay.close()
+            self._close_replay(replay_error)
+        if replay_error is not None:  # the loop ended normally, the last commit did not
+            raise replay_error
         return self.counters
+
+    def _final_commit(self) -> Exception | None:
+        """Commit and ack what is left; a failure is returned (to raise once the model is saved
+        and everything closed), never left to skip the rest: the acks sent stay true."""
+        error = None
+        try:
+            self.replay.commit()
+        except Exception as err:  # noqa: BLE001 - raised by run after the cleanup
+            error = err
+        self._ack_committed()  # only what a commit made durable, failed or not
+        return error
+
+    def _close_replay(self, replay_error: Exception | None) -> None:
+        """Close the replay; after a failed commit as a crash would (its last commit stands)."""
+        try:
+            self.replay.close(commit=replay_error is None)
+        except Exception:
+            if replay_error is None:
+                raise
 
     def _ingest(self, batch: ReceivedSteps) -> None:
         steps, actor = batch.steps, batch.session.actor_id

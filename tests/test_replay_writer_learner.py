@@ -59,3 +59,41 @@ def test_image_batches_through_the_learner_are_acked_after_commit_and_stored_bit
                 np.testing.assert_array_equal(stored[name], np.concatenate([column] * batches), err_msg=name)
     finally:
         replay.close()
+
+
+def test_a_failed_row_write_still_saves_the_model_closes_everything_and_raises(tmp_path, monkeypatch):
+    import threading
+
+    import pytest
+
+    from embodyrl.checkpoint import Checkpointer
+    from embodyrl.replay import writer as W
+
+    rows = 128  # 2.7 MB: written behind the ingest thread
+    lc = LearnerConfig(min_replay=10**9, replay_capacity=4 * rows, replay_chunk_rows=512, log_every_s=1e9)
+    learner = Learner(TrainConfig(task="bench", steps=10**9, learner=lc), T.IMAGE_SPEC, T.IMAGE_ACTION, tmp_path)
+    batch = T._batch(T.IMAGE_SPEC, T.IMAGE_ACTION, rows, 0, 0)
+    learner.replay.add(batch, seq=1)
+    learner.replay.commit()
+    real = W.RowWriter._pwrite
+
+    def failing(writer, *args):
+        if threading.current_thread().name == "replay-write":
+            raise OSError(5, "injected EIO")
+        return real(writer, *args)
+
+    monkeypatch.setattr(W.RowWriter, "_pwrite", failing)
+    learner.replay.add(T._batch(T.IMAGE_SPEC, T.IMAGE_ACTION, rows, 0, 1), seq=2)  # its write fails behind
+    with pytest.raises(W.RowsLost, match="injected EIO"):
+        learner.run(should_stop=lambda: True)  # the finally's commit fails: reported, not swallowed
+    monkeypatch.setattr(W.RowWriter, "_pwrite", real)
+    assert Checkpointer(tmp_path / "checkpoints").latest_step() is not None  # the model was saved
+    assert (tmp_path / "policy").exists()
+    assert learner.server._socket is None and learner.replay.store._fd == -1
+    assert learner.replay.store._writer._thread is None  # no writer thread left behind
+    replay = PersistentReplay(tmp_path / "replay")  # the last good commit stands, nothing after it
+    try:
+        assert replay.committed_seqs == {0: 1} and replay.size == rows
+        np.testing.assert_array_equal(replay.store.rows["observation/camera"][:rows], batch.observation["camera"])
+    finally:
+        replay.close()
