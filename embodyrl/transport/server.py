@@ -138,7 +138,7 @@ class LearnerServer:
     def _handle(self, identity: bytes, msg) -> ReceivedSteps | None:
         session = self.sessions.get(identity)
         if msg.kind == P.HELLO:
-            self._hello(identity, msg.fields)
+            self._hello(identity, msg.fields, msg.protocol)
             return None
         if session is None:
             raise MessageError("unknown_peer", f"{msg.kind} before HELLO")
@@ -155,7 +155,13 @@ class LearnerServer:
             raise MessageError("kind", f"unexpected {msg.kind!r} from an actor")
         return None
 
-    def _hello(self, identity: bytes, f: dict) -> None:
+    def _hello(self, identity: bytes, f: dict, written_in: int) -> None:
+        peer = f.get("protocol", written_in)  # actors before protocol 2 send no field: their header's
+        refusal = P.version_mismatch(peer, "actor", "learner")
+        if refusal is not None:  # answered in a version it reads, so it stops with this reason
+            self._send(identity, P.REFUSED, {"reason": refusal}, protocol=P.reply_protocol(peer))
+            self.stats.reject("protocol")
+            return
         devices = [P.DeviceInfo.from_msg(d) for d in P.field(f, "devices", list)]
         name, actor_id = P.field(f, "actor", str), P.field(f, "actor_id", int)
         reason = self.admit(devices) if self.admit else None
@@ -249,8 +255,8 @@ class LearnerServer:
         for session in list(self.sessions.values()):
             self._send(session.identity, P.BYE, {"reason": reason})
 
-    def _send(self, identity: bytes, kind: str, fields: dict) -> None:
-        self._send_frames([identity, *encode(kind, fields)])
+    def _send(self, identity: bytes, kind: str, fields: dict, protocol: int = PROTOCOL_VERSION) -> None:
+        self._send_frames([identity, *encode(kind, fields, protocol=protocol)])
 
     def _send_frames(self, frames: list, copy: bool = True) -> None:
         try:

@@ -201,8 +201,8 @@ class LearnerLink:
         self._send(P.HELLO, {
             "actor": self.actor_name, "actor_id": self.actor_id,
             "devices": [d.to_msg() for d in self.devices], "last_acked_seq": self._acked_seq,
-            "held": list(self.held_version),
-        })
+            "held": list(self.held_version), "protocol": PROTOCOL_VERSION,
+        }, protocol=P.HELLO_PROTOCOL)  # readable by a learner of any version, which then answers
 
     def _disconnect(self) -> None:
         self.connected = False
@@ -229,8 +229,8 @@ class LearnerLink:
             self._credits -= rows
             self._sent_upto = seq
 
-    def _send(self, kind: str, fields: dict, arrays=None) -> None:
-        self._socket.send_multipart(encode(kind, fields, arrays), copy=False)
+    def _send(self, kind: str, fields: dict, arrays=None, protocol: int = PROTOCOL_VERSION) -> None:
+        self._socket.send_multipart(encode(kind, fields, arrays, protocol=protocol), copy=False)
         self._last_sent = time.monotonic()
 
     def _receive(self, timeout_ms: int) -> None:
@@ -297,8 +297,11 @@ class LearnerLink:
         elif msg.kind == P.WEIGHTS:
             self._receive_weights(f, msg.arrays)
         elif msg.kind == P.WELCOME:
-            if P.field(f, "protocol", int) != PROTOCOL_VERSION:
-                raise MessageError("protocol", "learner speaks another protocol")
+            mismatch = P.version_mismatch(P.field(f, "protocol", int), "learner", "actor")
+            if mismatch is not None:  # it would refuse every batch: stop, saying why
+                self.bye_reason = mismatch
+                self.stats.rejected["protocol"] = self.stats.rejected.get("protocol", 0) + 1
+                return
             committed = P.field(f, "committed_seq", int)
             self.run_id = P.field(f, "run_id", str)
             self.incarnation = P.field(f, "incarnation", int)

@@ -13,6 +13,12 @@ ever unpickled: dtypes travel by name (see :mod:`..dtypes`), and
 before it builds an array, so a malformed or hostile message costs one
 :class:`MessageError` and nothing else. Decoded arrays are read-only views
 of the received frames (no copy).
+
+Versions: the header's ``p`` is the protocol the sender wrote. Packing came
+with protocol 2; :func:`decode` reads 1 and 2 (older actors, spools written
+before), and the handshake refuses a peer of another version by name (see
+:mod:`.protocol`), so a version mismatch is never a stream of silently
+rejected batches.
 """
 
 from __future__ import annotations
@@ -26,7 +32,11 @@ import numpy as np
 from ..dtypes import SUPPORTED_DTYPES, dtype_from_name, dtype_name
 from .compression import CODECS, MIN_FRAME_BYTES, CompressionUnavailable, compress, decompress
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
+"""2: small arrays may share one packed frame. 1: one frame per array (older peers, old spools)."""
+PROTOCOLS = (1, 2)
+"""The versions :func:`decode` reads; :func:`encode` writes either (1 never packs)."""
+PACKED_SINCE = 2
 PACKED = "packed"
 """The codec of arrays that share the message's last frame."""
 PACK_BELOW_BYTES = 64 * 1024
@@ -40,6 +50,7 @@ class MessageError(ValueError):
     def __init__(self, reason: str, detail: str):
         super().__init__(f"{reason}: {detail}")
         self.reason = reason
+        self.detail = detail
 
 
 @dataclass(frozen=True)
@@ -64,6 +75,8 @@ class Message:
     kind: str
     fields: dict = field(default_factory=dict)
     arrays: dict[str, np.ndarray] = field(default_factory=dict)
+    protocol: int = PROTOCOL_VERSION
+    """The version the sender wrote it in (its header's ``p``)."""
 
 
 _NAME_AND_WIRE: dict[np.dtype, tuple[str, np.dtype]] = {}  # dtype -> (wire name, little-endian dtype)
@@ -81,7 +94,8 @@ def _wire_array(array: np.ndarray) -> tuple[list, np.ndarray]:
 
 
 def encode(kind: str, fields: dict | None = None,
-           arrays: dict[str, np.ndarray] | None = None, compression: str | None = None) -> list:
+           arrays: dict[str, np.ndarray] | None = None, compression: str | None = None,
+           protocol: int = PROTOCOL_VERSION) -> list:
     """Frames for ``socket.send_multipart(frames, copy=False)``.
 
     Large frames go out without a copy; arrays below ``PACK_BELOW_BYTES``
@@ -89,7 +103,10 @@ def encode(kind: str, fields: dict | None = None,
     are copied into one shared last frame when there are two or more.
     With ``compression`` ("zstd" or "lz4"), frames of at least 4 KiB that
     shrink are sent compressed; their descriptor names the codec.
+    ``protocol`` 1 writes what a protocol-1 peer reads: one frame per array.
     """
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"protocol {protocol!r}: this side writes {PROTOCOLS}")
     items = []  # (descriptor, bytes), in the caller's order: a decoded dict keeps it
     for name, array in (arrays or {}).items():
         (dtype, shape), flat = _wire_array(array)
@@ -100,14 +117,14 @@ def encode(kind: str, fields: dict | None = None,
                 continue
         items.append(([name, dtype, shape], flat))
     small = [i for i, (d, flat) in enumerate(items) if len(d) == 3 and flat.nbytes < PACK_BELOW_BYTES]
-    if len(small) < 2:  # nothing to share a frame with: one frame each
+    if len(small) < 2 or protocol < PACKED_SINCE:  # nothing to share a frame with: one frame each
         small = []
     for i in small:
         items[i][0].append(PACKED)
     frames = [flat for d, flat in items if len(d) == 3 or d[3] != PACKED]
     if small:
         frames.append(_pack([items[i][1] for i in small]))
-    header = {"p": PROTOCOL_VERSION, "k": kind, "f": fields or {}, "a": [d for d, _ in items]}
+    header = {"p": protocol, "k": kind, "f": fields or {}, "a": [d for d, _ in items]}
     return [msgpack.packb(header, use_bin_type=True), *frames]
 
 
@@ -148,8 +165,9 @@ def decode(frames: list, limits: Limits = DEFAULT_LIMITS) -> Message:
         raise MessageError("header_malformed", f"header is not valid msgpack ({type(err).__name__})") from None
     if not isinstance(header, dict) or set(header) != {"p", "k", "f", "a"}:
         raise MessageError("header_malformed", "header must be a map with keys p, k, f, a")
-    if header["p"] != PROTOCOL_VERSION:
-        raise MessageError("protocol", f"protocol {header['p']!r}; this side speaks {PROTOCOL_VERSION}")
+    protocol = header["p"]
+    if type(protocol) is not int or protocol not in PROTOCOLS:
+        raise MessageError("protocol", f"protocol {protocol!r}; this side reads {list(PROTOCOLS)}")
     kind, fields, descriptors = header["k"], header["f"], header["a"]
     if not isinstance(kind, str) or not isinstance(fields, dict) or not isinstance(descriptors, list):
         raise MessageError("header_malformed", "kind must be a string, fields a map, arrays a list")
@@ -157,6 +175,8 @@ def decode(frames: list, limits: Limits = DEFAULT_LIMITS) -> Message:
         raise MessageError("too_many_arrays", f"{len(descriptors)} arrays exceed {limits.max_arrays}")
     checked = [_check_descriptor(d, limits) for d in descriptors]
     packed = sum(1 for c in checked if c[3] == PACKED)
+    if packed and protocol < PACKED_SINCE:
+        raise MessageError("protocol", f"packed arrays in a protocol {protocol} message (packing is {PACKED_SINCE})")
     expected_frames = len(checked) - packed + (packed > 0)
     if expected_frames != len(frames) - 1:
         raise MessageError("frame_count", f"header describes {expected_frames} frames "
@@ -199,7 +219,7 @@ def decode(frames: list, limits: Limits = DEFAULT_LIMITS) -> Message:
         arrays[name] = _view(buf, dtype, shape, name)
     if shared is not None and shared_end != shared.nbytes:
         raise MessageError("frame_size", f"packed frame has {shared.nbytes} bytes, its arrays need {shared_end}")
-    return Message(kind, fields, arrays)
+    return Message(kind, fields, arrays, protocol)
 
 
 def _view(buf, dtype: np.dtype, shape: tuple, name: str) -> np.ndarray:

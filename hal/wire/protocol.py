@@ -9,6 +9,12 @@
     learner -> actor   WEIGHTS(version, encoding, parameter frames)
     both ways          HEARTBEAT(time); BYE(reason)
 
+HELLO carries the actor's wire ``protocol`` and is itself written in
+protocol 1 (it has no arrays), so a learner of any version can read it and
+answer: a learner refuses an actor of another version with REFUSED (written
+in the older of the two), and an actor leaves a learner whose WELCOME names
+another, each with a reason that says which side to upgrade.
+
 Actors dial out over DEALER and the learner binds a ROUTER, so a robot
 behind NAT needs no inbound port. Credits count step rows: an actor sends
 only what it has credit for, which is how the learner's samples-per-insert
@@ -22,7 +28,7 @@ from dataclasses import dataclass
 
 from ..specs import ArraySpec, DictSpec, SpecError
 from ..steps import PolicyVersion
-from .codec import MessageError
+from .codec import PROTOCOL_VERSION, PROTOCOLS, MessageError
 
 HELLO = "HELLO"
 WELCOME = "WELCOME"
@@ -33,6 +39,24 @@ WEIGHTS = "WEIGHTS"
 HEARTBEAT = "HEARTBEAT"
 BYE = "BYE"
 KINDS = frozenset({HELLO, WELCOME, REFUSED, STEPS, ACK, WEIGHTS, HEARTBEAT, BYE})
+
+
+HELLO_PROTOCOL = 1
+"""The protocol HELLO is written in: the oldest, so every learner reads it."""
+
+
+def version_mismatch(peer, peer_role: str, own_role: str) -> str | None:
+    """Why a ``peer_role`` speaking wire protocol ``peer`` cannot talk to this ``own_role``; None if it can."""
+    if peer == PROTOCOL_VERSION:
+        return None
+    older = peer_role if type(peer) is int and peer < PROTOCOL_VERSION else own_role
+    return (f"wire protocol mismatch: the {peer_role} speaks {peer!r}, the {own_role} {PROTOCOL_VERSION} "
+            f"(protocol 2 packs small arrays into one frame); upgrade the {older}")
+
+
+def reply_protocol(peer: int) -> int:
+    """The version to answer a peer in: the older of the two that this side writes."""
+    return max(min(peer, PROTOCOL_VERSION), PROTOCOLS[0]) if type(peer) is int else PROTOCOLS[0]
 
 
 def field(fields: dict, name: str, kind: type | tuple[type, ...]):
