@@ -74,12 +74,24 @@ def test_learner_and_actor_reject_bad_config_with_exit_2(args, tmp_path):
     assert not (tmp_path / "r").exists()
 
 
-def test_resuming_a_ppo_run_is_refused_with_the_reason(tmp_path):
+def test_a_ppo_learner_resumes_from_the_checkpoint_it_wrote_on_stopping(tmp_path):
+    import select
+
     run_dir = tmp_path / "r"
     run_dir.mkdir()
+    from embodyrl.algos.ppo import PPOConfig
     from embodyrl.config import TrainConfig, save
 
-    save(TrainConfig(task="pendulum", algorithm="ppo"), run_dir / "config.json")
-    proc = subprocess.run([sys.executable, "-m", "embodyrl.cli", "learner", "pendulum", "--run-dir", str(run_dir),
-                           "--resume"], capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 2 and "PPO" in proc.stderr, proc.stderr
+    tiny = PPOConfig(hidden_sizes=(16,), rollout_length=16, rollouts_per_iteration=2, minibatches=2, epochs=1)
+    save(TrainConfig(task="pendulum", algorithm="ppo", ppo=tiny), run_dir / "config.json")
+    for expected in (None, 0):  # no checkpoint yet; then the one written when the first stopped
+        proc = _start("learner", "pendulum", "--run-dir", str(run_dir), "--resume")
+        try:
+            ready, _, _ = select.select([proc.stdout], [], [], 300)
+            assert ready, "the learner printed nothing in 300 s"
+            assert json.loads(proc.stdout.readline())["resumed_from_updates"] == expected
+            proc.send_signal(signal.SIGINT)
+            assert proc.wait(120) == 130, proc.stderr.read()
+        finally:
+            _kill(proc)
+        assert (run_dir / "checkpoints").is_dir()
