@@ -76,3 +76,16 @@ def test_ppo_resume_continues_from_the_checkpoint_with_the_iterations_and_budget
     assert resumed[0]["policy_version"] > first[-1]["policy_version"]  # publications go on
     assert resumed[-1]["updates"] > done and summary["env_steps"] >= 2000
     assert np.isfinite(summary["eval_return_mean"])
+
+
+@pytest.mark.slow
+def test_synchronous_ppo_with_real_time_actors_pauses_them_for_each_iteration_and_counts_it(tmp_path):
+    run_dir = tmp_path / "realtime"
+    summary, lines = _train(run_dir, 2000, "--actor.realtime", "true", "--actor.time_scale", "10")
+    assert lines[-1]["rows_behind"] == 0 and lines[-1]["updates"] >= 3
+    assert lines[-1]["discarded"] <= 2 * lines[-1]["policy_version"]
+    actors = [json.loads((run_dir / f"actor-{i}.jsonl").read_text().splitlines()[-1]) for i in range(2)]
+    for a in actors:  # their clocks kept ticking through the waits, nothing acted meanwhile
+        assert a["credit_pauses"] >= 1 and a["credit_paused_steps"] > 0
+        assert a["clock"]["ticks"] >= a["env_steps"] + a["credit_paused_steps"]
+    assert summary["env_steps"] >= 2000
