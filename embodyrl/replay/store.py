@@ -30,7 +30,12 @@ from the received column (``pwritev``), the rest packed into a staging
 buffer first. Batches of at least ``write_behind_bytes`` (off by default)
 are written by one writer thread (``writer.py``) while the caller goes on;
 every commit waits for the writes its snapshot counts, and ``rows`` waits
-for all of them, so readers and commits see what they expect.
+for all of them, so readers and commits see what they expect. Once the ring
+counts a batch, a failure to write it (either thread, or a write queue that
+timed out) sticks: every later add, commit and read raises
+:class:`~.writer.RowsLost` naming it, since the ring now counts rows the
+file lacks; close(commit=False) and reopen continue from the last commit. A
+failed commit (sync, index write) does not stick: it may be retried.
 """
 
 from __future__ import annotations
