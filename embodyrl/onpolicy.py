@@ -197,8 +197,10 @@ class OnPolicyLearner:
         Streams already holding credit for a segment come first (a grant cannot be taken back),
         then those closest to a full segment; once the ready segments and those in progress make
         B, the rest get nothing until the learner has trained and published. Each actor also
-        holds one row of room for an episode's final row (an actor acting within credit stops
-        one row short of it), so a segment never waits on credit it cannot use.
+        holds room to act (a one-device actor acting within credit stops one row short of its
+        credit, kept for an episode's final row; an actor of L devices needs 2L - 1), so a
+        segment never waits on credit the actor cannot use. With several devices per actor
+        they step together, so one may act past its segment (discarded); untested.
         """
         sessions = self.server.sessions
         self._forget_gone(sessions)
@@ -208,7 +210,9 @@ class OnPolicyLearner:
                          key=lambda item: item[:2])
         wanted: dict[bytes, int] = {}
         for _, rows, identity in streams[: max(0, self.ppo.rollouts_per_iteration - ready)]:
-            wanted[identity] = wanted.get(identity, 1) + rows
+            # room to act: an actor steps all its L devices at once and keeps one final row each back
+            room = 2 * len(sessions[identity].devices) - 1
+            wanted[identity] = wanted.get(identity, room) + rows
         for identity, rows in wanted.items():
             held = self._credit.get(identity, 0)
             if rows > held:
