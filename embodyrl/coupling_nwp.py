@@ -64,10 +64,13 @@ class ExperimentConfig:
     max_correction: float = 3.0
     """Bound of the learnt correction (K/day)."""
     radius: int = 2
-    stream_fraction: float = 0.25
-    """Fraction of a rank's columns streamed to the learner per step."""
-    send_every: int = 8
-    """Exchanges whose streamed columns go out in one STEPS message (the link's per-message cost)."""
+    stream_fraction: float = 1.0
+    """Fraction of a rank's columns streamed on a streaming step."""
+    stream_every: int = 4
+    """Steps between streaming steps: every column every 4th step (a quarter of the column steps,
+    as a quarter of the columns every step would give, at a quarter of the link's fixed cost)."""
+    send_every: int = 4
+    """Streaming steps whose columns go out in one STEPS message (the link's per-message cost)."""
     compression: str = "off"
     """Step batches' compression: the ranks and the learner share one machine, where none pays."""
     policy_wait_s: float = 900.0
@@ -82,7 +85,8 @@ class ExperimentConfig:
         cfg = ColumnConfig()
         return CouplingConfig(levels=cfg.levels, features=ColumnModel.FEATURES, context=ColumnModel.CONTEXT,
                               radius=self.radius, max_correction=self.max_correction,
-                              stream_fraction=self.stream_fraction, send_every=self.send_every,
+                              stream_fraction=self.stream_fraction, stream_every=self.stream_every,
+                              send_every=self.send_every,
                               compression=self.compression)
 
     @property

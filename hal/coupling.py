@@ -81,6 +81,11 @@ class CouplingConfig:
     """Add the policy's exploration noise (training)."""
     stream_fraction: float = 1.0
     """Fraction of the rank's columns streamed per exchange (a random subset)."""
+    stream_every: int = 1
+    """Stream on every n-th exchange only (its ``stream_fraction`` of the columns; ``info["target"]``
+    is read, and checked for non-finite values, on those exchanges only): the rows' fixed cost (a
+    dozen array calls on caches the model and other processes have just used) is then paid once per
+    n exchanges. ``stream_fraction`` 1 with ``stream_every`` n sends as many rows as 1/n with 1."""
     send_every: int = 1
     """Exchanges whose steps go out together in one STEPS message (fewer, larger messages)."""
     connect_timeout_s: float = 10.0
@@ -99,6 +104,10 @@ class CouplingConfig:
     """RAM for steps the learner has not acknowledged; beyond it the oldest are dropped."""
     compression: str = "auto"
     """Step batches' compression (``auto``, ``off``, ``zstd``, ``lz4``): the link's CPU against bandwidth."""
+    inference_rows: int = 4096
+    """Level rows (columns x levels) per call of the policy replica: the per-level network's
+    activations for a whole rank at once (49280 rows x 64 x 4 bytes = 12.6 MB for 704 columns)
+    would evict the caches the model and the link then run in. 0: the whole rank in one call."""
 
     @property
     def window(self) -> int:
@@ -201,6 +210,9 @@ class CouplingLink:
 
     def __init__(self, config: CouplingConfig, rank: int, policy: NumpyPolicy | None = None,
                  seed: int | None = None):
+        for name in ("stream_every", "send_every"):
+            if getattr(config, name) < 1:
+                raise CouplingError(f"{name}: {getattr(config, name)}; expected a count of at least 1")
         if (policy is None) == (config.inference is None):
             raise CouplingError("give either a policy replica or an inference endpoint, not both or neither")
         if policy is not None:
@@ -224,6 +236,8 @@ class CouplingLink:
         self._link: LearnerLink | None = None
         self._exchanges_in_batch = 0
         self._serviced_at = 0.0
+        self._answered = False
+        """Whether the last exchange had a policy answer (until then the learner is polled every time)."""
         self._batch = ColumnBatch(config.levels, config.features, config.context, self.rank, config.max_correction)
         self._spool = Spool(ram_bytes=config.spool_bytes, disk_bytes=config.spool_bytes, on_full="drop_oldest")
         self._next_connect = 0.0
@@ -245,16 +259,17 @@ class CouplingLink:
         """
         start, start_cpu = time.perf_counter(), time.thread_time()
         info = info or {}
-        profile, context, target = self._checked(state, info)
+        turn = self.stats.exchanges % self.config.stream_every == 0  # a training exchange here streams
+        profile, context, target = self._checked(state, info, turn)
         sent = self._exchanges_in_batch >= self.config.send_every and self._link is not None
-        if sent:  # the last exchange filled the batch
+        if sent:  # the last streaming exchange filled the batch
             self._send_pending()
         if self._poll_due(target is not None, sent, start):
             self._service_learner()
         inference_s = inference_thread_s = inference_cpu_s = 0.0
         answer = None
         if self._ready():
-            streaming = target is not None and self._link is not None
+            streaming = turn and target is not None and self._link is not None
             if streaming:  # the rows' inputs now, while the state is in the cache; the policy evicts it
                 self._stage(profile, context, target)
             t0, c0, p0 = time.perf_counter(), time.thread_time(), time.process_time()
@@ -265,6 +280,7 @@ class CouplingLink:
                 self._batch.complete(answer)
                 self._step_index += 1
                 self._exchanges_in_batch += 1
+        self._answered = answer is not None
         if answer is None:
             answer = np.zeros(profile.shape[:2], np.float32)
             self.stats.zero_answers += 1
@@ -303,7 +319,7 @@ class CouplingLink:
         if n % 100 == 0:
             log.warning("rank %d: %s (%d times so far)", self.rank, message, n + 1)
 
-    def _checked(self, state, info):
+    def _checked(self, state, info, target_read: bool = True):
         cfg = self.config
         if not isinstance(state, np.ndarray) or state.dtype not in (np.float32, np.float64):
             raise CouplingError(f"state: a float32 or float64 array, not {type(state).__name__} "
@@ -330,7 +346,7 @@ class CouplingLink:
                 target = target.astype(np.float32)
             elif target.dtype.kind != "f":
                 raise CouplingError(f"info['target']: dtype {target.dtype}; expected numbers")
-            if not all_finite(target):
+            if target_read and not all_finite(target):
                 raise CouplingError("info['target']: non-finite values")
         return np.asarray(state, np.float32), context, target
 
@@ -360,9 +376,19 @@ class CouplingLink:
                 self._warn("no_weights", "inference process holds no weights yet: zero correction")
                 return None
             return answer
-        windows = level_inputs(profile, context, self.config.radius)
-        action, _ = self.policy.act({"window": windows}, explore=self.config.explore)
-        return action[..., 0]
+        cfg = self.config
+        n = profile.shape[0]
+        block = max(1, cfg.inference_rows // cfg.levels) if cfg.inference_rows > 0 else n
+        if n <= block:
+            action, _ = self.policy.act({"window": level_inputs(profile, context, cfg.radius)}, explore=cfg.explore)
+            return action[..., 0]
+        answer = np.empty(profile.shape[:2], np.float32)
+        for lo in range(0, n, block):  # blocks of columns: the activations stay in the cache
+            windows = level_inputs(profile[lo:lo + block], None if context is None else context[lo:lo + block],
+                                   cfg.radius)
+            action, _ = self.policy.act({"window": windows}, explore=cfg.explore)
+            answer[lo:lo + block] = action[..., 0]
+        return answer
 
     def _connect(self, timeout_s: float) -> None:
         cfg = self.config
@@ -383,14 +409,13 @@ class CouplingLink:
 
     def _poll_due(self, streaming: bool, sent: bool, now: float) -> bool:
         """Whether to poll the learner in this exchange: always when not streaming (nothing else
-        happens on the link), and while streaming after a batch went out when ``POLL_EVERY_S``
-        has passed or rows wait for credits, else at least every ``POLL_AT_LEAST_S``."""
+        happens on the link) or when the last exchange had no answer; while streaming, after a
+        batch went out when ``POLL_EVERY_S`` has passed or rows wait for credits, and at least
+        every ``POLL_AT_LEAST_S``."""
         since = now - self._serviced_at
-        if not streaming or self._link is None or since > self.POLL_AT_LEAST_S:
-            return True
-        if sent:
-            return since > self.POLL_EVERY_S or self._link.unsent_rows > 0
-        return self._exchanges_in_batch == 0  # empty, not just sent: no answers (no weights yet, learner lost)
+        if not streaming or self._link is None or not self._answered or since > self.POLL_AT_LEAST_S:
+            return True  # (no answer last time: no weights yet, or the learner lost)
+        return sent and (since > self.POLL_EVERY_S or self._link.unsent_rows > 0)
 
     def _service_learner(self) -> None:
         """Poll the learner link without waiting; take new weights; track silence."""

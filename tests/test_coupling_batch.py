@@ -199,3 +199,50 @@ def test_a_float64_target_is_scored_in_float32_without_warnings():
     reward = batch.take().reward
     assert reward.dtype == np.float32
     np.testing.assert_allclose(reward, [0.0, -2e-6 / 3], rtol=1e-5)
+
+
+def test_stream_every_streams_all_columns_on_every_nth_exchange_only(tmp_path):
+    path, _ = level_policy(tmp_path, PolicyVersion(7, 0))
+    learner = LearnerThread()
+    try:
+        link = CouplingLink(replace(CFG, learner=learner.endpoint, stream_fraction=1.0, stream_every=3, send_every=2),
+                            rank=1, policy=runtime.load(path), seed=0)
+        exchanges = list(_exchanges([6] * 9, seed=4))
+        for k, (state, info) in enumerate(exchanges):
+            if k % 3:  # a target that is not read this time is not checked either
+                info = {**info, "target": np.full_like(info["target"], np.nan)}
+            link.exchange(state, info)
+        with pytest.raises(CouplingError, match=r"info\['target'\]: non-finite"):  # exchange 9 streams
+            link.exchange(exchanges[0][0], {**exchanges[0][1], "target": np.full((6, CFG.levels), np.inf)})
+        link.close(flush_s=5.0)
+        deadline = time.monotonic() + 5
+        while sum(len(s) for s in learner.received) < 18 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        learner.close()
+    assert link.stats.steps_sent == 3 * 6  # exchanges 0, 3 and 6, every column
+    got = sorted((int(s.step_index[i]), round(float(s.observation["profile"][i, 0, 0]), 5))
+                 for s in learner.received for i in range(len(s)))
+    want = sorted((j, round(float(np.float32(exchanges[k][0][c, 0, 0])), 5))
+                  for j, k in enumerate((0, 3, 6)) for c in range(6))
+    assert got == want
+    assert all(np.isfinite(s.reward).all() for s in learner.received)
+
+
+def test_counts_below_one_are_refused(tmp_path):
+    path, _ = level_policy(tmp_path, PolicyVersion(7, 0))
+    for name in ("stream_every", "send_every"):
+        with pytest.raises(CouplingError, match=name):
+            CouplingLink(replace(CFG, **{name: 0}), rank=0, policy=runtime.load(path))
+
+
+def test_inference_in_blocks_of_columns_gives_the_same_corrections(tmp_path):
+    path, _ = level_policy(tmp_path, PolicyVersion(7, 0))
+    state, info = next(_exchanges([7], seed=5))
+    answers = []
+    for rows in (0, 2 * CFG.levels, 3 * CFG.levels, 10_000 * CFG.levels):  # whole, blocks of 2 and 3, one block
+        link = CouplingLink(replace(CFG, explore=False, inference_rows=rows), rank=0, policy=runtime.load(path))
+        answers.append(link.exchange(state, info))
+    for answer in answers[1:]:
+        np.testing.assert_allclose(answer, answers[0], rtol=1e-6, atol=1e-7)
+    assert np.abs(answers[0]).max() > 0  # a real policy answered

@@ -2,13 +2,14 @@
 
 One rank's block of the column model (a quarter of the 64 x 32 x 70 grid,
 8 latitude rows, 512 columns) steps while its :class:`CouplingLink` streams
-a quarter of its columns per step (one message every 8 steps, as the NWP
-experiment does) to a real learner server in another (spawned) process and
-runs a per-level policy replica (64 x 64). Per step we time the model's own
-step (the baseline; one block, so no halo exchange), the link's own work
-(checks, the step batch, sockets, weights) and the policy inference apart, and
-report medians (over cycles of ``send_every`` exchanges, so every sample holds
-one send) and the ratios ``link_overhead_fraction`` and ``inference_fraction``
+its columns every 4th step (a quarter of the column steps; one message every
+16 steps, as the NWP experiment does) to a real learner server in another
+(spawned) process and runs a per-level policy replica (64 x 64). Per step we
+time the model's own step (the baseline; one block, so no halo exchange), the
+link's own work (checks, the step batch, sockets, weights) and the policy
+inference apart, and report medians (over cycles of ``send_every x
+stream_every`` exchanges, so every sample holds one send) and the ratios
+``link_overhead_fraction`` and ``inference_fraction``
 on the CPU clock (the rank thread's time, plus the ZeroMQ I/O threads' for the
 link), with the wall-clock ratios beside them (``*_wall``).
 """
@@ -60,7 +61,7 @@ def _policy(cfg: CouplingConfig, hidden: int = 64) -> runtime.NumpyPolicy:
 
 
 def run(quick: bool = False) -> dict:
-    cycles = 2 if quick else 30
+    cycles = 2 if quick else 16
     grid = ColumnConfig.model()
     rows = row_split(grid.nlat, 4)[1] if quick else range(8, 16)
     model = ColumnModel(grid, seed=1, rows=rows)
@@ -72,15 +73,17 @@ def run(quick: bool = False) -> dict:
     try:
         endpoint = queue.get(timeout=120)
         cfg = CouplingConfig(levels=grid.levels, features=ColumnModel.FEATURES, context=ColumnModel.CONTEXT,
-                             radius=2, max_correction=3.0, stream_fraction=0.25, send_every=8, learner=endpoint,
+                             radius=2, max_correction=3.0, stream_fraction=1.0, stream_every=4, send_every=4,
+                             learner=endpoint,
                              connect_timeout_s=60.0, compression="off")
         link = CouplingLink(cfg, rank=1, policy=_policy(cfg), seed=0)
+        cycle = cfg.send_every * cfg.stream_every
         per_cycle = {k: [] for k in ("model", "model_cpu", "link", "link_cpu", "inference", "inference_cpu")}
         io_start = io_threads_cpu_s()
-        for _ in range(cycles):  # one cycle: send_every exchanges, the last of which sends the batch
+        for _ in range(cycles):  # one cycle: the exchanges of one batch (the next cycle's first sends it)
             s0 = (link.stats.link_s, link.stats.link_cpu_s, link.stats.inference_s, link.stats.inference_cpu_s)
             model_s = model_cpu = 0.0
-            for _ in range(cfg.send_every):
+            for _ in range(cycle):
                 state, context = model.features(theta), model.context()
                 target = np.zeros((len(model.columns), grid.levels))
                 correction = link.exchange(state, {"context": context, "target": target})
@@ -90,10 +93,10 @@ def run(quick: bool = False) -> dict:
             s1 = (link.stats.link_s, link.stats.link_cpu_s, link.stats.inference_s, link.stats.inference_cpu_s)
             for key, value in zip(("link", "link_cpu", "inference", "inference_cpu"),
                                   np.subtract(s1, s0), strict=True):
-                per_cycle[key].append(value / cfg.send_every)
-            per_cycle["model"].append(model_s / cfg.send_every)
-            per_cycle["model_cpu"].append(model_cpu / cfg.send_every)
-        io_s = None if io_start is None else (io_threads_cpu_s() - io_start) / (cycles * cfg.send_every)
+                per_cycle[key].append(value / cycle)
+            per_cycle["model"].append(model_s / cycle)
+            per_cycle["model_cpu"].append(model_cpu / cycle)
+        io_s = None if io_start is None else (io_threads_cpu_s() - io_start) / (cycles * cycle)
         link.close(flush_s=10.0)
         sent, zero = link.stats.steps_sent, link.stats.zero_answers
     finally:
@@ -103,7 +106,7 @@ def run(quick: bool = False) -> dict:
             server.terminate()
     ms = {k: 1e3 * float(np.median(v)) for k, v in per_cycle.items()}
     link_cpu_ms = ms["link_cpu"] + 1e3 * (io_s or 0.0)
-    return {"columns": len(model.columns), "levels": grid.levels, "steps": cycles * cfg.send_every,
+    return {"columns": len(model.columns), "levels": grid.levels, "steps": cycles * cycle,
             "model_step_ms": ms["model"], "link_ms": ms["link"], "inference_ms": ms["inference"],
             "model_step_cpu_ms": ms["model_cpu"], "link_cpu_ms": link_cpu_ms,
             "link_io_threads_cpu_ms": None if io_s is None else 1e3 * io_s,
@@ -115,6 +118,6 @@ def run(quick: bool = False) -> dict:
             "inference_fraction_wall": ms["inference"] / ms["model"],
             "steps_sent": sent, "zero_answers": zero,
             "clock": "fractions on the CPU clock (the rank thread's, plus the ZeroMQ I/O threads' for the link; "
-                     "the process's for inference); *_wall on wall clocks; medians over cycles of send_every "
-                     "exchanges, so the exchange that sends the batch is in every sample",
+                     "the process's for inference); *_wall on wall clocks; medians over cycles of send_every x "
+                     "stream_every exchanges, so the exchange that sends the batch is in every sample",
             "baseline": "the model's own step for the same columns (physics, mixing, convection)"}
