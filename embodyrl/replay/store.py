@@ -42,18 +42,17 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import json
 import mmap
 import os
 import threading
 import time
-import zlib
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 
 from ..hal.steps import Steps
+from .indexfile import atomic_write, encode_index, read_index
 from .layout import (
     DATA_FILE,
     INDEX_FILES,
@@ -72,24 +71,6 @@ from .ring import ChunkRing, ReplayFullError
 from .writer import RowWriter
 
 Stream = tuple[int, int]  # (actor id, device id)
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_suffix(".tmp")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
-
 
 class ChunkStore(PageHints):
     """Rows on disk in a ring of chunks, with crash-safe group commits."""
@@ -118,7 +99,7 @@ class ChunkStore(PageHints):
             self._create_data_file(layout)
             for name in INDEX_FILES:
                 (self.directory / name).touch()
-            _atomic_write(meta, layout.to_json())
+            atomic_write(meta, layout.to_json())
         self.layout = layout
         self.dtype = layout.dtype
         self.row_bytes = self.dtype.itemsize
@@ -199,25 +180,9 @@ class ChunkStore(PageHints):
         body = {"commit": self.commits, "rows_added": self.rows_added, "ring": state,
                 "streams": [[a, d, s, e, t] for (a, d), (s, e, t) in streams.items()],
                 "actor_seqs": {str(a): q for a, q in seqs.items()}}
-        text = json.dumps(body, separators=(",", ":")).encode()
-        header = json.dumps({"crc32": zlib.crc32(text), "length": len(text)}).encode()
-        return b"%015d\n" % len(header) + header + text
+        return encode_index(body)
 
-    @staticmethod
-    def _read_index(path: Path) -> dict | None:
-        """The commit in ``path``; None if empty; raises ValueError if torn or corrupt."""
-        raw = path.read_bytes() if path.exists() else b""
-        if not raw:
-            return None
-        try:
-            n = int(raw[:15])
-            header = json.loads(raw[16:16 + n])
-            text = raw[16 + n:16 + n + header["length"]]
-            if len(text) != header["length"] or zlib.crc32(text) != header["crc32"]:
-                raise ValueError("checksum or length mismatch")
-            return json.loads(text)
-        except (ValueError, KeyError, TypeError) as err:
-            raise ValueError(f"{path.name}: {err}") from None
+    _read_index = staticmethod(read_index)  # inspect_replay reads commits through it
 
     def _load_index(self) -> None:
         bodies, errors, never_written = [], [], False
