@@ -108,7 +108,9 @@ def test_a_broken_delta_is_refused_and_full_weights_follow(pair):
     tree = big_tree(rng)
     server.publish(PolicyVersion(7, 1), tree)
     exchange(server, link, PolicyVersion(7, 1))
-    link._base[1]["actor/b"][0] = 42.0  # the actor's copy went bad
+    bad = link._base[1]["actor/b"].copy()  # received arrays are read-only: swap in a bad copy
+    bad[0] = 42.0
+    link._base[1]["actor/b"] = bad  # the actor's copy went bad
     tree = sparse_step(tree, rng)
     server.publish(PolicyVersion(7, 2), tree)
     got = exchange(server, link, PolicyVersion(7, 2), seconds=15)

@@ -97,3 +97,23 @@ def test_a_live_server_counts_a_hostile_shape_and_keeps_serving():
         attacker.close(0)
         honest.close(0)
         server.close()
+
+
+def test_decoded_arrays_are_read_only_over_tcp_packed_or_not():
+    a, b = zmq.Context.instance().socket(zmq.PAIR), zmq.Context.instance().socket(zmq.PAIR)
+    a.setsockopt(zmq.LINGER, 0)
+    b.setsockopt(zmq.LINGER, 0)
+    port = a.bind_to_random_port("tcp://127.0.0.1")
+    b.connect(f"tcp://127.0.0.1:{port}")
+    arrays = {"big": np.arange(100_000, dtype=np.float32), "s1": np.ones(3), "s2": np.arange(5, dtype=np.int64)}
+    try:
+        a.send_multipart(encode("T", {}, arrays), copy=False)
+        assert b.poll(5000)
+        out = decode(b.recv_multipart(copy=False)).arrays
+    finally:
+        a.close(0)
+        b.close(0)
+    for name, value in arrays.items():
+        np.testing.assert_array_equal(out[name], value)  # aligned or not, the values are exact
+        with pytest.raises(ValueError, match="read-only"):
+            out[name][0] = 7  # a frame the replay may still be writing from cannot change

@@ -5,7 +5,9 @@ header is a msgpack map ``{"p": protocol, "k": kind, "f": fields, "a":
 [[name, dtype, shape(, codec)], ...]}`` describing each following frame.
 Small arrays (under 64 KiB, ZeroMQ's zero-copy threshold) travel together:
 their descriptors carry the codec ``"packed"`` and their bytes lie end to
-end, each at an 8-byte aligned offset, in one last frame. A step batch of
+end, each at an 8-byte aligned offset of one last frame (the frame itself
+may start at any address: over TCP, ZeroMQ's buffer can be misaligned, which
+numpy handles, a little slower). A step batch of
 16 columns is then 2 frames, not 17, which is most of a small batch's cost
 on both sides (a frame is a ZeroMQ message part and a Python object). Nothing is
 ever unpickled: dtypes travel by name (see :mod:`..dtypes`), and
@@ -226,9 +228,11 @@ def _view(buf, dtype: np.dtype, shape: tuple, name: str) -> np.ndarray:
     """The frame's bytes as an array of ``shape`` (sizes were checked; numpy's own refusals,
     if any remain, become a MessageError too)."""
     try:
-        return np.frombuffer(buf, dtype=dtype).reshape(shape)
+        array = np.frombuffer(buf, dtype=dtype).reshape(shape)
     except (ValueError, TypeError) as err:
         raise MessageError("array_malformed", f"{name}: shape {list(shape)} refused ({err})") from None
+    array.flags.writeable = False  # a received frame never changes: the replay's write-behind relies on it
+    return array
 
 
 def _check_descriptor(descriptor, limits: Limits):
