@@ -2,8 +2,8 @@
 
 One rank's block of the column model (a quarter of the 64 x 32 x 70 grid,
 8 latitude rows, 512 columns) steps while its :class:`CouplingLink` streams
-its columns every 4th step (a quarter of the column steps; one message every
-16 steps, as the NWP experiment does) to a real learner server in another
+half its columns every 8th step (a sixteenth of the column steps; one
+message every 16 steps, as the NWP experiment does) to a real learner server in another
 (spawned) process and runs a per-level policy replica (64 x 64). Per step we
 time the model's own step (the baseline; one block, so no halo exchange), the
 link's own work (checks, the step batch, sockets, weights) and the policy
@@ -73,7 +73,7 @@ def run(quick: bool = False) -> dict:
     try:
         endpoint = queue.get(timeout=120)
         cfg = CouplingConfig(levels=grid.levels, features=ColumnModel.FEATURES, context=ColumnModel.CONTEXT,
-                             radius=2, max_correction=3.0, stream_fraction=1.0, stream_every=4, send_every=4,
+                             radius=2, max_correction=3.0, stream_fraction=0.5, stream_every=8, send_every=2,
                              learner=endpoint,
                              connect_timeout_s=60.0, compression="off")
         link = CouplingLink(cfg, rank=1, policy=_policy(cfg), seed=0)
