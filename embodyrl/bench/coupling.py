@@ -116,7 +116,8 @@ def run(quick: bool = False) -> dict:
             "link_overhead_fraction_wall": ms["link"] / ms["model"],
             "inference_fraction": ms["inference_cpu"] / ms["model_cpu"],
             "inference_fraction_wall": ms["inference"] / ms["model"],
-            "steps_sent": sent, "zero_answers": zero,
+            "steps_sent": sent, "zero_answers": zero, "stream_fraction": cfg.stream_fraction,
+            "stream_every": cfg.stream_every,
             "clock": "fractions on the CPU clock (the rank thread's, plus the ZeroMQ I/O threads' for the link; "
                      "the process's for inference); *_wall on wall clocks; medians over cycles of send_every x "
                      "stream_every exchanges, so the exchange that sends the batch is in every sample",
