@@ -82,7 +82,8 @@ class ExperimentConfig:
     @classmethod
     def quick(cls) -> ExperimentConfig:
         return cls(nlat=8, nlon=16, spin_up_days=3.0, train_starts_days=(0.0, 1.0), train_days=1.0,
-                   eval_starts_days=(2.25, 2.75), lead_hours=(6, 12), free_run_days=2.0)
+                   eval_starts_days=(2.25, 2.75), lead_hours=(6, 12), free_run_days=2.0,
+                   stream_fraction=0.25, stream_every=1, send_every=8)  # enough steps for the learner to start
 
     def coupling(self) -> CouplingConfig:
         cfg = ColumnConfig()
