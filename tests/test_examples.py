@@ -139,3 +139,17 @@ def test_example_runs_on_a_tiny_budget(name, tmp_path_factory):
 def test_every_entry_names_an_example():
     stale = sorted(set(EXAMPLES) - {p.name for p in EXAMPLE_DIR.glob("*.py")})
     assert not stale, f"EXAMPLES names examples that do not exist: {stale}"
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in (EXAMPLE_DIR / "configs").glob("*.yaml")))
+def test_every_example_config_builds_a_train_config_for_its_task(name):
+    from embodyrl.config import TrainConfig, _merge, default_config, from_dict, load_yaml, to_dict
+    from embodyrl.envs import is_known
+
+    changes = load_yaml(EXAMPLE_DIR / "configs" / name)
+    assert is_known(changes["task"]), changes["task"]
+    merged = to_dict(default_config(changes["task"]))
+    _merge(merged, changes)
+    config = from_dict(TrainConfig, merged)
+    assert config.task == changes["task"]
+    assert to_dict(config)["learner"]["updates_per_step"] == changes["learner"]["updates_per_step"]
