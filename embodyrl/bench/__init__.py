@@ -9,6 +9,8 @@ shrinks sizes so tests can exercise the code; figures quoted in
 
 from __future__ import annotations
 
+import statistics
+import time
 from importlib import import_module
 
 # name -> module under embodyrl.bench; each defines run(quick: bool) -> dict
@@ -32,3 +34,13 @@ def run(name: str, quick: bool = False) -> dict:
 
 for _name in ("hal", "replay", "transport", "drivers", "algos", "chaos", "coupling", "pixels"):
     register(_name, _name)
+
+
+def median_seconds(fn, repeats: int) -> float:
+    """Median wall seconds of ``repeats`` calls of ``fn()`` (which must block until its work is done)."""
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)

@@ -15,7 +15,6 @@ run) and the numpy runtime's export of the same actor.
 from __future__ import annotations
 
 import statistics
-import time
 from unittest import mock
 
 import jax
@@ -24,18 +23,9 @@ import numpy as np
 from ..algos import conv, encoders, sac
 from ..algos.encoders import EncoderConfig
 from ..hal.specs import ArraySpec, DictSpec
+from . import median_seconds
 
 IMAGE = "camera/front"
-
-
-def _timed(fn, repeats: int) -> float:
-    """Median seconds of ``fn()`` (which blocks until its result is ready)."""
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def _setup(quick: bool):
@@ -75,7 +65,7 @@ def learner_side(quick: bool) -> dict:
     times: dict[str, list[float]] = {name: [] for name in calls}
     for _ in range(blocks):
         for name, update_many in calls.items():
-            times[name].append(_timed(lambda f=update_many: jax.block_until_ready(f(state, batches)), 1) / k)
+            times[name].append(median_seconds(lambda f=update_many: jax.block_until_ready(f(state, batches)), 1) / k)
     plain, matmul = statistics.median(times["plain"]), statistics.median(times["matmul"])
     return {"pixel_update_ms": round(1e3 * matmul, 2), "pixel_update_plain_conv_grad_ms": round(1e3 * plain, 2),
             "pixel_update_speedup": round(plain / matmul, 2), "pixel_image_shape": list(obs_spec[IMAGE].shape),
@@ -97,7 +87,7 @@ def _env_step_ms(task: str, steps: int) -> tuple[float, object, dict]:
             device.step(rng.uniform(spec.minimum, spec.maximum).astype(spec.dtype))
 
         step()
-        return 1e3 * _timed(step, steps), device, observation
+        return 1e3 * median_seconds(step, steps), device, observation
 
 
 def _act_ms(device, observation, steps: int) -> tuple[float, float]:
@@ -110,10 +100,10 @@ def _act_ms(device, observation, steps: int) -> tuple[float, float]:
                                                  channels=(16, 16, 16), strides=(2, 2, 2)))
     policy = JaxPolicy(device.observation_spec, device.action_spec, config)
     policy.act(observation)
-    jax_ms = 1e3 * _timed(lambda: policy.act(observation), steps)
+    jax_ms = 1e3 * median_seconds(lambda: policy.act(observation), steps)
     networks, _ = sac.init(jax.random.key(0), device.observation_spec, device.action_spec, config)
     numpy_policy = NumpyPolicy(*export_sac(networks, policy.params, config), seed=0)
-    return jax_ms, 1e3 * _timed(lambda: numpy_policy.act(observation), steps)
+    return jax_ms, 1e3 * median_seconds(lambda: numpy_policy.act(observation), steps)
 
 
 def actor_side(quick: bool) -> dict:

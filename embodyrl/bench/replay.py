@@ -27,6 +27,7 @@ from ..replay import PersistentReplay
 from ..replay.layout import row_dtype
 from ..replay.sampling import draw_stored
 from ..replay.staged import StagedSampler
+from . import median_seconds
 
 BATCH = 256
 EPISODE = 200  # env steps per episode, then one final row
@@ -103,15 +104,6 @@ class NumpyRing:
         return {"observation": {k: v[idx] for k, v in self.obs.items()}, "action": self.action[idx],
                 "reward": self.reward[idx], "discount": np.where(self.terminated[idx], 0.0, gamma),
                 "next_observation": {k: v[nxt] for k, v in self.obs.items()}}
-
-
-def _median_ms(fn, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return 1e3 * float(np.median(times))
 
 
 def _interleaved_median_ms(baseline, ours, repeats: int) -> tuple[float, float]:
@@ -311,7 +303,7 @@ def _case(name: str, rows: int, obs_spec: DictSpec, act: ArraySpec, root: Path, 
     t0 = time.perf_counter()
     replay.sample(rng, BATCH, 0.99)
     first_cold_ms = 1e3 * (time.perf_counter() - t0)
-    cold_ms = _median_ms(lambda: replay.sample(rng, BATCH, 0.99), repeats)
+    cold_ms = 1e3 * median_seconds(lambda: replay.sample(rng, BATCH, 0.99), repeats)
     cold_read = (_read_bytes() - read0) / (repeats + 1)
     firsts = []  # the first batch after the page cache is dropped, again and again
     for _ in range(max(3, repeats // 20)):
@@ -330,14 +322,14 @@ def _case(name: str, rows: int, obs_spec: DictSpec, act: ArraySpec, root: Path, 
     staged_warm_up_s = time.perf_counter() - t0
     read0 = _read_bytes()
     t0 = time.perf_counter()
-    staged_ms = _median_ms(lambda: staged.sample(rng, BATCH, 0.99), repeats)
+    staged_ms = 1e3 * median_seconds(lambda: staged.sample(rng, BATCH, 0.99), repeats)
     staged_mean_ms = 1e3 * (time.perf_counter() - t0) / repeats
     staged_read = (_read_bytes() - read0) / repeats
     uniformity = _staged_uniformity(replay, staged, rng, 20 * repeats)
     staged.close()
     replay.drop_page_cache()
     hot_weight = 10.0
-    preferring_ms = _median_ms(lambda: replay.sample(rng, BATCH, 0.99, hot_weight=hot_weight), repeats)
+    preferring_ms = 1e3 * median_seconds(lambda: replay.sample(rng, BATCH, 0.99, hot_weight=hot_weight), repeats)
     tv = replay.cache.tv_from_uniform(hot_weight)
     replay.close()
     shutil.rmtree(directory)
