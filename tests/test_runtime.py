@@ -165,3 +165,18 @@ def test_sac_export_matches_jax_and_samples_like_it():
     assert (samples >= action.minimum).all() and (samples <= action.maximum).all()
     np.testing.assert_allclose(samples.mean(0), jax_samples.mean(0), atol=0.05)
     np.testing.assert_allclose(samples.std(0), jax_samples.std(0), rtol=0.1, atol=0.01)
+
+
+@pytest.mark.parametrize("shape,out,stride", [((1, 84, 84, 9), 16, 2), ((3, 2, 11, 9, 4), 5, 1), ((17, 17, 3), 7, 3)])
+def test_runtime_convolution_equals_xla(shape, out, stride):
+    """The numpy runtime's per-tap convolution is XLA's VALID convolution, leading axes included."""
+    rng = np.random.default_rng(0)
+    x = rng.random(shape, np.float32)
+    kernel = rng.normal(size=(3, 3, shape[-1], out)).astype(np.float32)
+    bias = rng.normal(size=out).astype(np.float32)
+    flat = x.reshape(-1, *shape[-3:])
+    expected = jax.lax.conv_general_dilated(flat, kernel, (stride, stride), "VALID",
+                                            dimension_numbers=("NHWC", "HWIO", "NHWC")) + bias
+    got = runtime._conv2d(x, kernel, bias, stride)
+    assert got.shape == (*shape[:-3], *expected.shape[1:]) and got.dtype == np.float32
+    np.testing.assert_allclose(got.reshape(expected.shape), np.asarray(expected), rtol=1e-4, atol=1e-4)

@@ -9,7 +9,8 @@ the baseline), alternating blocks in the same run. Medians per update.
 Actor: one step of ``pendulum_pixels_stacked`` (physics + offscreen render +
 frame stack) against one step of the state pendulum; the policy's action
 for one stacked observation, jitted JAX (what ``embodyrl train``'s actors
-run) and the numpy runtime's export of the same actor.
+run) and the numpy runtime's export of the same actor, whose im2col
+convolution is timed against the einsum over sliding windows it replaced.
 """
 
 from __future__ import annotations
@@ -90,9 +91,20 @@ def _env_step_ms(task: str, steps: int) -> tuple[float, object, dict]:
         return 1e3 * median_seconds(step, steps), device, observation
 
 
-def _act_ms(device, observation, steps: int) -> tuple[float, float]:
-    """(jitted JAX act, numpy runtime act) of one SAC pixel actor, median ms per action."""
+def einsum_conv2d(x: np.ndarray, kernel: np.ndarray, bias: np.ndarray, stride: int) -> np.ndarray:
+    """The numpy runtime's convolution before im2col (the baseline): an einsum over sliding windows."""
+    lead, (height, width, channels) = x.shape[:-3], x.shape[-3:]
+    kh, kw = kernel.shape[:2]
+    windows = np.lib.stride_tricks.sliding_window_view(x.reshape(-1, height, width, channels), (kh, kw), axis=(1, 2))
+    windows = windows[:, ::stride, ::stride]  # [N, H', W', C, kh, kw]
+    out = np.einsum("nhwcij,ijco->nhwo", windows, kernel, optimize=True) + bias
+    return out.reshape(*lead, *out.shape[1:])
+
+
+def _act_ms(device, observation, steps: int) -> tuple[float, float, float]:
+    """(jitted JAX act, numpy runtime act, numpy act with the einsum convolution), median ms per action."""
     from ..export import export_sac
+    from ..hal import runtime
     from ..hal.runtime import NumpyPolicy
     from ..policy import JaxPolicy
 
@@ -103,17 +115,24 @@ def _act_ms(device, observation, steps: int) -> tuple[float, float]:
     jax_ms = 1e3 * median_seconds(lambda: policy.act(observation), steps)
     networks, _ = sac.init(jax.random.key(0), device.observation_spec, device.action_spec, config)
     numpy_policy = NumpyPolicy(*export_sac(networks, policy.params, config), seed=0)
-    return jax_ms, 1e3 * median_seconds(lambda: numpy_policy.act(observation), steps)
+    times: dict[str, list[float]] = {"im2col": [], "einsum": []}
+    for _ in range(3):  # alternate, so both see the same machine
+        times["im2col"].append(median_seconds(lambda: numpy_policy.act(observation), steps // 3))
+        with mock.patch.object(runtime, "_conv2d", einsum_conv2d):
+            times["einsum"].append(median_seconds(lambda: numpy_policy.act(observation), steps // 3))
+    return jax_ms, 1e3 * statistics.median(times["im2col"]), 1e3 * statistics.median(times["einsum"])
 
 
 def actor_side(quick: bool) -> dict:
     steps = 20 if quick else 200
     pixel_ms, device, observation = _env_step_ms("pendulum_pixels_stacked", steps)
     state_ms, _, _ = _env_step_ms("pendulum", steps)
-    jax_ms, numpy_ms = _act_ms(device, observation, steps)
+    jax_ms, numpy_ms, einsum_ms = _act_ms(device, observation, steps)
     return {"pixel_env_step_ms": round(pixel_ms, 3), "state_env_step_ms": round(state_ms, 3),
             "pixel_env_step_over_state": round(pixel_ms / state_ms, 1),
-            "pixel_jax_act_ms": round(jax_ms, 3), "pixel_numpy_act_ms": round(numpy_ms, 3)}
+            "pixel_jax_act_ms": round(jax_ms, 3), "pixel_numpy_act_ms": round(numpy_ms, 3),
+            "pixel_numpy_act_einsum_conv_ms": round(einsum_ms, 3),
+            "pixel_numpy_act_speedup": round(einsum_ms / numpy_ms, 2)}
 
 
 def run(quick: bool = False) -> dict:
