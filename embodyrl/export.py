@@ -8,7 +8,10 @@ loads an export once and then follows the learner's WEIGHTS messages.
 Covered networks: DDPG's actor (:class:`~embodyrl.algos.networks.MLP`,
 ReLU between dense layers, tanh, scaled to the action bounds) and SAC's
 (the same MLP whose output splits into the mean and the squashed log std
-of a Gaussian: ``gaussian_head``, then tanh and the scale). A network
+of a Gaussian: ``gaussian_head``, then tanh and the scale), PPO's, DQN's,
+and one device's slice of a heterogeneous run's headed actor
+(:func:`export_device`: its input head, the shared trunk, its output head,
+which is an ordinary MLP on the device's own specs). A network
 added later gets an ``export_*`` here and passes ``tests/test_runtime.py``'s
 parity test.
 """
@@ -23,7 +26,7 @@ from flax import nnx
 
 from .algos import ddpg, sac
 from .algos.encoders import export_ops
-from .algos.networks import MLP
+from .algos.networks import MLP, ActionScale
 from .hal import params as flat_params
 from .hal import runtime
 from .hal.steps import NO_POLICY, PolicyVersion
@@ -164,4 +167,44 @@ def export_dqn(networks, params, epsilon: float = 0.0,
             "observation_spec": networks.observation_spec.to_msg(),
             "action_spec": networks.action_spec.to_msg(),
             "exploration": {"kind": "epsilon_greedy", "epsilon": float(epsilon)}, "graph": graph}
+    return meta, {k: np.asarray(v, np.float32) for k, v in arrays.items()}
+
+
+def export_device(algorithm, actor_params, device_id: int,
+                  version: PolicyVersion = NO_POLICY) -> tuple[dict, dict[str, np.ndarray]]:
+    """(graph, arrays) of one device's policy in a heterogeneous run (:mod:`embodyrl.algos.heads`).
+
+    ``algorithm``: the run's ``HeteroOffPolicy`` (DDPG/TD3 or SAC/RLPD). The device's input
+    head, the shared trunk and its output head form a plain MLP on the device's own
+    observation and action specs, with no padding. The arrays keep the published names
+    (``actor/inputs/<id>/kernel``...), so the export follows the learner's weights.
+    """
+    layout = algorithm.layout
+    if not 0 <= device_id < len(layout.kinds):
+        raise ValueError(f"device id {device_id}: the layout declares {len(layout.kinds)} kinds")
+    kind = layout.kinds[device_id]
+    layers = [f"actor/inputs/{device_id}"] + [f"actor/trunk/{i}" for i in range(len(actor_params["trunk"]))] \
+        + [f"actor/outputs/{device_id}"]
+    graph: list[dict] = [{"op": "concat", "fields": list(kind.observation_spec)}]
+    for i, name in enumerate(layers):
+        graph.append({"op": "dense", "kernel": f"{name}/kernel", "bias": f"{name}/bias"})
+        if i < len(layers) - 1:
+            graph.append({"op": "relu"})
+    if algorithm.module is ddpg:
+        graph.append({"op": "tanh"})
+        exploration = {"kind": "gaussian", "std": float(algorithm.config.exploration_noise)}
+    else:
+        graph += [{"op": "gaussian_head", "log_std_min": algorithm.config.log_std_min,
+                   "log_std_max": algorithm.config.log_std_max}, {"op": "tanh"}]
+        exploration = {"kind": "squashed_gaussian"}
+    graph.append({"op": "scale", "center": "scale/center", "half_range": "scale/half_range"})
+    published = flat_params.flatten({"actor": jax.device_get(actor_params)})
+    arrays = {n: published[n] for name in layers for n in (f"{name}/kernel", f"{name}/bias")}
+    scale = ActionScale(kind.action_spec)
+    arrays["scale/center"], arrays["scale/half_range"] = scale.center, scale.half_range
+    meta = {"format": runtime.FORMAT, "format_version": runtime.FORMAT_VERSION,
+            "algo": "sac" if algorithm.module is sac else "ddpg", "policy_version": list(version),
+            "device": {"id": device_id, "kind": kind.name},
+            "observation_spec": kind.observation_spec.to_msg(), "action_spec": kind.action_spec.to_msg(),
+            "exploration": exploration, "graph": graph}
     return meta, {k: np.asarray(v, np.float32) for k, v in arrays.items()}

@@ -75,10 +75,13 @@ def test_termination_stops_bootstrapping(setup):
 
 
 def test_temperature_moves_toward_the_target_entropy():
-    networks, _ = sac.init(jax.random.key(0), OBS, ACT, CONFIG)
-    _, _, temperature_loss = make_losses(networks, CONFIG, target_entropy=-2.0)
-    low, high = jax.grad(temperature_loss)(0.0, -5.0), jax.grad(temperature_loss)(0.0, 1.0)
+    networks, state = sac.init(jax.random.key(0), OBS, ACT, CONFIG)
+    _, actor_loss, temperature_loss = make_losses(networks, CONFIG)
+    low, high = jax.grad(temperature_loss)(0.0, -5.0, -2.0), jax.grad(temperature_loss)(0.0, 1.0, -2.0)
     assert low < 0 < high  # entropy below target: descending raises log_alpha; above: lowers it
+    _, aux = actor_loss(state.actor_params, state.critic_params, 0.1, make_batch(jax.random.key(2)),
+                        jax.random.key(3))
+    assert float(aux["target_entropy"]) == -1.0 * 2  # SAC's -1 per action dimension
 
 
 def test_rlpd_ensemble_uses_a_random_subset_and_layer_norm():

@@ -118,24 +118,31 @@ class HeteroLayout:
 
 
 class HeadedMLP(nnx.Module):
-    """Per-device input layer -> shared trunk (ReLU MLP) -> per-device output layer, routed per row."""
+    """Per-device input layer -> shared trunk (ReLU MLP) -> per-device output layer, routed per row.
+
+    ``layer_norm``: a shared LayerNorm before each ReLU (RLPD's critics), as in :class:`~.networks.MLP`.
+    """
 
     def __init__(self, in_sizes: Sequence[int], hidden_sizes: Sequence[int], out_sizes: Sequence[int],
-                 *, rngs: nnx.Rngs):
+                 *, rngs: nnx.Rngs, layer_norm: bool = False):
         first, *trunk = hidden_sizes
         self.inputs = nnx.List([nnx.Linear(n, first, rngs=rngs) for n in in_sizes])
         sizes = [first, *trunk]
         self.trunk = nnx.List([nnx.Linear(a, b, rngs=rngs) for a, b in zip(sizes[:-1], sizes[1:], strict=True)])
         self.outputs = nnx.List([nnx.Linear(sizes[-1], n, rngs=rngs) for n in out_sizes])
+        self.norms = nnx.List([nnx.LayerNorm(h, rngs=rngs) for h in hidden_sizes]) if layer_norm else None
         self.in_sizes, self.out_sizes = tuple(in_sizes), tuple(out_sizes)
+
+    def _activate(self, i: int, h: jax.Array) -> jax.Array:
+        return jax.nn.relu(h if self.norms is None else self.norms[i](h))
 
     def __call__(self, x: jax.Array, device: jax.Array) -> jax.Array:
         """``x`` [B, max in] (each row's device reads its first ``in_sizes[d]`` values) -> [B, max out]."""
         route = device.astype(jnp.int32)[None, :, None]
         h = jnp.stack([head(x[..., :n]) for head, n in zip(self.inputs, self.in_sizes, strict=True)])
-        h = jax.nn.relu(jnp.take_along_axis(h, route, axis=0)[0])
-        for layer in self.trunk:
-            h = jax.nn.relu(layer(h))
+        h = self._activate(0, jnp.take_along_axis(h, route, axis=0)[0])
+        for i, layer in enumerate(self.trunk):
+            h = self._activate(i + 1, layer(h))
         width = max(self.out_sizes)
         outs = jnp.stack([jnp.pad(head(h), ((0, 0), (0, width - n)))
                           for head, n in zip(self.outputs, self.out_sizes, strict=True)])
@@ -143,14 +150,19 @@ class HeadedMLP(nnx.Module):
 
 
 @dataclass(frozen=True, eq=False)
-class HeteroNetworks:
-    """DDPG's network interface (``policy``, ``q_values``, ``scale``) over padded, routed rows."""
+class RoutedCritics:
+    """What DDPG's and SAC's headed networks share: the padded specs, the action mask, the critics."""
 
     layout: HeteroLayout
     actor_graph: nnx.GraphDef
     critic_graph: nnx.GraphDef
-    scale: ActionScale
-    encoder: None = None
+
+    encoder = None  # state observations only
+
+    @property
+    def scale(self) -> ActionScale:
+        """The padded unit action's scale: the identity (each device's own bounds apply at its actor)."""
+        return ActionScale(self.action_spec)
 
     @property
     def observation_spec(self) -> DictSpec:
@@ -165,10 +177,9 @@ class HeteroNetworks:
         sizes = jnp.asarray(self.layout.action_sizes)[device]
         return (jnp.arange(self.action_spec.shape[0]) < sizes[..., None]).astype(jnp.float32)
 
-    def policy(self, actor_params, observation) -> jax.Array:
-        x, device, lead = _rows(observation)
-        unit = jnp.tanh(nnx.merge(self.actor_graph, actor_params)(x, device))
-        return (unit * self._mask(device)).reshape(*lead, -1)
+    def action_dims(self, observation) -> jax.Array:
+        """Each row's device's action size (SAC's entropy target is per dimension)."""
+        return jnp.asarray(self.layout.action_sizes)[_rows(observation)[1]]
 
     def q_values(self, critic_params, observation, action) -> jax.Array:
         """Every critic's Q: [critics, batch...]; a device's critic head reads [its obs, its action]."""
@@ -188,6 +199,16 @@ class HeteroNetworks:
         return self.q_values(critic_params, observation, action)[0]
 
 
+@dataclass(frozen=True, eq=False)
+class HeteroNetworks(RoutedCritics):
+    """DDPG's network interface (``policy``, ``q_values``, ``scale``) over padded, routed rows."""
+
+    def policy(self, actor_params, observation) -> jax.Array:
+        x, device, lead = _rows(observation)
+        unit = jnp.tanh(nnx.merge(self.actor_graph, actor_params)(x, device))
+        return (unit * self._mask(device)).reshape(*lead, -1)
+
+
 def _rows(observation):
     """(features [N, width], device ids [N], the leading shape) of a possibly batched padded observation."""
     x = jnp.asarray(observation[FEATURES], jnp.float32)
@@ -195,17 +216,21 @@ def _rows(observation):
     return x.reshape(-1, x.shape[-1]), jnp.asarray(observation[DEVICE], jnp.int32).reshape(-1), lead
 
 
+def make_critics(layout: HeteroLayout, hidden_sizes: tuple[int, ...], keys, layer_norm: bool = False):
+    """(graph, parameters stacked on a leading axis) of one headed critic per key."""
+    critic_in = [n + m for n, m in zip(layout.observation_sizes, layout.action_sizes, strict=True)]
+    critics = [nnx.split(HeadedMLP(critic_in, hidden_sizes, [1] * len(critic_in), rngs=nnx.Rngs(k),
+                                   layer_norm=layer_norm)) for k in keys]
+    return critics[0][0], jax.tree.map(lambda *xs: jnp.stack(xs), *[nnx.to_pure_dict(s) for _, s in critics])
+
+
 def make_networks(layout: HeteroLayout, hidden_sizes: tuple[int, ...], key: jax.Array, num_critics: int = 1):
     """(networks, actor_params, critic_params), the critics stacked on a leading axis."""
-    obs, act = layout.observation_sizes, layout.action_sizes
     actor_key, *critic_keys = jax.random.split(key, 1 + num_critics)
-    actor_graph, actor_state = nnx.split(HeadedMLP(obs, hidden_sizes, act, rngs=nnx.Rngs(actor_key)))
-    critic_in = [n + m for n, m in zip(obs, act, strict=True)]
-    critics = [nnx.split(HeadedMLP(critic_in, hidden_sizes, [1] * len(act), rngs=nnx.Rngs(k)))
-               for k in critic_keys]
-    critic_params = jax.tree.map(lambda *xs: jnp.stack(xs), *[nnx.to_pure_dict(s) for _, s in critics])
-    networks = HeteroNetworks(layout, actor_graph, critics[0][0], ActionScale(layout.action_spec))
-    return networks, nnx.to_pure_dict(actor_state), critic_params
+    actor_graph, actor_state = nnx.split(HeadedMLP(layout.observation_sizes, hidden_sizes, layout.action_sizes,
+                                                   rngs=nnx.Rngs(actor_key)))
+    critic_graph, critic_params = make_critics(layout, hidden_sizes, critic_keys)
+    return HeteroNetworks(layout, actor_graph, critic_graph), nnx.to_pure_dict(actor_state), critic_params
 
 
 def init(key: jax.Array, layout: HeteroLayout, config: ddpg.DDPGConfig):
@@ -228,17 +253,31 @@ class HeteroOffPolicy(OffPolicy):
     layout: HeteroLayout | None = None
 
     def init(self, key, observation_spec=None, action_spec=None):
-        return init(key, self.layout, self.config)
+        if self.module is ddpg:
+            return init(key, self.layout, self.config)
+        from . import heads_sac
+
+        return heads_sac.init(key, self.layout, self.config)
 
     def actor_networks(self, observation_spec=None, action_spec=None, key=None):
-        networks, actor, _ = make_networks(self.layout, self.config.hidden_sizes,
-                                           key if key is not None else jax.random.key(0), self.config.num_critics)
+        key = key if key is not None else jax.random.key(0)
+        if self.module is ddpg:
+            networks, actor, _ = make_networks(self.layout, self.config.hidden_sizes, key, self.config.num_critics)
+        else:
+            from . import heads_sac
+
+            networks, actor, _ = heads_sac.make_networks(self.layout, self.config, key)
         return networks, actor
 
 
 def hetero(algorithm: OffPolicy, layout: HeteroLayout) -> HeteroOffPolicy:
-    if algorithm.module is not ddpg:
-        raise ValueError(f"heterogeneous devices: {algorithm.name} is not supported (ddpg or td3)")
+    """``algorithm`` (ddpg, td3, sac or rlpd) over the headed networks of ``layout``."""
+    from . import sac
+
+    if algorithm.module not in (ddpg, sac):
+        raise ValueError(f"heterogeneous devices: {algorithm.name} is not supported (ddpg, td3, sac or rlpd)")
+    if algorithm.config.encoder.image_fields:
+        raise ValueError("heterogeneous devices: state observations only (no image encoder)")
     return HeteroOffPolicy(algorithm.name, algorithm.config, algorithm.module, layout)
 
 

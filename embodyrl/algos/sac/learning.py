@@ -36,18 +36,21 @@ def init(key: jax.Array, observation_spec: DictSpec, action_spec: ArraySpec,
          config: SACConfig) -> tuple[SACNetworks, TrainingState]:
     net_key, state_key = jax.random.split(key)
     networks, actor, critic = make_networks(observation_spec, action_spec, config, net_key)
+    return networks, initial_state(state_key, actor, critic, config)
+
+
+def initial_state(key: jax.Array, actor_params, critic_params, config: SACConfig) -> TrainingState:
+    """The training state around fresh parameters (any networks with SAC's interface)."""
     actor_opt, critic_opt, temp_opt = _optimizers(config)
     log_alpha = jnp.asarray(jnp.log(config.init_temperature), jnp.float32)
-    state = TrainingState(actor, critic, jax.tree.map(jnp.copy, critic), log_alpha,
-                          actor_opt.init(actor), critic_opt.init(critic), temp_opt.init(log_alpha),
-                          state_key, jnp.zeros((), jnp.int32))
-    return networks, state
+    return TrainingState(actor_params, critic_params, jax.tree.map(jnp.copy, critic_params), log_alpha,
+                         actor_opt.init(actor_params), critic_opt.init(critic_params), temp_opt.init(log_alpha),
+                         key, jnp.zeros((), jnp.int32))
 
 
 def make_update(networks: SACNetworks, config: SACConfig):
     actor_opt, critic_opt, temp_opt = _optimizers(config)
-    target_entropy = config.target_entropy_per_dim * networks.action_spec.size
-    critic_loss, actor_loss, temperature_loss = make_losses(networks, config, target_entropy)
+    critic_loss, actor_loss, temperature_loss = make_losses(networks, config)
 
     def update(state: TrainingState, batch) -> tuple[TrainingState, dict]:
         key, critic_key, actor_key = jax.random.split(state.key, 3)
@@ -67,7 +70,8 @@ def make_update(networks: SACNetworks, config: SACConfig):
         a_updates, actor_opt_state = actor_opt.update(a_grads, state.actor_opt_state)
         actor_params = optax.apply_updates(actor_before, a_updates)
 
-        t_loss, t_grad = jax.value_and_grad(temperature_loss)(state.log_alpha, a_aux["entropy"])
+        t_loss, t_grad = jax.value_and_grad(temperature_loss)(state.log_alpha, a_aux["entropy"],
+                                                              a_aux["target_entropy"])
         t_update, temperature_opt_state = temp_opt.update(t_grad, state.temperature_opt_state)
         log_alpha = optax.apply_updates(state.log_alpha, t_update)
 

@@ -25,7 +25,7 @@ def td_target(networks: SACNetworks, config: SACConfig, actor_params, target_cri
     return batch["reward"] + batch["discount"] * next_v
 
 
-def make_losses(networks: SACNetworks, config: SACConfig, target_entropy: float):
+def make_losses(networks: SACNetworks, config: SACConfig):
     def critic_loss(critic_params, actor_params, target_critic_params, alpha, batch, key):
         y = jax.lax.stop_gradient(td_target(networks, config, actor_params, target_critic_params, alpha, batch, key))
         q = networks.q_values(critic_params, batch["observation"], batch["action"])
@@ -37,9 +37,11 @@ def make_losses(networks: SACNetworks, config: SACConfig, target_entropy: float)
         action, logp = networks.sample(actor_params, batch["observation"], key)
         qs = networks.q_values(critic_params, batch["observation"], action)
         q = jnp.min(qs, axis=0) if config.actor_q == "min" else jnp.mean(qs, axis=0)
-        return jnp.mean(alpha * logp - q), {"entropy": -jnp.mean(logp)}
+        # the target scales with each row's action dimensions (devices of different sizes share a batch)
+        target = config.target_entropy_per_dim * jnp.mean(networks.action_dims(batch["observation"]))
+        return jnp.mean(alpha * logp - q), {"entropy": -jnp.mean(logp), "target_entropy": target}
 
-    def temperature_loss(log_alpha, entropy):
+    def temperature_loss(log_alpha, entropy, target_entropy):
         """Automatic entropy tuning: raise alpha when the entropy falls below its target."""
         return log_alpha * jax.lax.stop_gradient(entropy - target_entropy)
 

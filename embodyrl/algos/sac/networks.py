@@ -48,6 +48,10 @@ class SACNetworks:
         squash = 2.0 * (_LOG_2 - u - jax.nn.softplus(-2.0 * u))
         return self.scale.to_env(jnp.tanh(u)), jnp.sum(gaussian - squash, axis=-1)
 
+    def action_dims(self, observation) -> int:
+        """Action dimensions per row (one device kind: the action's size), for the entropy target."""
+        return self.action_spec.size
+
     def q_values(self, critic_params, observation, action) -> jax.Array:
         """Every critic's Q(o, a): [critics, batch...]."""
         x, ensemble = features(self.encoder, self.observation_spec, critic_params, observation, "ensemble")
