@@ -106,10 +106,9 @@ def _train(args) -> int:
 
 
 def _learner(args) -> int:
-    from . import envs
     from .cli_security import check_address, server_keys
     from .config import save
-    from .workers import _stop_on_signals, learner_class
+    from .workers import _stop_on_signals, make_learner
 
     run_dir = _run_dir(args)
     keys = server_keys(args)
@@ -119,9 +118,7 @@ def _learner(args) -> int:
     should_stop = _stop_on_signals()
     run_dir.mkdir(parents=True, exist_ok=True)
     save(config, run_dir / "config.json")
-    device, _ = envs.make(config.task)
-    learner = learner_class(config.algorithm)(config, device.observation_spec, device.action_spec, run_dir,
-                                              keys=keys, allow_insecure=args.insecure)
+    learner = make_learner(config, run_dir, keys=keys, allow_insecure=args.insecure)
     (run_dir / "learner.json").write_text(json.dumps({"endpoint": learner.endpoint}) + "\n")
     print(json.dumps({"endpoint": learner.endpoint, "run_dir": str(run_dir),
                       "resumed_from_updates": learner.counters.updates if learner.resumed else None}), flush=True)
@@ -169,6 +166,24 @@ def _eval(args) -> int:
         print(f"embodyrl: eval: {err}", file=sys.stderr)
         return 1
     print(json.dumps(result, indent=2))
+    return 0
+
+
+def _export(args) -> int:
+    from .export import export_run
+    from .hal.runtime import ExportError
+
+    run_dir = Path(args.run_dir)
+    for needed in ("config.json", "policy"):
+        if not (run_dir / needed).exists():
+            print(f"embodyrl: {run_dir}: no {needed} (not a finished run directory?)", file=sys.stderr)
+            return 2
+    try:
+        json_path, npz_path = export_run(run_dir, Path(args.out), args.device)
+    except (ValueError, ExportError, NotImplementedError) as err:
+        print(f"embodyrl: export: {err}", file=sys.stderr)
+        return 2
+    print(json.dumps({"graph": str(json_path), "arrays": str(npz_path)}))
     return 0
 
 
@@ -248,7 +263,8 @@ def _keys(args) -> int:
 
 
 TASK_HELP = ("a task: pendulum, pendulum_pixels, arm_reach, ... (embodyrl tasks lists them), "
-             "or gym:ID for any Gymnasium id with a Box action space, e.g. gym:Pendulum-v1")
+             "or gym:ID for any Gymnasium id with a Box action space, e.g. gym:Pendulum-v1; "
+             "tasks joined by + (pendulum+arm_reach) train one policy over devices of different shapes")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -340,6 +356,14 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--width", type=int, default=160, help="width of each image (default 160)")
     e.add_argument("--height", type=int, default=120, help="height of each image (default 120)")
     e.set_defaults(func=_eval)
+    x = sub.add_parser("export", help="write a run's saved policy for the numpy runtime (no JAX on the robot)",
+                       description="Export RUN_DIR's saved policy as OUT.json (the layer graph) and OUT.npz "
+                                   "(the arrays), loaded by embodyrl.hal.runtime.load with numpy alone. "
+                                   "Exit codes: 0 done, 2 bad arguments, directory or network.")
+    x.add_argument("run_dir", help="a run directory written by embodyrl train")
+    x.add_argument("out", help="output path without suffix (OUT.json and OUT.npz are written)")
+    x.add_argument("--device", help="for a run over several devices (task a+b): the device's task to export")
+    x.set_defaults(func=_export)
     r = sub.add_parser("replay", help="inspect a persistent replay: size, sources, actors, versions",
                        description="Report what a replay directory holds, read-only (safe beside a "
                                    "running learner): size, capacity, chunks, rows by source and by "

@@ -12,7 +12,7 @@ from pathlib import Path
 from .algos.ddpg.config import DDPGConfig
 from .algos.ppo.config import PPOConfig
 from .algos.registry import NAMES as ALGORITHMS
-from .algos.registry import OffPolicy, OnPolicy, resolve
+from .algos.registry import ON_POLICY, OffPolicy, OnPolicy, resolve
 from .algos.sac.config import SACConfig
 from .hal.actor import ActorConfig
 
@@ -64,6 +64,7 @@ class LearnerConfig:
 @dataclass(frozen=True)
 class TrainConfig:
     task: str = "pendulum"
+    """A task name, or several joined by ``+`` for one policy over devices of different shapes."""
     steps: int = 20_000
     """Environment steps, summed over all actors."""
     seed: int = 0
@@ -83,6 +84,9 @@ class TrainConfig:
     def __post_init__(self):
         if self.algorithm not in ALGORITHMS:
             raise ValueError(f"algorithm: unknown {self.algorithm!r}; known: {', '.join(ALGORITHMS)}")
+        if "+" in self.task and self.algorithm in ON_POLICY:
+            raise ValueError(f"task {self.task!r}: several devices train with an off-policy algorithm "
+                             f"(ddpg, td3, sac, rlpd), not {self.algorithm}")
 
     @property
     def off_policy(self) -> OffPolicy | OnPolicy:

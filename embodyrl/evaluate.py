@@ -39,11 +39,27 @@ def evaluate(device: Device, task: Task, policy: Policy, episodes: int, seed: in
     return result
 
 
+def versus_random(device: Device, task: Task, policy: Policy, episodes: int, seed: int) -> dict:
+    """``policy`` and a uniform random policy on the same seeded episodes: ``eval_*`` and ``random_*`` figures."""
+    from .hal.policy import UniformRandomPolicy
+
+    with device:
+        trained = evaluate(device, task, policy, episodes, seed)
+        rand = evaluate(device, task, UniformRandomPolicy(device.action_spec, seed=seed), episodes, seed)
+    out = {"eval_return_mean": trained["return_mean"], "random_return_mean": rand["return_mean"],
+           "eval_returns": trained["returns"]}
+    for name, value in trained.items():
+        if name.endswith("_mean") and name != "return_mean":
+            out[f"eval_{name.removesuffix('_mean')}"] = value
+            out[f"random_{name.removesuffix('_mean')}"] = rand[name]
+    return out
+
+
 def evaluate_saved_run(run_dir, episodes: int | None = None, seed: int | None = None) -> dict:
     """The saved policy of ``run_dir`` on its own task: mean return and task metrics."""
     from pathlib import Path
 
-    from . import envs
+    from . import envs, hetero
     from .config import load
     from .policy import load_policy
 
@@ -51,6 +67,9 @@ def evaluate_saved_run(run_dir, episodes: int | None = None, seed: int | None = 
     config = load(run_dir / "config.json")
     episodes = config.eval_episodes if episodes is None else episodes
     seed = 10_000 + config.seed if seed is None else seed
+    if hetero.is_hetero(config.task):
+        return {"task": config.task, "algorithm": config.algorithm, "episodes": episodes, "seed": seed,
+                **hetero.evaluate_run(config, run_dir, episodes, seed)}
     device, task = envs.make(config.task)
     policy = load_policy(run_dir / "policy", config.off_policy)
     with device:
@@ -77,6 +96,8 @@ def render_strip(run_dir, path, frames: int = 8, size: tuple[int, int] = (160, 1
 
     run_dir = Path(run_dir)
     config = load(run_dir / "config.json")
+    if envs.SEPARATOR in config.task:
+        raise ValueError(f"task {config.task!r}: several devices; a strip shows one")
     device, task = envs.make(config.task)
     if not hasattr(device, "model") or not hasattr(device, "data"):
         raise ValueError(f"task {config.task!r}: its device is not a MuJoCo simulation; nothing to render")

@@ -91,6 +91,39 @@ def export_saved_policy(policy_dir: str | Path, out: str | Path,
     return runtime.save(out, graph, arrays)
 
 
+def export_run(run_dir: str | Path, out: str | Path, device: str | None = None) -> tuple[Path, Path]:
+    """Export the saved policy of a run directory (its ``config.json`` and ``policy/``), any algorithm.
+
+    A heterogeneous run (task ``a+b``) exports one device at a time: ``device`` names its task.
+    """
+    import json
+
+    from . import envs, hetero
+    from .config import load
+    from .policy import POLICY_FILE, WEIGHTS_FILE, load_policy
+
+    run_dir = Path(run_dir)
+    config = load(run_dir / "config.json")
+    if hetero.is_hetero(config.task):
+        parts = envs.parts(config.task)
+        if device not in parts:
+            raise ValueError(f"task {config.task!r} has several devices: name one of {', '.join(parts)}")
+        meta = json.loads((run_dir / "policy" / POLICY_FILE).read_text())
+        with np.load(run_dir / "policy" / WEIGHTS_FILE, allow_pickle=False) as data:
+            params = flat_params.unflatten(flat_params.subtree({k: data[k] for k in data.files}, "actor"))
+        version = PolicyVersion(*meta["version"])
+        return runtime.save(out, *export_device(hetero.algorithm(config), params, parts.index(device), version))
+    if device is not None and device != config.task:
+        raise ValueError(f"task {config.task!r} has one device; {device!r} is not it")
+    algorithm = config.off_policy
+    policy = load_policy(run_dir / "policy", algorithm)
+    networks, _ = algorithm.actor_networks(policy.observation_spec, policy.action_spec, jax.random.key(0))
+    if algorithm.name == "ppo":
+        return runtime.save(out, *export_ppo(networks, policy.params, policy.version))
+    export = export_ddpg if algorithm.module is ddpg else export_sac
+    return runtime.save(out, *export(networks, policy.params, algorithm.config, policy.version))
+
+
 def export_sac(networks: sac.SACNetworks, actor_params, config: sac.SACConfig,
                version: PolicyVersion = NO_POLICY) -> tuple[dict, dict[str, np.ndarray]]:
     """(graph, arrays) of SAC's policy: its mean action, and samples of its squashed Gaussian."""

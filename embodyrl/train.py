@@ -132,23 +132,14 @@ def _last_metrics(run_dir: Path) -> dict:
 
 
 def evaluate_run(config: TrainConfig, run_dir: Path) -> dict:
-    """The saved policy and a uniform random policy on the same seeded episodes."""
-    from . import envs
-    from .evaluate import evaluate
-    from .hal.policy import UniformRandomPolicy
+    """The saved policy and a uniform random policy on the same seeded episodes (per device for ``a+b``)."""
+    from . import envs, hetero
+    from .evaluate import versus_random
     from .policy import load_policy
 
+    if hetero.is_hetero(config.task):
+        return hetero.evaluate_run(config, run_dir)
     device, task = envs.make(config.task)
-    seed = 10_000 + config.seed
     policy = load_policy(run_dir / "policy", config.off_policy)
-    with device:
-        trained = evaluate(device, task, policy, config.eval_episodes, seed)
-        rand = evaluate(device, task, UniformRandomPolicy(device.action_spec, seed=seed),
-                        config.eval_episodes, seed)
-    out = {"eval_episodes": config.eval_episodes, "eval_return_mean": trained["return_mean"],
-           "random_return_mean": rand["return_mean"], "eval_returns": trained["returns"]}
-    for name, value in trained.items():
-        if name.endswith("_mean") and name != "return_mean":
-            out[f"eval_{name.removesuffix('_mean')}"] = value
-            out[f"random_{name.removesuffix('_mean')}"] = rand[name]
-    return out
+    return {"eval_episodes": config.eval_episodes,
+            **versus_random(device, task, policy, config.eval_episodes, 10_000 + config.seed)}

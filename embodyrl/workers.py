@@ -39,17 +39,27 @@ def learner_class(algorithm: str):
     return Learner
 
 
+def make_learner(config, run_dir: Path, **kwargs):
+    """The learner for ``config``'s task: one device kind, or several (``a+b``, a heterogeneous layout)."""
+    from . import envs, hetero
+
+    if hetero.is_hetero(config.task):
+        from .learner import Learner
+
+        layout = hetero.layout(config.task)
+        return Learner(config, layout.observation_spec, layout.action_spec, run_dir, layout=layout, **kwargs)
+    device, _ = envs.make(config.task)
+    return learner_class(config.algorithm)(config, device.observation_spec, device.action_spec, run_dir, **kwargs)
+
+
 def learner_main(config_dict: dict, run_dir: str, conn, security: dict | None = None) -> None:
     """Run the learner; ``security``: its ``keys``/``allow_insecure`` keyword arguments (CurveZMQ)."""
     should_stop = _stop_on_signals()
     try:
-        from . import envs
         from .config import TrainConfig, from_dict
 
         config = from_dict(TrainConfig, config_dict)
-        device, _ = envs.make(config.task)
-        learner = learner_class(config.algorithm)(config, device.observation_spec, device.action_spec,
-                                                  Path(run_dir), **(security or {}))
+        learner = make_learner(config, Path(run_dir), **(security or {}))
         conn.send(("ready", learner.endpoint))
         learner.run(should_stop)
         conn.send(("done", dataclasses.asdict(learner.counters)))
@@ -72,7 +82,7 @@ def actor_main(config_dict: dict, endpoint: str, index: int, run_dir: str | None
     without them it dials only loopback unless ``allow_insecure``.
     """
     should_stop = _stop_on_signals()
-    from . import envs
+    from . import envs, hetero
     from .config import TrainConfig, from_dict
     from .hal.actor import ActorLoop
     from .hal.ledger import BatchLedger
@@ -88,13 +98,22 @@ def actor_main(config_dict: dict, endpoint: str, index: int, run_dir: str | None
     if config.algorithm in ("ppo",):  # on-policy, no random warm-up: rows acted without learner weights are discarded
         # and no row beyond the credit: a synchronous learner grants exactly one iteration's rows
         actor_config = dataclasses.replace(actor_config, random_steps=0, act_within_credit=True)
-    raw_device, task = envs.make(config.task)
-    device = SafeDevice(raw_device, SafetyConfig())  # clipping to the spec, counted
-    policy = JaxPolicy(device.observation_spec, device.action_spec, config.off_policy, seed=actor_config.seed)
-    info = DeviceInfo(0, config.task, device.observation_spec, device.action_spec)
+    if hetero.is_hetero(config.task):  # one device of each kind, each through its own heads
+        device, tasks, policies, infos = hetero.actor_parts(config, actor_config.seed)
+
+        def make_loop(link):
+            return ActorLoop.for_group(device, tasks, policies, link, actor_config)
+    else:
+        raw_device, task = envs.make(config.task)
+        device = SafeDevice(raw_device, SafetyConfig())  # clipping to the spec, counted
+        policy = JaxPolicy(device.observation_spec, device.action_spec, config.off_policy, seed=actor_config.seed)
+        infos = [DeviceInfo(0, config.task, device.observation_spec, device.action_spec)]
+
+        def make_loop(link):
+            return ActorLoop(device, task, policy, link, actor_config)
     spool = Spool(Path(ac.spool_dir) / f"actor-{index}" if ac.spool_dir else None,
                   disk_bytes=ac.spool_disk_mb << 20, on_full=ac.spool_on_full)
-    link = LearnerLink(endpoint, actor_name=f"actor-{index}", actor_id=index, devices=[info],
+    link = LearnerLink(endpoint, actor_name=f"actor-{index}", actor_id=index, devices=infos,
                        peer_timeout_s=config.learner.peer_timeout_s, spool=spool,
                        keys=keys, allow_insecure=allow_insecure)
     log = open(Path(run_dir) / f"actor-{index}.jsonl", "a") if run_dir else None  # noqa: SIM115
@@ -116,7 +135,7 @@ def actor_main(config_dict: dict, endpoint: str, index: int, run_dir: str | None
 
     try:
         with device, link:
-            ActorLoop(device, task, policy, link, actor_config).run(
+            make_loop(link).run(
                 max_steps=max_steps, should_stop=should_stop, report=report if log else None)
             if link.bye_reason is None:
                 link.flush(ac.flush_timeout_s)

@@ -8,6 +8,10 @@
   :mod:`embodyrl.hal.drivers.gymnasium` (``gym:Pendulum-v1``,
   ``gym:HalfCheetah-v5``).
 
+Tasks joined by ``+`` (``pendulum+arm_reach``) name a run over devices of
+different shapes, one policy with per-device heads (:mod:`embodyrl.hetero`);
+``parts(name)`` splits them, and ``make`` builds one part at a time.
+
 The other direction: ``register_gymnasium()`` registers each task with
 Gymnasium as ``embodyrl/<Name>-v0`` (``GYMNASIUM_IDS``), so that
 ``gymnasium.make("embodyrl/Pendulum-v0")`` works. It is called on import of
@@ -50,8 +54,20 @@ def names() -> list[str]:
     return sorted(_REGISTRY)
 
 
+SEPARATOR = "+"
+"""Joins the tasks of a heterogeneous run: ``pendulum+arm_reach`` (device ids 0 and 1)."""
+
+
+def parts(name: str) -> tuple[str, ...]:
+    """The tasks of ``name``, in device-id order (one for a plain task)."""
+    return tuple(name.split(SEPARATOR))
+
+
 def is_known(name: str) -> bool:
-    """Whether ``make(name)`` can build ``name``: a registered task or ``gym:`` plus a registered id."""
+    """Whether ``name`` is a registered task, ``gym:`` plus a registered id, or distinct known tasks joined by ``+``."""
+    if SEPARATOR in name:
+        tasks = parts(name)
+        return len(set(tasks)) == len(tasks) and all(SEPARATOR not in t and is_known(t) for t in tasks)
     if name in _REGISTRY:
         return True
     if not name.startswith(GYM_PREFIX) or len(name) == len(GYM_PREFIX):
@@ -66,6 +82,11 @@ def is_known(name: str) -> bool:
 
 def unknown_reason(name: str) -> str:
     """Why ``name`` is not a task, naming what is: for error messages."""
+    if SEPARATOR in name:
+        tasks = parts(name)
+        if len(set(tasks)) != len(tasks):
+            return f"task {name!r} names a device twice (more copies of one device: more actors)"
+        return next(unknown_reason(t) for t in tasks if not is_known(t))
     if name.startswith(GYM_PREFIX):
         try:
             import gymnasium  # noqa: F401
@@ -77,6 +98,8 @@ def unknown_reason(name: str) -> str:
 
 
 def factory(name: str) -> Callable:
+    if SEPARATOR in name:
+        raise KeyError(f"task {name!r} is several devices; build each of envs.parts(name)")
     if name.startswith(GYM_PREFIX):
         from ..hal.drivers import gymnasium as gym_driver
 

@@ -179,3 +179,27 @@ def test_plot_names_a_missing_metric_and_a_non_run(tmp_path):
     proc = _cli("plot", str(tmp_path), "--out", str(tmp_path / "x.png"))
     assert proc.returncode == 2 and "config.json" in proc.stderr
     assert not (tmp_path / "x.png").exists()
+
+
+def test_export_writes_a_numpy_policy_that_acts_as_the_trained_one(run_dir, tmp_path):
+    from embodyrl import envs
+    from embodyrl.config import load
+    from embodyrl.hal import runtime
+    from embodyrl.policy import load_policy
+
+    proc = _cli("export", str(run_dir), str(tmp_path / "pendulum"))
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["graph"] == str(tmp_path / "pendulum.json")
+    numpy_policy = runtime.load(tmp_path / "pendulum")
+    config = load(run_dir / "config.json")
+    policy = load_policy(run_dir / "policy", config.off_policy)
+    assert tuple(numpy_policy.version) == tuple(policy.version)
+    device, _ = envs.make("pendulum")
+    with device:
+        observation = device.reset(seed=1)
+        for _ in range(20):
+            action, _ = policy.act(observation, explore=False)
+            np.testing.assert_allclose(numpy_policy.mean_action(observation), action, rtol=1e-4, atol=1e-5)
+            observation = device.step(action)
+    wrong = _cli("export", str(run_dir), str(tmp_path / "x"), "--device", "arm_reach")
+    assert wrong.returncode == 2 and "has one device" in wrong.stderr

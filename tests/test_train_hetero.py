@@ -1,0 +1,91 @@
+"""``embodyrl train a+b``: one SAC policy over the pendulum and the 7-DoF arm, end to end in subprocesses."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from embodyrl.algos.heads import DevicePolicy
+from embodyrl.config import load
+from embodyrl.hal import runtime
+from embodyrl.hal.steps import PolicyVersion
+
+TASK = "pendulum+arm_reach"
+
+
+def _cli(*args, timeout=120):
+    return subprocess.run([sys.executable, "-m", "embodyrl.cli", *args], capture_output=True,
+                          text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    run = tmp_path_factory.mktemp("hetero") / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "embodyrl.cli", "train", TASK, "--algorithm", "sac",
+                             "--steps", "800", "--eval_episodes", "1", "--sac.hidden_sizes", "[32, 32]",
+                             "--learner.min_replay", "300", "--actor.random_steps", "200",
+                             "--run-dir", str(run), "--quiet"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=400)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 0, err[-3000:]
+    return run
+
+
+def test_both_devices_stream_into_one_replay_and_are_evaluated_apart(run_dir):
+    from embodyrl.replay import PersistentReplay
+    from tests.replay_helpers import stored_slots
+
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["env_steps"] >= 800 and set(summary["devices"]) == {"pendulum", "arm_reach"}
+    assert "eval_upright_fraction" in summary["devices"]["pendulum"]  # each task's own metrics
+    assert "eval_final_distance" in summary["devices"]["arm_reach"]
+    replay = PersistentReplay(run_dir / "replay")
+    rows = replay.store.rows[stored_slots(replay)]
+    devices = rows["observation/device"]
+    assert set(np.unique(devices).tolist()) == {0, 1}
+    np.testing.assert_array_equal(rows[devices == 0]["action"][:, 1:], 0.0)  # the pendulum's one torque
+    replay.close()
+    proc = _cli("eval", str(run_dir), "--episodes", "1")
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    for name, figures in summary["devices"].items():  # the same seeded episode, the same policy
+        assert result["devices"][name]["eval_returns"] == pytest.approx(figures["eval_returns"], rel=1e-5)
+
+
+def test_each_device_exports_its_own_numpy_policy(run_dir, tmp_path):
+    from embodyrl import hetero
+
+    config = load(run_dir / "config.json")
+    algorithm = hetero.algorithm(config)
+    with np.load(run_dir / "policy" / "weights.npz") as data:
+        weights = {k: data[k] for k in data.files}
+    for device_id, name in enumerate(("pendulum", "arm_reach")):
+        proc = _cli("export", str(run_dir), str(tmp_path / name), "--device", name)
+        assert proc.returncode == 0, proc.stderr
+        numpy_policy = runtime.load(tmp_path / name)
+        policy = DevicePolicy(algorithm, device_id)
+        policy.load_weights(PolicyVersion(0, 0), weights)
+        kind = algorithm.layout.kinds[device_id]
+        assert numpy_policy.action_spec == kind.action_spec
+        rng = np.random.default_rng(device_id)
+        for _ in range(5):
+            obs = {s.name: rng.normal(size=s.shape).astype(np.float32) for s in kind.observation_spec.specs}
+            np.testing.assert_allclose(numpy_policy.mean_action(obs), policy.act(obs, explore=False)[0],
+                                       rtol=1e-4, atol=1e-5)
+    missing = _cli("export", str(run_dir), str(tmp_path / "x"))
+    assert missing.returncode == 2 and "name one of pendulum, arm_reach" in missing.stderr
+
+
+def test_a_device_named_twice_or_an_on_policy_algorithm_is_refused(tmp_path):
+    twice = _cli("train", "pendulum+pendulum", "--steps", "10", "--run-dir", str(tmp_path / "a"))
+    assert twice.returncode == 2 and "names a device twice" in twice.stderr
+    ppo = _cli("train", TASK, "--algorithm", "ppo", "--steps", "10", "--run-dir", str(tmp_path / "b"))
+    assert ppo.returncode == 2 and "off-policy" in ppo.stderr
