@@ -70,25 +70,35 @@ def export_ddpg(networks: ddpg.DDPGNetworks, actor_params, config: ddpg.DDPGConf
 
 def export_saved_policy(policy_dir: str | Path, out: str | Path,
                         config: ddpg.DDPGConfig | None = None) -> tuple[Path, Path]:
-    """Turn a run's saved ``policy/`` directory (see :mod:`embodyrl.policy`) into an export."""
+    """Turn a saved ``policy/`` directory (see :mod:`embodyrl.policy`) into an export; its ``policy.json``
+    names the algorithm and holds its settings (``config`` overrides them for DDPG).
+    :func:`export_run` does the same from a run directory, heterogeneous runs included."""
     import json
 
+    from .algos.registry import resolve
+    from .config import from_dict
     from .policy import load_policy
 
     meta = json.loads((Path(policy_dir) / "policy.json").read_text())
-    if meta.get("algorithm") == "ppo":  # an on-policy run's saved policy
+    if {spec["name"] for spec in meta["observation_spec"]} == {"features", "device"}:
+        raise ValueError(f"{policy_dir}: a policy over several devices; export one with "
+                         "export_run(run_dir, out, device=...) (embodyrl export RUN OUT --device TASK)")
+    name = meta.get("algorithm", "ddpg")
+    if name == "ppo":  # an on-policy run's saved policy
         from .algos import ppo
 
         ppo_config = ppo.PPOConfig(**{**meta["config"], "hidden_sizes": tuple(meta["hidden_sizes"])})
         policy = load_policy(Path(policy_dir), ppo_config)
         networks, _ = ppo.make_networks(policy.observation_spec, policy.action_spec, ppo_config, jax.random.key(0))
         return runtime.save(out, *export_ppo(networks, policy.params, policy.version))
-    config = config or ddpg.DDPGConfig(hidden_sizes=tuple(meta["hidden_sizes"]))
-    policy = load_policy(Path(policy_dir), config)
-    networks, _, _ = ddpg.make_networks(policy.observation_spec, policy.action_spec,
-                                        config.hidden_sizes, jax.random.key(0))
-    graph, arrays = export_ddpg(networks, policy.params, config, policy.version)
-    return runtime.save(out, graph, arrays)
+    if name in ("sac", "rlpd"):
+        algorithm = resolve("sac", ddpg.DDPGConfig(), from_dict(sac.SACConfig, meta["config"]))
+    else:
+        algorithm = resolve("ddpg", config or ddpg.DDPGConfig(hidden_sizes=tuple(meta["hidden_sizes"])), None)
+    policy = load_policy(Path(policy_dir), algorithm)
+    networks, _ = algorithm.actor_networks(policy.observation_spec, policy.action_spec, jax.random.key(0))
+    export = export_ddpg if algorithm.module is ddpg else export_sac
+    return runtime.save(out, *export(networks, policy.params, algorithm.config, policy.version))
 
 
 def export_run(run_dir: str | Path, out: str | Path, device: str | None = None) -> tuple[Path, Path]:

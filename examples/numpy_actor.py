@@ -2,8 +2,7 @@
 
 Export a trained policy once on the learner's machine::
 
-    python -c "from embodyrl.export import export_saved_policy; \\
-               export_saved_policy('runs/pendulum/policy', 'pendulum_policy')"
+    embodyrl export runs/pendulum pendulum_policy
 
 then, where only the base install is present::
 
