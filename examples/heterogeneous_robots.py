@@ -23,20 +23,14 @@ import sys
 import tempfile
 from pathlib import Path
 
-import numpy as np
-
 DEVICES = ("pendulum", "arm_reach")  # device id = position
 
 
 def layout():
-    from embodyrl import envs
-    from embodyrl.algos.heads import DeviceKind, HeteroLayout
+    """Device kinds 0 and 1 from the tasks' specs (``embodyrl train pendulum+arm_reach`` builds the same)."""
+    from embodyrl import hetero
 
-    kinds = []
-    for name in DEVICES:
-        device, _ = envs.make(name)
-        kinds.append(DeviceKind(name, device.observation_spec, device.action_spec))
-    return HeteroLayout(tuple(kinds))
+    return hetero.layout("+".join(DEVICES))
 
 
 def config(steps: int, seed: int):
@@ -84,6 +78,7 @@ def evaluate(weights: dict, steps: int, seed: int, episodes: int) -> dict:
     """Mean return per device: the learned policy (no exploration) against uniform random actions."""
     from embodyrl import envs
     from embodyrl.algos.heads import DevicePolicy
+    from embodyrl.evaluate import versus_random
     from embodyrl.hal.steps import PolicyVersion
 
     algorithm = _algorithm(steps, seed)
@@ -91,22 +86,9 @@ def evaluate(weights: dict, steps: int, seed: int, episodes: int) -> dict:
     for i, name in enumerate(DEVICES):
         policy = DevicePolicy(algorithm, i)
         policy.load_weights(PolicyVersion(0, 1), weights)
-        rng = np.random.default_rng(seed)
-        returns = {"learned": [], "random": []}
-        device, task = envs.make(name)
-        with device:
-            for which in returns:
-                for episode in range(episodes):
-                    obs, total = device.reset(seed=10_000 + episode), 0.0
-                    for _ in range(task.max_episode_steps):
-                        spec = device.action_spec
-                        action = (policy.act(obs, explore=False)[0] if which == "learned"
-                                  else rng.uniform(spec.minimum, spec.maximum).astype(spec.dtype))
-                        nxt = device.step(action)
-                        total += task.reward(obs, action, nxt)
-                        obs = nxt
-                    returns[which].append(total)
-        result[name] = {f"{k}_return_mean": float(np.mean(v)) for k, v in returns.items()}
+        figures = versus_random(*envs.make(name), policy, episodes, 10_000 + seed)
+        result[name] = {"learned_return_mean": figures["eval_return_mean"],
+                        "random_return_mean": figures["random_return_mean"]}
     return result
 
 
