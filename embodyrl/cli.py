@@ -146,14 +146,21 @@ def _actor(args) -> int:
     return 0
 
 
+def _is_finished_run(run_dir: Path) -> bool:
+    """Whether ``run_dir`` holds a run's config and saved policy (if not, says so on stderr)."""
+    for needed in ("config.json", "policy"):
+        if not (run_dir / needed).exists():
+            print(f"embodyrl: {run_dir}: no {needed} (not a finished run directory?)", file=sys.stderr)
+            return False
+    return True
+
+
 def _eval(args) -> int:
     from .evaluate import evaluate_saved_run, render_strip
 
     run_dir = Path(args.run_dir)
-    for needed in ("config.json", "policy"):
-        if not (run_dir / needed).exists():
-            print(f"embodyrl: {run_dir}: no {needed} (not a finished run directory?)", file=sys.stderr)
-            return 2
+    if not _is_finished_run(run_dir):
+        return 2
     if args.episodes is not None and args.episodes < 1:
         print("embodyrl: --episodes must be at least 1", file=sys.stderr)
         return 2
@@ -174,10 +181,8 @@ def _export(args) -> int:
     from .hal.runtime import ExportError
 
     run_dir = Path(args.run_dir)
-    for needed in ("config.json", "policy"):
-        if not (run_dir / needed).exists():
-            print(f"embodyrl: {run_dir}: no {needed} (not a finished run directory?)", file=sys.stderr)
-            return 2
+    if not _is_finished_run(run_dir):
+        return 2
     try:
         json_path, npz_path = export_run(run_dir, Path(args.out), args.device)
     except (ValueError, ExportError, NotImplementedError) as err:

@@ -1,22 +1,15 @@
 """``embodyrl eval``, ``replay``, ``plot`` and the TensorBoard log, in subprocesses on one tiny run."""
 
 import json
-import os
-import signal
 import struct
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from embodyrl.config import default_config, save
-
-
-def _cli(*args, timeout=120):
-    return subprocess.run([sys.executable, "-m", "embodyrl.cli", *args], capture_output=True,
-                          text=True, timeout=timeout)
+from tests.cli_helpers import cli as _cli
+from tests.cli_helpers import cli_in_session
 
 
 @pytest.fixture(scope="module")
@@ -27,16 +20,10 @@ def run_dir(tmp_path_factory):
     config.write_text("# tiny pendulum run\nsteps: 600\neval_episodes: 2\nddpg:\n  hidden_sizes: [32, 32]\n"
                       "learner:\n  min_replay: 200\n  log_every_s: 0.5\nactor:\n  random_steps: 300\n")
     run = root / "run"
-    proc = subprocess.Popen([sys.executable, "-m", "embodyrl.cli", "train", "pendulum", "--config", str(config),
-                             "--ddpg.actor_lr", "1e-3", "--learner.updates_per_step=0.5", "--seed", "3",
-                             "--run-dir", str(run), "--quiet"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        _, err = proc.communicate(timeout=300)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    assert proc.returncode == 0, err
+    code, _, err, _ = cli_in_session("train", "pendulum", "--config", str(config), "--ddpg.actor_lr", "1e-3",
+                                     "--learner.updates_per_step=0.5", "--seed", "3", "--run-dir", str(run),
+                                     "--quiet")
+    assert code == 0, err
     return run
 
 

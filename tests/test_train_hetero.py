@@ -1,10 +1,6 @@
 """``embodyrl train a+b``: one SAC policy over the pendulum and the 7-DoF arm, end to end in subprocesses."""
 
 import json
-import os
-import signal
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -13,29 +9,19 @@ from embodyrl.algos.heads import DevicePolicy
 from embodyrl.config import load
 from embodyrl.hal import runtime
 from embodyrl.hal.steps import PolicyVersion
+from tests.cli_helpers import cli as _cli
+from tests.cli_helpers import cli_in_session
 
 TASK = "pendulum+arm_reach"
-
-
-def _cli(*args, timeout=120):
-    return subprocess.run([sys.executable, "-m", "embodyrl.cli", *args], capture_output=True,
-                          text=True, timeout=timeout)
 
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
     run = tmp_path_factory.mktemp("hetero") / "run"
-    proc = subprocess.Popen([sys.executable, "-m", "embodyrl.cli", "train", TASK, "--algorithm", "sac",
-                             "--steps", "800", "--eval_episodes", "1", "--sac.hidden_sizes", "[32, 32]",
-                             "--learner.min_replay", "300", "--actor.random_steps", "200",
-                             "--run-dir", str(run), "--quiet"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=400)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    assert proc.returncode == 0, err[-3000:]
+    code, _, err, _ = cli_in_session("train", TASK, "--algorithm", "sac", "--steps", "800", "--eval_episodes", "1",
+                                     "--sac.hidden_sizes", "[32, 32]", "--learner.min_replay", "300",
+                                     "--actor.random_steps", "200", "--run-dir", str(run), "--quiet", timeout=400)
+    assert code == 0, err[-3000:]
     return run
 
 
