@@ -67,6 +67,13 @@ def _resolve_config(args, run_dir: Path | None, extra_named: dict | None = None)
         config = build_config(base, args.config, _overrides(args.overrides) + named)
     except ValueError as err:
         raise _Refused(f"config: {err}") from None
+    if envs.SEPARATOR in config.task:  # the device kinds must fit one layout before anything is written
+        from .hetero import layout
+
+        try:
+            layout(config.task)
+        except ValueError as err:
+            raise _Refused(f"task {config.task!r}: {err}") from None
     return config
 
 
@@ -163,6 +170,9 @@ def _eval(args) -> int:
         return 2
     if args.episodes is not None and args.episodes < 1:
         print("embodyrl: --episodes must be at least 1", file=sys.stderr)
+        return 2
+    if args.strip and "+" in json.loads((run_dir / "config.json").read_text()).get("task", ""):
+        print("embodyrl: --strip: this run has several devices; a strip shows one", file=sys.stderr)
         return 2
     try:
         result = evaluate_saved_run(run_dir, args.episodes, args.seed)

@@ -14,6 +14,7 @@ from .algos.ppo.config import PPOConfig
 from .algos.registry import NAMES as ALGORITHMS
 from .algos.registry import ON_POLICY, OffPolicy, OnPolicy, resolve
 from .algos.sac.config import SACConfig
+from .envs import SEPARATOR
 from .hal.actor import ActorConfig
 
 
@@ -84,9 +85,13 @@ class TrainConfig:
     def __post_init__(self):
         if self.algorithm not in ALGORITHMS:
             raise ValueError(f"algorithm: unknown {self.algorithm!r}; known: {', '.join(ALGORITHMS)}")
-        if "+" in self.task and self.algorithm in ON_POLICY:
-            raise ValueError(f"task {self.task!r}: several devices train with an off-policy algorithm "
-                             f"(ddpg, td3, sac, rlpd), not {self.algorithm}")
+        if SEPARATOR in self.task:
+            if self.algorithm in ON_POLICY:
+                raise ValueError(f"task {self.task!r}: several devices train with an off-policy algorithm "
+                                 f"(ddpg, td3, sac, rlpd), not {self.algorithm}")
+            if self.off_policy.config.encoder.image_fields:
+                raise ValueError(f"task {self.task!r}: several devices train from state observations; "
+                                 f"{self.algorithm}.encoder.image_fields must be empty")
 
     @property
     def off_policy(self) -> OffPolicy | OnPolicy:

@@ -94,7 +94,7 @@ def export_saved_policy(policy_dir: str | Path, out: str | Path,
     if name in ("sac", "rlpd"):
         algorithm = resolve("sac", ddpg.DDPGConfig(), from_dict(sac.SACConfig, meta["config"]))
     else:
-        algorithm = resolve("ddpg", config or ddpg.DDPGConfig(hidden_sizes=tuple(meta["hidden_sizes"])), None)
+        algorithm = resolve("ddpg", config or from_dict(ddpg.DDPGConfig, meta["config"]), None)  # TD3's resolved
     policy = load_policy(Path(policy_dir), algorithm)
     networks, _ = algorithm.actor_networks(policy.observation_spec, policy.action_spec, jax.random.key(0))
     export = export_ddpg if algorithm.module is ddpg else export_sac

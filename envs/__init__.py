@@ -84,6 +84,8 @@ def unknown_reason(name: str) -> str:
     """Why ``name`` is not a task, naming what is: for error messages."""
     if SEPARATOR in name:
         tasks = parts(name)
+        if not all(tasks):
+            return f"task {name!r}: a part between the {SEPARATOR} signs is empty"
         if len(set(tasks)) != len(tasks):
             return f"task {name!r} names a device twice (more copies of one device: more actors)"
         return next(unknown_reason(t) for t in tasks if not is_known(t))

@@ -90,7 +90,7 @@ def test_encoder_is_trained_by_the_critic_only(algo):
     else:
         config = sac.SACConfig(hidden_sizes=(16,), batch_size=B, encoder=SMALL)
         networks, state = sac.init(jax.random.key(0), OBS, ACT, config)
-        critic_loss, actor_loss, _ = sac_losses(networks, config, -1.0)
+        critic_loss, actor_loss, _ = sac_losses(networks, config)
         c_grads = jax.grad(lambda c: critic_loss(c, state.actor_params, state.target_critic_params, 1.0,
                                                  batch, jax.random.key(1))[0])(state.critic_params)
         a_grads = jax.grad(lambda a: actor_loss(a, state.critic_params, 1.0, batch, jax.random.key(2))[0])(

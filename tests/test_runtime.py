@@ -180,3 +180,19 @@ def test_runtime_convolution_equals_xla(shape, out, stride):
     got = runtime._conv2d(x, kernel, bias, stride)
     assert got.shape == (*shape[:-3], *expected.shape[1:]) and got.dtype == np.float32
     np.testing.assert_allclose(got.reshape(expected.shape), np.asarray(expected), rtol=1e-4, atol=1e-4)
+
+
+def test_a_saved_td3_policy_exports_with_its_own_settings(tmp_path):
+    """export_saved_policy reads the algorithm and its settings (here TD3's exploration noise) from policy.json."""
+    from embodyrl.algos.registry import resolve
+
+    algorithm = resolve("td3", ddpg.DDPGConfig(hidden_sizes=(8,), exploration_noise=0.3), None)
+    networks, actor = algorithm.actor_networks(OBS, ACT, jax.random.key(0))
+    save_policy(tmp_path / "policy", PolicyVersion(0, 2), flat_params.flatten({"actor": jax.device_get(actor)}),
+                OBS, ACT, algorithm)
+    json_path, _ = export_saved_policy(tmp_path / "policy", tmp_path / "export")
+    assert json.loads(json_path.read_text())["exploration"] == {"kind": "gaussian", "std": 0.3}
+    policy = runtime.load(tmp_path / "export")
+    observation = _random_observations(np.random.default_rng(0), 4)
+    np.testing.assert_allclose(policy.mean_action(observation),
+                               networks.policy(actor, observation), rtol=1e-4, atol=1e-5)

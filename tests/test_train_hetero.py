@@ -70,8 +70,15 @@ def test_each_device_exports_its_own_numpy_policy(run_dir, tmp_path):
     assert missing.returncode == 2 and "name one of pendulum, arm_reach" in missing.stderr
 
 
-def test_a_device_named_twice_or_an_on_policy_algorithm_is_refused(tmp_path):
-    twice = _cli("train", "pendulum+pendulum", "--steps", "10", "--run-dir", str(tmp_path / "a"))
-    assert twice.returncode == 2 and "names a device twice" in twice.stderr
-    ppo = _cli("train", TASK, "--algorithm", "ppo", "--steps", "10", "--run-dir", str(tmp_path / "b"))
-    assert ppo.returncode == 2 and "off-policy" in ppo.stderr
+@pytest.mark.parametrize("args,reason", [
+    (("pendulum+pendulum",), "names a device twice"),
+    (("pendulum+",), "is empty"),
+    ((TASK, "--algorithm", "ppo"), "off-policy"),
+    ((TASK, "--algorithm", "sac", "--sac.encoder.image_fields", "[auto]"), "image_fields must be empty"),
+    (("pendulum_pixels+pendulum",), "observes an image ('camera/front'"),
+])
+def test_what_one_layout_cannot_hold_is_refused_before_the_run_starts(tmp_path, args, reason):
+    run = tmp_path / "run"
+    proc = _cli("train", *args, "--steps", "10", "--run-dir", str(run))
+    assert proc.returncode == 2 and reason in proc.stderr, proc.stderr
+    assert not (run / "config.json").exists()  # nothing written: a corrected retry needs no --resume

@@ -22,8 +22,8 @@ dimensions are zero and no critic reads them. DDPG/TD3's update
 
 Actors act through :class:`DevicePolicy`: the same published weights,
 padded observation in, the device's slice of the unit action out, scaled to
-its bounds. Scope: DDPG and TD3 (SAC's entropy target would need a per-row
-action size; not done) and state observations (no image encoder).
+its bounds. SAC and RLPD run on the same heads (:mod:`embodyrl.algos.heads_sac`).
+Scope: state observations (a device that observes an image is refused by name).
 """
 
 from __future__ import annotations
@@ -68,6 +68,10 @@ class HeteroLayout:
             raise ValueError("a heterogeneous layout needs at least one device kind")
         for kind in self.kinds:
             ActionScale(kind.action_spec)  # finite bounds, or a clear error naming the action
+            for spec in kind.observation_spec.specs:
+                if spec.dtype == np.uint8 or len(spec.shape) >= 3:
+                    raise ValueError(f"heterogeneous devices: {kind.name!r} observes an image ({spec.name!r}, "
+                                     f"{spec.dtype}{list(spec.shape)}); state observations only")
         width = max(self.observation_sizes)
         object.__setattr__(self, "observation_spec", DictSpec.of(
             ArraySpec(FEATURES, (width,), np.float32), ArraySpec(DEVICE, (), np.int32, 0, len(self.kinds) - 1)))
@@ -248,7 +252,7 @@ def init(key: jax.Array, layout: HeteroLayout, config: ddpg.DDPGConfig):
 
 @dataclass(frozen=True)
 class HeteroOffPolicy(OffPolicy):
-    """DDPG/TD3 over a :class:`HeteroLayout`, behind the learner's algorithm interface."""
+    """DDPG/TD3 or SAC/RLPD over a :class:`HeteroLayout`, behind the learner's algorithm interface."""
 
     layout: HeteroLayout | None = None
 

@@ -9,7 +9,7 @@ the baseline), alternating blocks in the same run. Medians per update.
 Actor: one step of ``pendulum_pixels_stacked`` (physics + offscreen render +
 frame stack) against one step of the state pendulum; the policy's action
 for one stacked observation, jitted JAX (what ``embodyrl train``'s actors
-run) and the numpy runtime's export of the same actor, whose im2col
+run) and the numpy runtime's export of the same actor, whose per-tap
 convolution is timed against the einsum over sliding windows it replaced.
 """
 
@@ -92,7 +92,7 @@ def _env_step_ms(task: str, steps: int) -> tuple[float, object, dict]:
 
 
 def einsum_conv2d(x: np.ndarray, kernel: np.ndarray, bias: np.ndarray, stride: int) -> np.ndarray:
-    """The numpy runtime's convolution before im2col (the baseline): an einsum over sliding windows."""
+    """The numpy runtime's convolution before the per-tap sum (the baseline): an einsum over sliding windows."""
     lead, (height, width, channels) = x.shape[:-3], x.shape[-3:]
     kh, kw = kernel.shape[:2]
     windows = np.lib.stride_tricks.sliding_window_view(x.reshape(-1, height, width, channels), (kh, kw), axis=(1, 2))
@@ -115,12 +115,12 @@ def _act_ms(device, observation, steps: int) -> tuple[float, float, float]:
     jax_ms = 1e3 * median_seconds(lambda: policy.act(observation), steps)
     networks, _ = sac.init(jax.random.key(0), device.observation_spec, device.action_spec, config)
     numpy_policy = NumpyPolicy(*export_sac(networks, policy.params, config), seed=0)
-    times: dict[str, list[float]] = {"im2col": [], "einsum": []}
+    times: dict[str, list[float]] = {"taps": [], "einsum": []}
     for _ in range(3):  # alternate, so both see the same machine
-        times["im2col"].append(median_seconds(lambda: numpy_policy.act(observation), steps // 3))
+        times["taps"].append(median_seconds(lambda: numpy_policy.act(observation), steps // 3))
         with mock.patch.object(runtime, "_conv2d", einsum_conv2d):
             times["einsum"].append(median_seconds(lambda: numpy_policy.act(observation), steps // 3))
-    return jax_ms, 1e3 * statistics.median(times["im2col"]), 1e3 * statistics.median(times["einsum"])
+    return jax_ms, 1e3 * statistics.median(times["taps"]), 1e3 * statistics.median(times["einsum"])
 
 
 def actor_side(quick: bool) -> dict:
