@@ -23,3 +23,13 @@ def cli_in_session(*args, timeout=300) -> tuple[int, str, str, int]:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
     return proc.returncode, out, err, proc.pid
+
+
+def default_sigint() -> None:
+    """``preexec_fn`` for a child the test will Ctrl-C: SIGINT back to its default action.
+
+    A shell runs a backgrounded job (``cmd &``) with SIGINT ignored, the child inherits
+    that, and Python then never turns SIGINT into KeyboardInterrupt: the test would
+    measure how it was launched, not the code.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

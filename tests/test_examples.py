@@ -20,6 +20,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.cli_helpers import default_sigint
+
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE_DIR = ROOT / "examples"
 
@@ -99,7 +101,8 @@ def _serve_and_drive(name: str, example: Example, tmp: Path) -> None:
     from embodyrl.hal.drivers.remote import RemoteDevice
 
     proc = subprocess.Popen([sys.executable, str(EXAMPLE_DIR / name), *example.args], cwd=tmp, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                            preexec_fn=default_sigint)
     try:
         line = proc.stdout.readline()
         found = re.search(r"tcp://\S+", line)

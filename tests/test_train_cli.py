@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.cli_helpers import default_sigint
+
 
 def _embodyrl(*args):
     return [sys.executable, "-m", "embodyrl.cli", *args]
@@ -69,7 +71,8 @@ def test_train_writes_the_run_directory(tmp_path):
 def test_ctrl_c_stops_every_process_and_frees_the_port(tmp_path):
     run_dir = tmp_path / "run"
     proc = subprocess.Popen(_embodyrl("train", "pendulum", "--steps", "1000000", "--run-dir", str(run_dir)),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=default_sigint)
     try:
         deadline = time.monotonic() + 120
         metrics = run_dir / "metrics.jsonl"
