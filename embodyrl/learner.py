@@ -294,7 +294,8 @@ class Learner:
 
     def _log(self, file, elapsed: float, updates_per_s: float) -> None:
         c = self.counters
-        returns = self._returns.take_finished()
+        by_device = self._returns.take_finished_by_device()
+        returns = [total for _, total in by_device]
         staleness, self._staleness = self._staleness, []
         record = {
             "time": round(elapsed, 3), "env_steps": c.env_steps, "episodes": c.episodes,
@@ -314,6 +315,10 @@ class Learner:
             "weights_sent": dict(self.server.publisher.sent),
             **self._metrics,
         }
+        if self.layout is not None:  # a curve per device kind: episode_return/<task>
+            for device_id, kind in enumerate(self.layout.kinds):
+                mine = [total for d, total in by_device if d == device_id]
+                record[f"episode_return/{kind.name}"] = float(np.mean(mine)) if mine else None
         file.write(json.dumps(record) + "\n")
         file.flush()
         if getattr(self, "_tb", None) is not None:

@@ -3,7 +3,9 @@
 Runs whose ``config.json`` are equal once the seed is removed form one group:
 their curves are interpolated onto a shared x grid (the range every run of the
 group covers) and drawn as the mean with the min-max spread shaded. Each
-group's label names the config keys in which the groups differ.
+group's label names the config keys in which the groups differ. A run over
+several devices (task ``a+b``) draws ``episode_return`` as one curve per
+device (its ``episode_return/<task>`` metric).
 """
 
 from __future__ import annotations
@@ -91,6 +93,17 @@ def aggregate(curves: list[tuple[np.ndarray, np.ndarray]]) -> dict[str, np.ndarr
     return {"x": grid, "mean": stacked.mean(0), "min": stacked.min(0), "max": stacked.max(0)}
 
 
+def _series(run_dir: Path, metric: str, label: str) -> list[tuple[str, str]]:
+    """(metric, legend label) pairs to draw for a group: one per device for a+b's episode returns."""
+    task = json.loads((Path(run_dir) / "config.json").read_text()).get("task", "")
+    if metric != "episode_return" or "+" not in task:
+        return [(metric, label)]
+    per_device = [(f"{metric}/{device}", f"{label} · {device}") for device in task.split("+")]
+    with open(Path(run_dir) / "metrics.jsonl") as lines:
+        first = json.loads(lines.readline() or "{}")
+    return per_device if all(name in first for name, _ in per_device) else [(metric, label)]  # older runs: mixed
+
+
 def plot_runs(run_dirs: list[Path], out: Path, metric: str = "episode_return",
               x: str = "env_steps") -> dict:
     """Write the PNG; returns what was drawn (groups, their runs, the final mean of each)."""
@@ -104,12 +117,12 @@ def plot_runs(run_dirs: list[Path], out: Path, metric: str = "episode_return",
     drawn = {}
     try:
         for label, runs in groups.items():
-            curves = [read_curve(r, metric, x) for r in runs]
-            agg = aggregate(curves)
-            line, = axes.plot(agg["x"], agg["mean"], label=f"{label} (n={len(runs)})")
-            if len(runs) > 1:
-                axes.fill_between(agg["x"], agg["min"], agg["max"], color=line.get_color(), alpha=0.25)
-            drawn[label] = {"runs": [str(r) for r in runs], "final_mean": float(agg["mean"][-1])}
+            for series, name in _series(runs[0], metric, label):
+                agg = aggregate([read_curve(r, series, x) for r in runs])
+                line, = axes.plot(agg["x"], agg["mean"], label=f"{name} (n={len(runs)})")
+                if len(runs) > 1:
+                    axes.fill_between(agg["x"], agg["min"], agg["max"], color=line.get_color(), alpha=0.25)
+                drawn[name] = {"runs": [str(r) for r in runs], "final_mean": float(agg["mean"][-1])}
         axes.set_xlabel(x)
         axes.set_ylabel(metric)
         axes.grid(alpha=0.3)

@@ -82,3 +82,17 @@ def test_what_one_layout_cannot_hold_is_refused_before_the_run_starts(tmp_path, 
     proc = _cli("train", *args, "--steps", "10", "--run-dir", str(run))
     assert proc.returncode == 2 and reason in proc.stderr, proc.stderr
     assert not (run / "config.json").exists()  # nothing written: a corrected retry needs no --resume
+
+
+def test_metrics_and_plot_give_each_device_its_own_curve(run_dir, tmp_path):
+    lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    for device in ("pendulum", "arm_reach"):
+        values = [r[f"episode_return/{device}"] for r in lines if r[f"episode_return/{device}"] is not None]
+        assert values and all(np.isfinite(values))
+    pendulum = [r["episode_return/pendulum"] for r in lines if r["episode_return/pendulum"] is not None]
+    assert max(pendulum) <= 0 and min(pendulum) > -200 * 16.3  # the pendulum's reward range: its own episodes
+    proc = _cli("plot", str(run_dir), "--out", str(tmp_path / "curves.png"))
+    assert proc.returncode == 0, proc.stderr
+    drawn = json.loads(proc.stdout)["groups"]
+    assert sorted(drawn) == ["pendulum+arm_reach sac · arm_reach", "pendulum+arm_reach sac · pendulum"]
+    assert (tmp_path / "curves.png").stat().st_size > 0
