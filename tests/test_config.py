@@ -31,3 +31,25 @@ def test_bad_config_names_the_key(change, message):
             data[key] = value
     with pytest.raises(ValueError, match=message):
         from_dict(TrainConfig, data)
+
+
+def test_the_stacked_pixel_task_defaults_to_the_documented_run_that_solved_it():
+    """``embodyrl train pendulum_pixels_stacked`` runs SAC with examples/configs/pixels_sac.yaml's settings."""
+    from pathlib import Path
+
+    from embodyrl import envs
+    from embodyrl.algos.encoders import image_fields
+    from embodyrl.config import _merge, load_yaml
+
+    defaults = default_config("pendulum_pixels_stacked")
+    documented = to_dict(TrainConfig(task="pendulum_pixels_stacked", algorithm="sac"))
+    _merge(documented, load_yaml(Path(__file__).parents[1] / "examples" / "configs" / "pixels_sac.yaml"))
+    documented = from_dict(TrainConfig, documented)
+    assert defaults.algorithm == "sac"
+    got, want = to_dict(defaults), to_dict(documented)
+    for config in (got, want):
+        config["sac"]["encoder"].pop("image_fields")
+    assert got["sac"] == want["sac"] and got["learner"] == want["learner"] and got["steps"] == want["steps"]
+    device, _ = envs.make("pendulum_pixels_stacked")  # "auto" finds the one camera the run named
+    assert image_fields(device.observation_spec, defaults.sac.encoder) == documented.sac.encoder.image_fields
+    assert default_config("pendulum_pixels").sac.encoder.pixels_only is False  # one frame: the state stays in
