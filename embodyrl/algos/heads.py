@@ -298,17 +298,17 @@ class DevicePolicy:
         self._key, self._count = jax.random.key(seed + 1), 0
 
         @partial(jax.jit, static_argnames="explore")
-        def _act(params, observation, key, explore):
+        def _act(params, observation, key, count, explore):
             obs = jax.tree.map(lambda x: x[None], observation)
-            action, _ = algorithm.act(networks, params, obs, key, explore)
+            action, _ = algorithm.act(networks, params, obs, jax.random.fold_in(key, count), explore)
             return action[0]
 
         self._act = _act
 
     def act(self, observation, *, explore: bool = True):
-        self._count += 1
+        self._count += 1  # the key is folded inside the jitted call: one dispatch per action
         padded = self.layout.pad_observation(self.device_id, observation)
-        unit = np.asarray(self._act(self.params, padded, jax.random.fold_in(self._key, self._count), explore))
+        unit = np.asarray(self._act(self.params, padded, self._key, self._count, explore))
         n = self.action_spec.size
         action = unit[:n].reshape(self.action_spec.shape) * self._scale.half_range + self._scale.center
         return self.action_spec.clip(action.astype(self.action_spec.dtype)), {}
