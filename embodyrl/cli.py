@@ -67,13 +67,19 @@ def _resolve_config(args, run_dir: Path | None, extra_named: dict | None = None)
         config = build_config(base, args.config, _overrides(args.overrides) + named)
     except ValueError as err:
         raise _Refused(f"config: {err}") from None
-    if envs.SEPARATOR in config.task:  # the device kinds must fit one layout before anything is written
-        from .hetero import layout
+    try:  # what the task's specs refuse, before anything is written
+        if envs.SEPARATOR in config.task:  # the device kinds must fit one layout
+            from .hetero import layout
 
-        try:
             layout(config.task)
-        except ValueError as err:
-            raise _Refused(f"task {config.task!r}: {err}") from None
+        elif config.algorithm not in ("ppo",):
+            from .algos.encoders import check_images
+
+            device, _ = envs.make(config.task)
+            section = "sac" if config.algorithm in ("sac", "rlpd") else "ddpg"
+            check_images(device.observation_spec, config.off_policy.config.encoder, f"{section}.encoder")
+    except ValueError as err:
+        raise _Refused(f"task {config.task!r}: {err}") from None
     return config
 
 

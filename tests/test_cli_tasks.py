@@ -100,3 +100,13 @@ def test_train_a_gymnasium_id(tmp_path):
     assert -200 * 16.3 <= summary["eval_return_mean"] <= 0  # Pendulum-v1's reward range over 200 steps
     assert json.loads((run_dir / "config.json").read_text())["task"] == "gym:Pendulum-v1"
     assert max(json.loads(line)["episodes"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()) >= 2
+
+
+def test_a_camera_without_an_encoder_is_refused_before_the_run_starts(tmp_path):
+    from tests.cli_helpers import cli
+
+    run = tmp_path / "run"
+    proc = cli("train", "pendulum_pixels", "--sac.encoder.image_fields", "[]", "--steps", "10", "--run-dir", str(run))
+    assert proc.returncode == 2, proc.stderr
+    assert "'camera/front' is a camera image (84x84x3 uint8): set sac.encoder.image_fields to [auto]" in proc.stderr
+    assert not run.exists()

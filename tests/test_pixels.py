@@ -187,3 +187,16 @@ def test_numpy_export_of_the_conv_encoder_matches_jax(tmp_path, algo, pixels_onl
     bad = {**arrays, "actor/encoder/convs/0/kernel": np.zeros((3, 3, 5, 4), np.float32)}
     with pytest.raises(runtime.ExportError, match="convs/0/kernel"):
         runtime.NumpyPolicy(graph, bad)
+
+
+def test_a_camera_image_is_not_flattened_into_the_mlp_by_accident():
+    """Without an encoder an 84x84 camera would be a 21k-wide input layer: refused, naming the field and the fix."""
+    camera = DictSpec.of(ArraySpec("camera/front", (84, 84, 3), np.uint8, 0, 255),
+                         ArraySpec("orientation", (2,), np.float32))
+    with pytest.raises(ValueError, match=r"'camera/front' is a camera image \(84x84x3 uint8\).*image_fields to \[auto\]"):
+        sac.init(jax.random.key(0), camera, ACT, sac.SACConfig(hidden_sizes=(8,)))
+    networks, _ = sac.init(jax.random.key(0), camera, ACT, sac.SACConfig(
+        hidden_sizes=(8,), encoder=EncoderConfig(image_fields=("auto",), channels=(4,), strides=(2,))))
+    assert networks.encoder is not None
+    small = DictSpec.of(ArraySpec("grid", (4, 4, 3), np.uint8, 0, 255))  # a small uint8 grid still flattens
+    assert sac.init(jax.random.key(0), small, ACT, sac.SACConfig(hidden_sizes=(8,)))[0].encoder is None

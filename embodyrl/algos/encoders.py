@@ -165,8 +165,29 @@ def random_shift(images: jax.Array, offsets: jax.Array, pad: int) -> jax.Array:
     return jax.vmap(crop)(padded, offsets.reshape(-1, 2)).reshape(*lead, height, width, channels)
 
 
+MIN_CAMERA_SIDE = 32
+"""A uint8 HxWxC field at least this high and wide is a camera image, not a feature vector."""
+
+
+def check_images(observation_spec: DictSpec, config: EncoderConfig, section: str = "encoder") -> None:
+    """Refuse, naming the field and the fix, to flatten a camera image into the MLP.
+
+    With ``image_fields`` empty every field is flattened; for an 84x84 camera that is a
+    21k-wide input layer that does not learn, silently. Small uint8 grids still flatten.
+    """
+    if config.image_fields:
+        return
+    for spec in observation_spec.specs:
+        if (len(spec.shape) == 3 and np.dtype(spec.dtype) == np.uint8
+                and min(spec.shape[:2]) >= MIN_CAMERA_SIDE):
+            raise ValueError(f"observation field {spec.name!r} is a camera image ({'x'.join(map(str, spec.shape))} "
+                             f"uint8): set {section}.image_fields to [auto] to read it with the convolutional "
+                             "encoder")
+
+
 def make_encoder(observation_spec: DictSpec, config: EncoderConfig, key: jax.Array):
     """(encoder, params), or (None, None) when the observation has no image fields."""
+    check_images(observation_spec, config)
     images = image_fields(observation_spec, config)
     if not images:
         return None, None
