@@ -6,17 +6,22 @@ import time
 
 import numpy as np
 
+from embodyrl.algos.ddpg import DDPGConfig
+from embodyrl.algos.encoders import EncoderConfig
 from embodyrl.bench import transport as T
 from embodyrl.config import LearnerConfig, TrainConfig
 from embodyrl.learner import Learner
 from embodyrl.replay import PersistentReplay
+
+CAMERA_DDPG = DDPGConfig(hidden_sizes=(16,), encoder=EncoderConfig(image_fields=("auto",), channels=(4,), strides=(2,)))
+"""The camera read by a small encoder (a camera is never flattened into the MLP); these tests never train."""
 
 
 def test_image_batches_through_the_learner_are_acked_after_commit_and_stored_bit_exact(tmp_path):
     batches, rows = 12, 128  # 2.7 MB each: over the learner's 256 KiB write-behind threshold
     lc = LearnerConfig(min_replay=10**9, replay_capacity=2 * batches * rows, replay_chunk_rows=512,
                        credit_quantum=4 * rows, rate_tolerance=8 * rows, log_every_s=1e9)
-    learner = Learner(TrainConfig(task="bench", steps=batches * rows, learner=lc), T.IMAGE_SPEC, T.IMAGE_ACTION,
+    learner = Learner(TrainConfig(task="bench", steps=batches * rows, learner=lc, ddpg=CAMERA_DDPG), T.IMAGE_SPEC, T.IMAGE_ACTION,
                       tmp_path)
     assert learner.replay.store._writer._behind_bytes == 256 << 10
     acked = []
@@ -71,7 +76,7 @@ def test_a_failed_row_write_still_saves_the_model_closes_everything_and_raises(t
 
     rows = 128  # 2.7 MB: written behind the ingest thread
     lc = LearnerConfig(min_replay=10**9, replay_capacity=4 * rows, replay_chunk_rows=512, log_every_s=1e9)
-    learner = Learner(TrainConfig(task="bench", steps=10**9, learner=lc), T.IMAGE_SPEC, T.IMAGE_ACTION, tmp_path)
+    learner = Learner(TrainConfig(task="bench", steps=10**9, learner=lc, ddpg=CAMERA_DDPG), T.IMAGE_SPEC, T.IMAGE_ACTION, tmp_path)
     batch = T._batch(T.IMAGE_SPEC, T.IMAGE_ACTION, rows, 0, 0)
     learner.replay.add(batch, seq=1)
     learner.replay.commit()
