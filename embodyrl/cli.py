@@ -169,6 +169,7 @@ def _is_finished_run(run_dir: Path) -> bool:
 
 
 def _eval(args) -> int:
+    from . import envs
     from .evaluate import evaluate_saved_run, render_strip
 
     run_dir = Path(args.run_dir)
@@ -177,7 +178,7 @@ def _eval(args) -> int:
     if args.episodes is not None and args.episodes < 1:
         print("embodyrl: --episodes must be at least 1", file=sys.stderr)
         return 2
-    if args.strip and "+" in json.loads((run_dir / "config.json").read_text()).get("task", ""):
+    if args.strip and envs.SEPARATOR in json.loads((run_dir / "config.json").read_text()).get("task", ""):
         print("embodyrl: --strip: this run has several devices; a strip shows one", file=sys.stderr)
         return 2
     try:

@@ -18,6 +18,7 @@ parity test.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import jax
@@ -73,13 +74,11 @@ def export_saved_policy(policy_dir: str | Path, out: str | Path,
     """Turn a saved ``policy/`` directory (see :mod:`embodyrl.policy`) into an export; its ``policy.json``
     names the algorithm and holds its settings (``config`` overrides them for DDPG).
     :func:`export_run` does the same from a run directory, heterogeneous runs included."""
-    import json
-
     from .algos.registry import resolve
     from .config import from_dict
-    from .policy import load_policy
+    from .policy import POLICY_FILE, load_policy
 
-    meta = json.loads((Path(policy_dir) / "policy.json").read_text())
+    meta = json.loads((Path(policy_dir) / POLICY_FILE).read_text())
     if {spec["name"] for spec in meta["observation_spec"]} == {"features", "device"}:
         raise ValueError(f"{policy_dir}: a policy over several devices; export one with "
                          "export_run(run_dir, out, device=...) (embodyrl export RUN OUT --device TASK)")
@@ -106,11 +105,9 @@ def export_run(run_dir: str | Path, out: str | Path, device: str | None = None) 
 
     A heterogeneous run (task ``a+b``) exports one device at a time: ``device`` names its task.
     """
-    import json
-
     from . import envs, hetero
     from .config import load
-    from .policy import POLICY_FILE, WEIGHTS_FILE, load_policy
+    from .policy import load_policy, read_saved
 
     run_dir = Path(run_dir)
     config = load(run_dir / "config.json")
@@ -118,10 +115,8 @@ def export_run(run_dir: str | Path, out: str | Path, device: str | None = None) 
         parts = envs.parts(config.task)
         if device not in parts:
             raise ValueError(f"task {config.task!r} has several devices: name one of {', '.join(parts)}")
-        meta = json.loads((run_dir / "policy" / POLICY_FILE).read_text())
-        with np.load(run_dir / "policy" / WEIGHTS_FILE, allow_pickle=False) as data:
-            params = flat_params.unflatten(flat_params.subtree({k: data[k] for k in data.files}, "actor"))
-        version = PolicyVersion(*meta["version"])
+        _, weights, version = read_saved(run_dir / "policy")
+        params = flat_params.unflatten(flat_params.subtree(weights, "actor"))
         return runtime.save(out, *export_device(hetero.algorithm(config), params, parts.index(device), version))
     if device is not None and device != config.task:
         raise ValueError(f"task {config.task!r} has one device; {device!r} is not it")

@@ -12,10 +12,7 @@ string into those pieces, so the learner, the actors and the evaluation of
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-
-import numpy as np
 
 from . import envs
 
@@ -55,33 +52,29 @@ def actor_parts(config, seed: int):
     from .hal.wire.protocol import DeviceInfo
 
     algo = algorithm(config)
-    devices, tasks, policies, infos = {}, {}, {}, []
+    devices, ids, tasks, policies, infos = {}, {}, {}, {}, []
     for device_id, name in enumerate(envs.parts(config.task)):
         member = member_name(name)
         raw, tasks[member] = envs.make(name)
-        devices[member] = SafeDevice(raw, SafetyConfig())  # clipping to the spec, counted
+        devices[member], ids[member] = SafeDevice(raw, SafetyConfig()), device_id  # clipping to the spec, counted
         policies[member] = DevicePolicy(algo, device_id, seed=seed + device_id)
         infos.append(DeviceInfo(device_id, name, raw.observation_spec, raw.action_spec))
-    group = DeviceGroup(devices, {member_name(n): i for i, n in enumerate(envs.parts(config.task))})
-    return group, tasks, policies, infos
+    return DeviceGroup(devices, ids), tasks, policies, infos
 
 
 def evaluate_run(config, run_dir: Path, episodes: int | None = None, seed: int | None = None) -> dict:
     """Per device: the saved policy's heads against uniform random actions on the same seeded episodes."""
     from .algos.heads import DevicePolicy
     from .evaluate import versus_random
-    from .hal.steps import PolicyVersion
-    from .policy import POLICY_FILE, WEIGHTS_FILE
+    from .policy import read_saved
 
-    meta = json.loads((Path(run_dir) / "policy" / POLICY_FILE).read_text())
-    with np.load(Path(run_dir) / "policy" / WEIGHTS_FILE, allow_pickle=False) as data:
-        weights = {k: data[k] for k in data.files}
+    _, weights, version = read_saved(Path(run_dir) / "policy")
     algo = algorithm(config)
     episodes = config.eval_episodes if episodes is None else episodes
     seed = 10_000 + config.seed if seed is None else seed
     per_device = {}
     for device_id, name in enumerate(envs.parts(config.task)):
         policy = DevicePolicy(algo, device_id, seed=config.seed)
-        policy.load_weights(PolicyVersion(*meta["version"]), weights)
+        policy.load_weights(version, weights)
         per_device[name] = versus_random(*envs.make(name), policy, episodes, seed)
     return {"eval_episodes": episodes, "devices": per_device}

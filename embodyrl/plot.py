@@ -95,10 +95,12 @@ def aggregate(curves: list[tuple[np.ndarray, np.ndarray]]) -> dict[str, np.ndarr
 
 def _series(run_dir: Path, metric: str, label: str) -> list[tuple[str, str]]:
     """(metric, legend label) pairs to draw for a group: one per device for a+b's episode returns."""
-    task = json.loads((Path(run_dir) / "config.json").read_text()).get("task", "")
-    if metric != "episode_return" or "+" not in task:
+    from . import envs
+
+    devices = envs.parts(json.loads((Path(run_dir) / "config.json").read_text()).get("task", ""))
+    if metric != "episode_return" or len(devices) == 1:
         return [(metric, label)]
-    per_device = [(f"{metric}/{device}", f"{label} · {device}") for device in task.split("+")]
+    per_device = [(f"{metric}/{device}", f"{label} · {device}") for device in devices]
     with open(Path(run_dir) / "metrics.jsonl") as lines:
         first = json.loads(lines.readline() or "{}")
     return per_device if all(name in first for name, _ in per_device) else [(metric, label)]  # older runs: mixed

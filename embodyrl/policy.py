@@ -74,11 +74,17 @@ def save_policy(directory: Path, version: PolicyVersion, weights: dict[str, np.n
     (directory / POLICY_FILE).write_text(json.dumps(meta, indent=2) + "\n")
 
 
-def load_policy(directory: Path, algorithm, seed: int = 0) -> JaxPolicy:
+def read_saved(directory: Path) -> tuple[dict, dict[str, np.ndarray], PolicyVersion]:
+    """(``policy.json``, the weights by published name, their version) of a saved ``policy/`` directory."""
     meta = json.loads((Path(directory) / POLICY_FILE).read_text())
     with np.load(Path(directory) / WEIGHTS_FILE, allow_pickle=False) as data:
         weights = {k: data[k] for k in data.files}
+    return meta, weights, PolicyVersion(*meta["version"])
+
+
+def load_policy(directory: Path, algorithm, seed: int = 0) -> JaxPolicy:
+    meta, weights, version = read_saved(directory)
     policy = JaxPolicy(DictSpec.from_msg(meta["observation_spec"]),
                        ArraySpec.from_msg(meta["action_spec"]), algorithm, seed)
-    policy.load_weights(PolicyVersion(*meta["version"]), weights)
+    policy.load_weights(version, weights)
     return policy
