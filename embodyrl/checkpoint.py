@@ -53,6 +53,14 @@ class Checkpointer:
             state=ocp.args.StandardRestore(abstract), record=ocp.args.JsonRestore()))
         return _from_saved(restored["state"], like), dict(restored["record"])
 
+    def record(self, step: int | None = None) -> dict:
+        """The JSON record of checkpoint ``step`` (default: the newest), without its state."""
+        step = self.latest_step() if step is None else step
+        if step is None:
+            raise FileNotFoundError(f"no checkpoint in {self.directory}")
+        restored = self.manager.restore(step, args=ocp.args.Composite(record=ocp.args.JsonRestore()))
+        return dict(restored["record"])
+
     def close(self) -> None:
         self.manager.wait_until_finished()
         self.manager.close()

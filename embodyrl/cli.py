@@ -62,25 +62,52 @@ def _resolve_config(args, run_dir: Path | None, extra_named: dict | None = None)
             base = load(run_dir / "config.json")
             if base.task != args.task:
                 raise _Refused(f"{run_dir} is a run of {base.task!r}, not {args.task!r}")
+            base = _resumed(base, run_dir)
         else:
             base = default_config(args.task)
         config = build_config(base, args.config, _overrides(args.overrides) + named)
     except ValueError as err:
         raise _Refused(f"config: {err}") from None
-    try:  # what the task's specs refuse, before anything is written
-        if envs.SEPARATOR in config.task:  # the device kinds must fit one layout
-            from .hetero import layout
-
-            layout(config.task)
-        elif config.algorithm not in ("ppo",):
-            from .algos.encoders import check_images
-
-            device, _ = envs.make(config.task)
-            section = "sac" if config.algorithm in ("sac", "rlpd") else "ddpg"
-            check_images(device.observation_spec, config.off_policy.config.encoder, f"{section}.encoder")
+    try:
+        _check_task(config)
     except ValueError as err:
         raise _Refused(f"task {config.task!r}: {err}") from None
     return config
+
+
+def _resumed(base, run_dir: Path):
+    """A resumed run whose replay already holds rows takes no second random warm-up (config.json
+    records it; --actor.random_steps still decides)."""
+    from .replay.contents import holds_rows
+
+    if not holds_rows(run_dir / "replay"):
+        return base
+    return dataclasses.replace(base, actor=dataclasses.replace(base.actor, random_steps=0))
+
+
+def _check_task(config) -> None:
+    """What the task's specs refuse, before anything is written: an action space the algorithm does
+    not act in, camera images flattened into an MLP, device kinds that do not fit one layout."""
+    from . import envs
+    from .algos import registry
+    from .algos.encoders import check_images
+    from .algos.interface import refusal
+
+    algorithm = config.algo
+    if envs.SEPARATOR in config.task:
+        from .hetero import layout
+
+        devices = [(kind.observation_spec, kind.action_spec) for kind in layout(config.task).kinds]
+    else:
+        device, _ = envs.make(config.task)
+        devices = [(device.observation_spec, device.action_spec)]
+    for observation_spec, action_spec in devices:
+        reason = refusal(algorithm, action_spec)
+        if reason is not None:
+            raise ValueError(reason)
+        encoder = getattr(algorithm.config, "encoder", None)
+        if encoder is not None:
+            check_images(observation_spec, encoder, f"{registry.get(algorithm.name).section}.encoder")
 
 
 def _keep_yaml(args, run_dir: Path) -> None:
@@ -121,14 +148,15 @@ def _train(args) -> int:
 def _learner(args) -> int:
     from .cli_security import check_address, server_keys
     from .config import save
-    from .workers import _stop_on_signals, make_learner
+    from .learner import make_learner
+    from .workers import stop_on_signals
 
     run_dir = _run_dir(args)
     keys = server_keys(args)
     config = _resolve_config(args, run_dir, {"algorithm": args.algorithm, "learner.bind": args.bind})
     check_address(config.learner.bind, keys, args.insecure, "--bind")
     _keep_yaml(args, run_dir)
-    should_stop = _stop_on_signals()
+    should_stop = stop_on_signals()
     run_dir.mkdir(parents=True, exist_ok=True)
     save(config, run_dir / "config.json")
     learner = make_learner(config, run_dir, keys=keys, allow_insecure=args.insecure)
@@ -284,6 +312,19 @@ def _keys(args) -> int:
     return 0
 
 
+class _Registered:
+    """The registry's algorithm names as argparse ``choices``, read on first use: JAX loads only
+    when --algorithm is given or help is shown, so ``embodyrl keys`` runs on an edge install."""
+
+    def __iter__(self):
+        from .algos import registry
+
+        return iter(registry.names())
+
+    def __contains__(self, name) -> bool:
+        return name in tuple(self)
+
+
 TASK_HELP = ("a task: pendulum, pendulum_pixels, arm_reach, ... (embodyrl tasks lists them), "
              "or gym:ID for any Gymnasium id with a Box action space, e.g. gym:Pendulum-v1; "
              "tasks joined by + (pendulum+arm_reach) train one policy over devices of different shapes")
@@ -312,7 +353,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--run-dir", help="where the run directory goes (default runs/TASK-TIME)")
     t.add_argument("--seed", type=int, help="seed of the learner and actors (default 0)")
     t.add_argument("--actors", type=int, help="number of actor processes")
-    t.add_argument("--algorithm", choices=("ddpg", "td3", "sac", "rlpd", "ppo"), help="algorithm (default ddpg; ppo is on-policy)")
+    t.add_argument("--algorithm", choices=_Registered(), metavar="NAME",
+                   help="algorithm: %(choices)s (default: the task's, else the first; see docs/algorithms.md)")
     t.add_argument("--config", metavar="FILE.yaml", help="YAML file merged over the task's defaults")
     t.add_argument("--progress", choices=("auto", "live", "plain"), default="auto",
                    help="live: a rich panel; plain: a line every 5 s; auto (default): live on a terminal")
@@ -339,7 +381,8 @@ def build_parser() -> argparse.ArgumentParser:
     ln.add_argument("--config", metavar="FILE.yaml", help="YAML file merged over the task's defaults")
     ln.add_argument("--steps", type=int, help="environment steps, summed over all actors")
     ln.add_argument("--seed", type=int, help="seed of the learner (default 0)")
-    ln.add_argument("--algorithm", choices=("ddpg", "td3", "sac", "rlpd", "ppo"), help="algorithm (default ddpg)")
+    ln.add_argument("--algorithm", choices=_Registered(), metavar="NAME",
+                    help="algorithm: %(choices)s (default: the task's, else the first)")
     ln.add_argument("--resume", action="store_true", help="continue the run in --run-dir")
     add_learner_options(ln)
     ln.set_defaults(func=_learner)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import types
@@ -9,11 +10,7 @@ import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .algos.ddpg.config import DDPGConfig
-from .algos.ppo.config import PPOConfig
-from .algos.registry import NAMES as ALGORITHMS
-from .algos.registry import ON_POLICY, OffPolicy, OnPolicy, resolve
-from .algos.sac.config import SACConfig
+from .algos import registry
 from .envs import SEPARATOR
 from .hal.actor import ActorConfig
 
@@ -63,7 +60,9 @@ class LearnerConfig:
 
 
 @dataclass(frozen=True)
-class TrainConfig:
+class _Run:
+    """What every run names before its sections (config.json's key order follows the fields)."""
+
     task: str = "pendulum"
     """A task name, or several joined by ``+`` for one policy over devices of different shapes."""
     steps: int = 20_000
@@ -71,32 +70,38 @@ class TrainConfig:
     seed: int = 0
     actors: int = 1
     eval_episodes: int = 10
-    algorithm: str = "ddpg"
-    """ddpg, td3 (DDPG with TD3's options), sac, rlpd (SAC with RLPD's options), or ppo (on-policy)."""
-    ddpg: DDPGConfig = field(default_factory=DDPGConfig)
-    """DDPG's and TD3's settings."""
-    sac: SACConfig = field(default_factory=SACConfig)
-    """SAC's and RLPD's settings."""
-    ppo: PPOConfig = field(default_factory=PPOConfig)
-    """PPO's settings (rollout shape, staleness: ``ppo.max_staleness``)."""
-    learner: LearnerConfig = field(default_factory=LearnerConfig)
-    actor: ActorConfig = field(default_factory=ActorConfig)
+    algorithm: str = registry.DEFAULT
+    """A registered name (:func:`embodyrl.algos.registry.names`); its settings are its section's."""
 
-    def __post_init__(self):
-        if self.algorithm not in ALGORITHMS:
-            raise ValueError(f"algorithm: unknown {self.algorithm!r}; known: {', '.join(ALGORITHMS)}")
-        if SEPARATOR in self.task:
-            if self.algorithm in ON_POLICY:
-                raise ValueError(f"task {self.task!r}: several devices train with an off-policy algorithm "
-                                 f"(ddpg, td3, sac, rlpd), not {self.algorithm}")
-            if self.off_policy.config.encoder.image_fields:
-                raise ValueError(f"task {self.task!r}: several devices train from state observations; "
-                                 f"{self.algorithm}.encoder.image_fields must be empty")
 
-    @property
-    def off_policy(self) -> OffPolicy | OnPolicy:
-        """The configured algorithm with its settings resolved (PPO too: the actor side is shared)."""
-        return resolve(self.algorithm, self.ddpg, self.sac, self.ppo)
+def _check(config) -> None:
+    if config.algorithm not in registry.names():
+        raise ValueError(f"algorithm: unknown {config.algorithm!r}; known: {', '.join(registry.names())}")
+    entry = registry.get(config.algorithm)
+    if SEPARATOR in config.task:
+        if not entry.heterogeneous:
+            raise ValueError(f"task {config.task!r}: several devices train with an off-policy algorithm "
+                             f"({', '.join(registry.heterogeneous())}), not {config.algorithm}")
+        if config.algo.config.encoder.image_fields:
+            raise ValueError(f"task {config.task!r}: several devices train from state observations; "
+                             f"{entry.section}.encoder.image_fields must be empty")
+
+
+TrainConfig = dataclasses.make_dataclass(
+    "TrainConfig",
+    [*((section, kind, field(default_factory=kind)) for section, kind in registry.sections().items()),
+     ("learner", LearnerConfig, field(default_factory=LearnerConfig)),
+     ("actor", ActorConfig, field(default_factory=ActorConfig))],
+    bases=(_Run,), frozen=True,
+    namespace={
+        "__module__": __name__,
+        "__doc__": "A training run's settings: the run, then one section per algorithm family in the "
+                   "registry's order (" + ", ".join(registry.sections()) + "), then the learner's and "
+                   "the actors'. Only the section of ``algorithm`` is read.",
+        "__post_init__": _check,
+        "algo": property(registry.configured, doc="The configured algorithm, resolved from the registry "
+                                                  "with its section's settings (TD3's, RLPD's options applied)."),
+    })
 
 
 # Tuned per-task values, kept apart from the generic defaults above.
@@ -126,10 +131,30 @@ TASK_DEFAULTS: dict[str, dict] = {
 
 
 def default_config(task: str) -> TrainConfig:
-    """The generic defaults with ``task``'s tuned values applied."""
+    """The generic defaults with ``task``'s tuned values applied, then its algorithm's implied ones."""
     data = to_dict(TrainConfig(task=task))
-    _merge(data, TASK_DEFAULTS.get(task, {}))
-    return from_dict(TrainConfig, data)
+    tuned = TASK_DEFAULTS.get(task, {})
+    _merge(data, copy.deepcopy(tuned))
+    return from_dict(TrainConfig, apply_algorithm_defaults(data, tuned))
+
+
+def apply_algorithm_defaults(data: dict, explicit: dict | None = None) -> dict:
+    """``data`` (a config as a dict) with what its algorithm implies outside its section (the registry
+    entry's ``defaults``: PPO's actors take no random warm-up) on every key ``explicit`` leaves unset.
+
+    Applied once, where a config is built, so config.json records what the run does.
+    """
+    if data.get("algorithm") in registry.names():  # an unknown one is refused, by name, when built
+        _fill(data, registry.get(data["algorithm"]).defaults, explicit or {})
+    return data
+
+
+def _fill(into: dict, changes, explicit: dict) -> None:
+    for key, value in changes.items():
+        if isinstance(value, dict) and isinstance(into.get(key), dict):
+            _fill(into[key], value, explicit.get(key) if isinstance(explicit.get(key), dict) else {})
+        elif key not in explicit:
+            into[key] = copy.deepcopy(value)
 
 
 def _merge(into: dict, changes: dict) -> None:
@@ -266,13 +291,17 @@ def _parse_value(hint, raw: str, key: str):
 
 def build_config(base: TrainConfig, yaml_path: Path | None = None,
                  overrides: list[tuple[str, str]] = ()) -> TrainConfig:
-    """``base`` with the YAML file merged over it, then the dotted overrides, validated."""
-    data = to_dict(base)
+    """``base`` with the YAML file merged over it, then the dotted overrides, then what the algorithm
+    implies for every key neither set (:func:`apply_algorithm_defaults`), validated."""
+    data, explicit = to_dict(base), {}
+    changes = []
     if yaml_path is not None:
         loaded = load_yaml(yaml_path)
         if "task" in loaded and loaded["task"] != base.task:
             raise ValueError(f"task: {yaml_path} is for {loaded['task']!r}, not {base.task!r}")
-        _merge(data, loaded)
-    for key, raw in overrides:
-        _merge(data, parse_override(key, raw))
-    return from_dict(TrainConfig, data)
+        changes.append(loaded)
+    changes += [parse_override(key, raw) for key, raw in overrides]
+    for change in changes:
+        _merge(data, copy.deepcopy(change))
+        _merge(explicit, copy.deepcopy(change))
+    return from_dict(TrainConfig, apply_algorithm_defaults(data, explicit))

@@ -2,7 +2,8 @@
 
 Ranks stream column steps (:mod:`embodyrl.hal.coupling`); this learner
 receives them through the ordinary :class:`~embodyrl.transport.server.LearnerServer`,
-keeps them in a RAM ring, trains DDPG with the repository's pure update
+keeps them in a RAM ring (:class:`ColumnRing`, the data side of the ordinary
+:class:`~embodyrl.learner.LearnerService`), trains DDPG with the repository's pure update
 (:func:`embodyrl.algos.ddpg.make_update_many`) and publishes the actor's
 weights to every rank directly.
 
@@ -40,11 +41,11 @@ import numpy as np
 from flax import nnx
 
 from .algos import ddpg
+from .algos.ddpg.export import export_ddpg
 from .algos.networks import MLP, ActionScale
-from .export import export_ddpg
-from .hal import params as flat_params
 from .hal.coupling import CouplingConfig
 from .hal.steps import PolicyVersion, new_incarnation
+from .learner.service import LearnerService, Training
 from .transport.server import LearnerServer
 
 
@@ -109,13 +110,7 @@ def init(key: jax.Array, coupling: CouplingConfig, config: ddpg.DDPGConfig) -> t
     critic = jax.tree.map(lambda *xs: jnp.stack(xs), *[nnx.to_pure_dict(s) for _, s in critics])
     actor = nnx.to_pure_dict(actor)
     networks = ColumnNetworks(coupling, actor_graph, critics[0][0], ActionScale(coupling.action_spec()))
-    actor_opt, critic_opt = ddpg.learning._optimizers(config)
-    state = ddpg.TrainingState(
-        actor_params=actor, critic_params=critic,
-        target_actor_params=jax.tree.map(jnp.copy, actor), target_critic_params=jax.tree.map(jnp.copy, critic),
-        actor_opt_state=actor_opt.init(actor), critic_opt_state=critic_opt.init(critic),
-        key=state_key, steps=jnp.zeros((), jnp.int32))
-    return networks, state
+    return networks, ddpg.initial_state(state_key, actor, critic, config)
 
 
 def export_policy(networks: ColumnNetworks, actor_params, config: ddpg.DDPGConfig,
@@ -141,71 +136,60 @@ class CouplingLearnerConfig:
     seed: int = 0
 
 
-class CouplingLearner:
-    """Receives column steps from every rank, trains, publishes (one process)."""
+class ColumnRing:
+    """The coupling learner's data side: column steps in a RAM ring, uniform batches of K x B columns.
 
-    def __init__(self, coupling: CouplingConfig, config: CouplingLearnerConfig = CouplingLearnerConfig(),
-                 bind: str = "tcp://127.0.0.1:*"):
-        if config.ddpg.discount != 0.0:
-            raise ValueError("coupled-model steps carry no successor: ddpg.discount must be 0")
-        self.coupling = coupling
-        self.config = config
-        self.incarnation = new_incarnation()
-        self.server = LearnerServer(bind, run_id=f"coupling-{self.incarnation:x}", incarnation=self.incarnation)
-        self.endpoint = self.server.endpoint
-        self.networks, self.state = init(jax.random.key(config.seed), coupling, config.ddpg)
-        self._update_many = jax.jit(ddpg.make_update_many(self.networks, config.ddpg))
+    Rows arrive from every rank and are acknowledged as they are taken (a coupled model's steps
+    are not worth a disk); credits are kept topped up, so a rank never waits on them.
+    """
+
+    CREDIT = 1 << 30
+
+    def __init__(self, coupling: CouplingConfig, config: CouplingLearnerConfig):
+        self.coupling, self.config = coupling, config
         n, L, F, C = config.capacity, coupling.levels, coupling.features, max(coupling.context, 1)
         self._profile = np.zeros((n, L, F), np.float32)
         self._context = np.zeros((n, C), np.float32)
         self._action = np.zeros((n, L), np.float32)
         self._reward = np.zeros(n, np.float32)
-        self._size = self._next = 0
+        self.size = self._next = 0
         self._rng = np.random.default_rng(config.seed)
-        self._granted: set[bytes] = set()
+        self._taken: dict[int, int] = {}
         self.steps_by_rank: dict[int, int] = {}
-        self.updates = 0
-        self.published = 0
-        self.metrics: dict[str, float] = {}
-        self._last_heartbeat = 0.0
 
-    # -- ingest ----------------------------------------------------------------
-    def poll(self, timeout_ms: int = 0) -> int:
-        """Take arrived step batches into the ring and acknowledge them; return rows taken."""
-        taken = 0
-        for batch in self.server.poll(timeout_ms):
-            steps = batch.steps
-            live = ~steps.final
-            rows = int(live.sum())
-            idx = (self._next + np.arange(rows)) % self.config.capacity
-            self._profile[idx] = steps.observation["profile"][live]
-            if self.coupling.context:
-                self._context[idx] = steps.observation["context"][live]
-            self._action[idx] = steps.action[live]
-            self._reward[idx] = steps.reward[live]
-            self._next = (self._next + rows) % self.config.capacity
-            self._size = min(self._size + rows, self.config.capacity)
-            rank = batch.session.actor_id
-            self.steps_by_rank[rank] = self.steps_by_rank.get(rank, 0) + rows
-            self.server.ack(batch.session, batch.seq, credits=len(steps))
-            taken += rows
-        for identity, session in self.server.sessions.items():
-            if identity not in self._granted:  # a new rank: let it stream at once
-                self._granted.add(identity)
-                self.server.grant(session, 1 << 30)
-        if time.monotonic() - self._last_heartbeat > 1.0:  # ranks that only listen hear us too
-            self.server.heartbeat()
-            self._last_heartbeat = time.monotonic()
-        return taken
+    def add(self, steps, seq: int, actor_id: int) -> int:
+        live = ~steps.final
+        rows = int(live.sum())
+        idx = (self._next + np.arange(rows)) % self.config.capacity
+        self._profile[idx] = steps.observation["profile"][live]
+        if self.coupling.context:
+            self._context[idx] = steps.observation["context"][live]
+        self._action[idx] = steps.action[live]
+        self._reward[idx] = steps.reward[live]
+        self._next = (self._next + rows) % self.config.capacity
+        self.size = min(self.size + rows, self.config.capacity)
+        self.steps_by_rank[actor_id] = self.steps_by_rank.get(actor_id, 0) + rows
+        self._taken[actor_id] = seq
+        return 0
 
-    @property
-    def size(self) -> int:
-        return self._size
+    def commit(self, final: bool = False) -> bool:
+        return True
 
-    # -- training --------------------------------------------------------------
-    def _batches(self, k: int) -> dict:
-        b = self.config.ddpg.batch_size
-        idx = self._rng.integers(0, self._size, size=(k, b))
+    def durable(self) -> dict[int, int]:
+        return self._taken
+
+    def grant_credits(self, server) -> None:
+        for session in server.sessions.values():
+            held = server.credits.held(session.identity)
+            if held < self.CREDIT // 2:  # topped up: a rank streams without waiting
+                server.grant(session, self.CREDIT - held)
+
+    def trainable(self) -> bool:
+        return self.size >= self.config.min_steps
+
+    def _batches(self, size: int) -> dict:
+        k, b = self.config.updates_per_call, self.config.ddpg.batch_size
+        idx = self._rng.integers(0, size, size=(k, b))
         obs = {"profile": self._profile[idx]}
         if self.coupling.context:
             obs["context"] = self._context[idx]
@@ -215,44 +199,100 @@ class CouplingLearner:
         return {"observation": obs, "next_observation": one, "action": self._action[idx],
                 "reward": self._reward[idx], "discount": np.zeros((k, b), np.float32)}
 
+    def batch(self) -> tuple[dict, dict]:
+        return self._batches(self.size), {}
+
+    def example_batch(self) -> dict:
+        return self._batches(1)
+
+    def trained(self, updates: int) -> None:
+        pass
+
+    def published(self, version: PolicyVersion) -> int:
+        return 0
+
+    def restored(self, counters) -> None:
+        pass
+
+    def metrics(self) -> dict:
+        return {"column_steps": self.size}
+
+    def close(self, failed: bool) -> None:
+        pass
+
+
+class CouplingLearner:
+    """Receives column steps from every rank, trains, publishes (one process), on the learner service."""
+
+    def __init__(self, coupling: CouplingConfig, config: CouplingLearnerConfig = CouplingLearnerConfig(),
+                 bind: str = "tcp://127.0.0.1:*"):
+        if config.ddpg.discount != 0.0:
+            raise ValueError("coupled-model steps carry no successor: ddpg.discount must be 0")
+        self.coupling = coupling
+        self.config = config
+        self.networks, state = init(jax.random.key(config.seed), coupling, config.ddpg)
+        incarnation = new_incarnation()
+        self.ring = ColumnRing(coupling, config)
+        training = Training(self.networks, state, ddpg.make_update_many(self.networks, config.ddpg),
+                            lambda s: s.actor_params, name="coupling", updates_per_call=config.updates_per_call,
+                            publish_every=config.publish_every)
+        server = LearnerServer(bind, run_id=f"coupling-{incarnation:x}", incarnation=incarnation)
+        self.service = LearnerService(server, self.ring, training, incarnation=incarnation)
+        self.server = server
+        self.endpoint = server.endpoint
+
+    # -- what the experiments read ------------------------------------------------
+    @property
+    def state(self):
+        return self.service.state
+
+    @property
+    def size(self) -> int:
+        return self.ring.size
+
+    @property
+    def steps_by_rank(self) -> dict[int, int]:
+        return self.ring.steps_by_rank
+
+    @property
+    def updates(self) -> int:
+        return self.service.counters.updates
+
+    @property
+    def published(self) -> int:
+        return self.service.counters.publications
+
+    @property
+    def metrics(self) -> dict[str, float]:
+        return self.service.train_metrics
+
+    # -- serving ---------------------------------------------------------------------
+    def poll(self, timeout_ms: int = 0) -> int:
+        """Take arrived step batches into the ring and acknowledge them; return rows taken."""
+        return self.service.poll(timeout_ms)
+
     def warm_up(self) -> None:
-        """Compile the fused update once (on a zero batch, state unchanged), before ranks depend
-        on this process answering: a first compile under load can outlast a link's patience."""
-        size, self._size = self._size, 1
-        jax.block_until_ready(self._update_many(self.state, self._batches(self.config.updates_per_call)))
-        self._size = size
+        """Compile the fused update once (on a copy of the state), before ranks depend on this
+        process answering: a first compile under load can outlast a link's patience."""
+        self.service.warm_up()
 
     def train(self) -> bool:
         """One fused chunk of updates when enough steps are held; publish when due."""
-        if self._size < self.config.min_steps:
-            return False
-        k = self.config.updates_per_call
-        self.state, metrics = self._update_many(self.state, self._batches(k))
-        before = self.updates // self.config.publish_every
-        self.updates += k
-        if self.updates // self.config.publish_every > before:
-            self.publish()
-            self.metrics = {name: float(np.mean(v)) for name, v in jax.device_get(metrics).items()}
-        return True
-
-    def actor_arrays(self) -> dict[str, np.ndarray]:
-        return {k: np.asarray(v, np.float32)
-                for k, v in flat_params.flatten({"actor": jax.device_get(self.state.actor_params)}).items()}
+        return self.service.train()
 
     def publish(self) -> None:
-        self.published += 1
-        self.server.publish(PolicyVersion(self.incarnation, self.published), self.actor_arrays())
+        self.service.publish()
+
+    def actor_arrays(self) -> dict[str, np.ndarray]:
+        return {k: np.asarray(v, np.float32) for k, v in self.service.training.actor_weights().items()}
 
     def export(self) -> tuple[dict, dict[str, np.ndarray]]:
-        return export_policy(self.networks, self.state.actor_params, self.config.ddpg,
-                             PolicyVersion(self.incarnation, self.published))
+        return export_policy(self.networks, self.state.actor_params, self.config.ddpg, self.service.version)
 
     def run(self, duration_s: float, stop=None) -> None:
         """Poll and train for ``duration_s`` seconds (or until ``stop()`` says so)."""
         deadline = time.monotonic() + duration_s
-        while time.monotonic() < deadline and not (stop and stop()):
-            self.poll(0 if self._size >= self.config.min_steps else 20)
-            self.train()
+        self.service.serve(lambda: time.monotonic() >= deadline or bool(stop and stop()))
 
     def close(self) -> None:
-        self.server.close()
+        self.service.shutdown("coupling learner closed")

@@ -71,7 +71,7 @@ def evaluate_saved_run(run_dir, episodes: int | None = None, seed: int | None = 
         return {"task": config.task, "algorithm": config.algorithm, "episodes": episodes, "seed": seed,
                 **hetero.evaluate_run(config, run_dir, episodes, seed)}
     device, task = envs.make(config.task)
-    policy = load_policy(run_dir / "policy", config.off_policy)
+    policy = load_policy(run_dir / "policy", config.algo)
     with device:
         result = evaluate(device, task, policy, episodes, seed)
     return {"task": config.task, "algorithm": config.algorithm, "episodes": episodes, "seed": seed,
@@ -101,7 +101,7 @@ def render_strip(run_dir, path, frames: int = 8, size: tuple[int, int] = (160, 1
     device, task = envs.make(config.task)
     if not hasattr(device, "model") or not hasattr(device, "data"):
         raise ValueError(f"task {config.task!r}: its device is not a MuJoCo simulation; nothing to render")
-    policy = load_policy(run_dir / "policy", config.off_policy)
+    policy = load_policy(run_dir / "policy", config.algo)
     seed = 10_000 + config.seed if seed is None else seed
     camera = mujoco.mj_id2name(device.model, mujoco.mjtObj.mjOBJ_CAMERA, 0) if device.model.ncam else -1
     images = []

@@ -38,10 +38,11 @@ def layout(task: str):
 
 
 def algorithm(config):
-    """The run's algorithm over its layout (a ``HeteroOffPolicy``)."""
+    """The run's algorithm over its layout (a :class:`~embodyrl.algos.heads.Headed`: the
+    :class:`~embodyrl.algos.interface.Algorithm` interface plus ``layout``)."""
     from .algos.heads import hetero
 
-    return hetero(config.off_policy, layout(config.task))
+    return hetero(config.algo, layout(config.task))
 
 
 def actor_parts(config, seed: int):

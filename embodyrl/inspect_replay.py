@@ -15,9 +15,9 @@ from pathlib import Path
 import numpy as np
 
 from .hal.steps import Source, rows_digest
-from .replay.layout import DATA_FILE, INDEX_FILES, META_FILE, Layout
+from .replay.contents import newest_commit
+from .replay.layout import DATA_FILE, META_FILE, Layout
 from .replay.ring import ChunkRing
-from .replay.store import ChunkStore
 
 _IDENTITY = ("actor_id", "device_id", "episode_id", "step_index")
 """The columns of a row's identity, digested as the actor's ledger digests them."""
@@ -30,21 +30,6 @@ def replay_directory(path: Path) -> Path:
         if (candidate / META_FILE).exists():
             return candidate
     raise FileNotFoundError(f"{path}: no replay here (neither {META_FILE} nor replay/{META_FILE})")
-
-
-def newest_commit(directory: Path) -> dict | None:
-    bodies, errors = [], []
-    for name in INDEX_FILES:
-        try:
-            body = ChunkStore._read_index(directory / name)
-        except ValueError as err:
-            errors.append(str(err))
-            continue
-        if body is not None:
-            bodies.append(body)
-    if not bodies and errors:
-        raise ValueError(f"{directory}: corrupt index ({'; '.join(errors)})")
-    return max(bodies, key=lambda b: b["commit"]) if bodies else None
 
 
 def _source_name(value: int) -> str:

@@ -26,7 +26,8 @@ WEIGHTS_FILE = "weights.npz"
 
 class JaxPolicy:
     def __init__(self, observation_spec: DictSpec, action_spec: ArraySpec, algorithm, seed: int = 0):
-        """``algorithm``: an :class:`OffPolicy`, or a bare DDPG or SAC config."""
+        """``algorithm``: an :class:`~embodyrl.algos.interface.Algorithm`, or a bare algorithm config
+        (DDPG, SAC, PPO, DQN: its plain algorithm)."""
         algorithm = as_algorithm(algorithm)
         self.observation_spec = observation_spec
         self.action_spec = action_spec

@@ -69,12 +69,9 @@ def train(config: TrainConfig, run_dir: Path, quiet: bool = False, progress: str
         child_conn.close()
         endpoint = _expect(parent_conn, learner, "ready", START_TIMEOUT_S)
         (run_dir / "learner.json").write_text(json.dumps({"endpoint": endpoint}) + "\n")
-        actor_config = to_dict(config)
-        if _replay_holds_rows(run_dir):  # a resumed run: no second random warm-up
-            actor_config["actor"]["random_steps"] = 0
         for i in range(config.actors):
             actor = ctx.Process(target=actor_main, name=f"embodyrl-actor-{i}",
-                                args=(actor_config, endpoint, i, str(run_dir)),
+                                args=(to_dict(config), endpoint, i, str(run_dir)),
                                 kwargs={"keys": client_keys, "allow_insecure": allow_insecure})
             actor.start()
             processes.append(actor)
@@ -98,17 +95,6 @@ def train(config: TrainConfig, run_dir: Path, quiet: bool = False, progress: str
     summary.update(evaluate_run(config, run_dir))
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     return summary
-
-
-def _replay_holds_rows(run_dir: Path) -> bool:
-    from .inspect_replay import newest_commit
-
-    replay = run_dir / "replay"
-    try:
-        body = newest_commit(replay) if replay.exists() else None
-    except ValueError:
-        return False
-    return bool(body and body.get("rows_added"))
 
 
 def _expect(conn, process, kind: str, timeout_s: float):
@@ -140,6 +126,6 @@ def evaluate_run(config: TrainConfig, run_dir: Path) -> dict:
     if hetero.is_hetero(config.task):
         return hetero.evaluate_run(config, run_dir)
     device, task = envs.make(config.task)
-    policy = load_policy(run_dir / "policy", config.off_policy)
+    policy = load_policy(run_dir / "policy", config.algo)
     return {"eval_episodes": config.eval_episodes,
             **versus_random(device, task, policy, config.eval_episodes, 10_000 + config.seed)}

@@ -14,7 +14,7 @@ import traceback
 from pathlib import Path
 
 
-def _stop_on_signals():
+def stop_on_signals():
     """A flag set by SIGINT/SIGTERM, so the loops end cleanly and save."""
     state = {"stop": False}
 
@@ -26,37 +26,12 @@ def _stop_on_signals():
     return lambda: state["stop"]
 
 
-def learner_class(algorithm: str):
-    """The learner service for ``algorithm``: on-policy (PPO) or off-policy with replay."""
-    from .algos.registry import ON_POLICY
-
-    if algorithm in ON_POLICY:
-        from .onpolicy import OnPolicyLearner
-
-        return OnPolicyLearner
-    from .learner import Learner
-
-    return Learner
-
-
-def make_learner(config, run_dir: Path, **kwargs):
-    """The learner for ``config``'s task: one device kind, or several (``a+b``, a heterogeneous layout)."""
-    from . import envs, hetero
-
-    if hetero.is_hetero(config.task):
-        from .learner import Learner
-
-        layout = hetero.layout(config.task)
-        return Learner(config, layout.observation_spec, layout.action_spec, run_dir, layout=layout, **kwargs)
-    device, _ = envs.make(config.task)
-    return learner_class(config.algorithm)(config, device.observation_spec, device.action_spec, run_dir, **kwargs)
-
-
 def learner_main(config_dict: dict, run_dir: str, conn, security: dict | None = None) -> None:
     """Run the learner; ``security``: its ``keys``/``allow_insecure`` keyword arguments (CurveZMQ)."""
-    should_stop = _stop_on_signals()
+    should_stop = stop_on_signals()
     try:
         from .config import TrainConfig, from_dict
+        from .learner import make_learner
 
         config = from_dict(TrainConfig, config_dict)
         learner = make_learner(config, Path(run_dir), **(security or {}))
@@ -81,7 +56,7 @@ def actor_main(config_dict: dict, endpoint: str, index: int, run_dir: str | None
     learner to acknowledge what it spooled. ``keys`` (``ClientKeys``) secure its link with CurveZMQ;
     without them it dials only loopback unless ``allow_insecure``.
     """
-    should_stop = _stop_on_signals()
+    should_stop = stop_on_signals()
     from . import envs, hetero
     from .config import TrainConfig, from_dict
     from .hal.actor import ActorLoop
@@ -95,9 +70,6 @@ def actor_main(config_dict: dict, endpoint: str, index: int, run_dir: str | None
     config = from_dict(TrainConfig, config_dict)
     ac = config.actor
     actor_config = dataclasses.replace(ac, actor_id=index, seed=config.seed * 1000 + index)
-    if config.algorithm in ("ppo",):  # on-policy, no random warm-up: rows acted without learner weights are discarded
-        # and no row beyond the credit: a synchronous learner grants exactly one iteration's rows
-        actor_config = dataclasses.replace(actor_config, random_steps=0, act_within_credit=True)
     if hetero.is_hetero(config.task):  # one device of each kind, each through its own heads
         device, tasks, policies, infos = hetero.actor_parts(config, actor_config.seed)
 
@@ -106,7 +78,7 @@ def actor_main(config_dict: dict, endpoint: str, index: int, run_dir: str | None
     else:
         raw_device, task = envs.make(config.task)
         device = SafeDevice(raw_device, SafetyConfig())  # clipping to the spec, counted
-        policy = JaxPolicy(device.observation_spec, device.action_spec, config.off_policy, seed=actor_config.seed)
+        policy = JaxPolicy(device.observation_spec, device.action_spec, config.algo, seed=actor_config.seed)
         infos = [DeviceInfo(0, config.task, device.observation_spec, device.action_spec)]
 
         def make_loop(link):

@@ -65,7 +65,7 @@ class SwingUp(Task):
         return {"upright_fraction": float(np.mean(upright)) if upright else 0.0}
 
 
-def _observe(model, data) -> dict[str, np.ndarray]:
+def observe(model, data) -> dict[str, np.ndarray]:
     theta = data.qpos[0]
     return {
         "orientation": np.array([np.cos(theta), np.sin(theta)], np.float32),
@@ -73,7 +73,7 @@ def _observe(model, data) -> dict[str, np.ndarray]:
     }
 
 
-def _random_start(model, data, rng: np.random.Generator) -> None:
+def random_start(model, data, rng: np.random.Generator) -> None:
     data.qpos[0] = rng.uniform(-np.pi, np.pi)
     data.qvel[0] = rng.uniform(-1.0, 1.0)
 
@@ -84,8 +84,8 @@ def make_device(config: PendulumConfig = PendulumConfig()):
     model = load_model(ASSET)
     model.actuator_ctrlrange[0] = (-config.torque_limit, config.torque_limit)
     return MujocoDevice(model, control_substeps=config.control_substeps,
-                        observation_fn=_observe, observation_spec=OBSERVATION_SPEC,
-                        reset_fn=_random_start)
+                        observation_fn=observe, observation_spec=OBSERVATION_SPEC,
+                        reset_fn=random_start)
 
 
 def make(config: PendulumConfig = PendulumConfig()):

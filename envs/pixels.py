@@ -49,8 +49,8 @@ def make_device(config: PixelsConfig = PixelsConfig()):
     model = load_model(pendulum.ASSET)
     model.actuator_ctrlrange[0] = (-config.pendulum.torque_limit, config.pendulum.torque_limit)
     return MujocoDevice(model, control_substeps=config.pendulum.control_substeps,
-                        observation_fn=pendulum._observe, observation_spec=pendulum.OBSERVATION_SPEC,
-                        reset_fn=pendulum._random_start,
+                        observation_fn=pendulum.observe, observation_spec=pendulum.OBSERVATION_SPEC,
+                        reset_fn=pendulum.random_start,
                         cameras={CAMERA: (config.width, config.height)},
                         camera_effects=config.camera_effects)
 

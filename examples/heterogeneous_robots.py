@@ -37,7 +37,7 @@ def config(steps: int, seed: int):
     from embodyrl.algos.ddpg import DDPGConfig
     from embodyrl.config import LearnerConfig, TrainConfig
 
-    return TrainConfig(task="pendulum", algorithm="td3", steps=steps, seed=seed,
+    return TrainConfig(task="+".join(DEVICES), algorithm="td3", steps=steps, seed=seed,
                        ddpg=DDPGConfig(hidden_sizes=(64, 64), discount=0.98, batch_size=128),
                        learner=LearnerConfig(min_replay=500, replay_capacity=8192, replay_chunk_rows=1024,
                                              checkpoint_every_s=3600.0, publish_every=16))
@@ -71,7 +71,7 @@ def actor_main(endpoint: str, steps: int, seed: int) -> None:
 def _algorithm(steps: int, seed: int):
     from embodyrl.algos.heads import hetero
 
-    return hetero(config(steps, seed).off_policy, layout())
+    return hetero(config(steps, seed).algo, layout())
 
 
 def evaluate(weights: dict, steps: int, seed: int, episodes: int) -> dict:
@@ -99,12 +99,13 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--episodes", type=int, default=2, help="evaluation episodes per device")
     parser.add_argument("--run-dir", type=Path, default=None)
     args = parser.parse_args(argv)
-    from embodyrl.learner import Learner
+    from embodyrl.learner import build_learner
 
     run_dir = args.run_dir or Path(tempfile.mkdtemp(prefix="hetero-"))
     run_dir.mkdir(parents=True, exist_ok=True)
     hetero_layout = layout()
-    learner = Learner(config(args.steps, args.seed), None, None, run_dir, layout=hetero_layout)
+    learner = build_learner(config(args.steps, args.seed), hetero_layout.observation_spec,
+                            hetero_layout.action_spec, run_dir, layout=hetero_layout)
     context = multiprocessing.get_context("spawn")
     actor = context.Process(target=actor_main, args=(learner.endpoint, args.steps, args.seed), name="robots")
     actor.start()
@@ -121,7 +122,7 @@ def main(argv: list[str] | None = None) -> dict:
                "devices": {name: {"observation_size": n, "action_size": m}
                            for name, n, m in zip(DEVICES, hetero_layout.observation_sizes,
                                                  hetero_layout.action_sizes, strict=True)},
-               "evaluation": evaluate(learner.actor_weights(), args.steps, args.seed, args.episodes)}
+               "evaluation": evaluate(learner.training.actor_weights(), args.steps, args.seed, args.episodes)}
     print(json.dumps(summary, indent=2))
     return summary
 

@@ -44,13 +44,13 @@ SETTINGS = {"actors": 4, "ppo": {"discount": 0.95, "learning_rate": 3e-4, "init_
 
 
 def run_one(staleness: int, seed: int, steps: int, root: Path) -> dict:
-    from embodyrl.config import _merge, default_config, from_dict, to_dict
+    from embodyrl.config import _merge, apply_algorithm_defaults, default_config, from_dict, to_dict
     from embodyrl.train import train
 
     data = to_dict(default_config("pendulum"))
     _merge(data, {**SETTINGS, "algorithm": "ppo", "steps": steps, "seed": seed})
     _merge(data, {"ppo": {"max_staleness": staleness}})
-    config = from_dict(type(default_config("pendulum")), data)
+    config = from_dict(type(default_config("pendulum")), apply_algorithm_defaults(data, SETTINGS))
     run_dir = root / f"k{staleness}-s{seed}"
     return collect(staleness, seed, run_dir, train(config, run_dir, quiet=True))
 

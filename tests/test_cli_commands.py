@@ -179,7 +179,7 @@ def test_export_writes_a_numpy_policy_that_acts_as_the_trained_one(run_dir, tmp_
     assert json.loads(proc.stdout)["graph"] == str(tmp_path / "pendulum.json")
     numpy_policy = runtime.load(tmp_path / "pendulum")
     config = load(run_dir / "config.json")
-    policy = load_policy(run_dir / "policy", config.off_policy)
+    policy = load_policy(run_dir / "policy", config.algo)
     assert tuple(numpy_policy.version) == tuple(policy.version)
     device, _ = envs.make("pendulum")
     with device:

@@ -167,13 +167,46 @@ def test_server_counts_garbage_and_keeps_serving(server):
 
 
 def test_credit_goes_round_the_actors_when_there_is_room_for_one_quantum_at_a_time():
-    from embodyrl.transport.credits import GrantOrder
+    from types import SimpleNamespace
 
-    sessions, credit, grants, served = {b"a": "A", b"b": "B", b"c": "C"}, {}, GrantOrder(), []
+    from embodyrl.transport.credits import CreditBook
+
+    sessions = {i: SimpleNamespace(identity=i) for i in (b"a", b"b", b"c")}
+    book, served = CreditBook(), []
     for _ in range(6):  # each round: one quantum, spent before the next round
-        identity, _ = grants.order(sessions, credit)[0]
+        identity = book.order(sessions)[0].identity
         served.append(identity)
-        grants.granted(identity)
+        book.granted(identity, 256)
+        book.spent(identity, 256)
     assert served == [b"a", b"b", b"c", b"a", b"b", b"c"]
-    credit[b"b"] = 256  # holding credit: served after those with none
-    assert [i for i, _ in grants.order(sessions, credit)] == [b"a", b"c", b"b"]
+    book.granted(b"b", 256)  # holding credit: served after those with none
+    assert [s.identity for s in book.order(sessions)] == [b"a", b"c", b"b"]
+    assert book.outstanding() == 256
+    book.forget(b"b")  # a session gone: its credit with it
+    assert book.outstanding() == 0 and book.held(b"b") == 0
+
+
+def test_the_server_keeps_each_sessions_credit_and_forgets_it_with_the_session(server, pendulum_specs):
+    import threading
+
+    from embodyrl.hal.wire.protocol import DeviceInfo
+
+    link = LearnerLink(server.endpoint, actor_name="a", actor_id=4,
+                       devices=[DeviceInfo(0, "pendulum", *pendulum_specs)])
+    thread = threading.Thread(target=link.connect)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while (not server.sessions or thread.is_alive()) and time.monotonic() < deadline:
+        server.poll(20)
+    thread.join(10)
+    session = next(iter(server.sessions.values()))
+    server.grant(session, 64)
+    server.ack(session, 0, credits=32)
+    assert server.credits.held(session.identity) == 96 and server.credits.outstanding() == 96
+    server.credits.spent(session.identity, 100)  # overspent: counts nothing outstanding
+    assert server.credits.outstanding() == 0
+    link.close()
+    deadline = time.monotonic() + 20
+    while server.sessions and time.monotonic() < deadline:  # its BYE ends the session
+        server.poll(20)
+    assert not server.sessions and server.credits.held(session.identity) == 0

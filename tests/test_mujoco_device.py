@@ -104,7 +104,7 @@ def test_pendulum_must_swing_up():
         # At rest upright with no torque, the reward is (almost) zero, elsewhere negative.
         obs = device.reset()
         device.data.qpos[0], device.data.qvel[0] = 0.0, 0.0
-        upright = pendulum._observe(device.model, device.data)
+        upright = pendulum.observe(device.model, device.data)
         assert task.reward(upright, np.zeros(1), upright) == pytest.approx(0.0)
         assert task.reward(obs, np.zeros(1), obs) <= 0.0
     assert task.max_episode_steps == 200

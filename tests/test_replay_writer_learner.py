@@ -10,7 +10,7 @@ from embodyrl.algos.ddpg import DDPGConfig
 from embodyrl.algos.encoders import EncoderConfig
 from embodyrl.bench import transport as T
 from embodyrl.config import LearnerConfig, TrainConfig
-from embodyrl.learner import Learner
+from embodyrl.learner import build_learner
 from embodyrl.replay import PersistentReplay
 
 CAMERA_DDPG = DDPGConfig(hidden_sizes=(16,), encoder=EncoderConfig(image_fields=("auto",), channels=(4,), strides=(2,)))
@@ -21,19 +21,19 @@ def test_image_batches_through_the_learner_are_acked_after_commit_and_stored_bit
     batches, rows = 12, 128  # 2.7 MB each: over the learner's 256 KiB write-behind threshold
     lc = LearnerConfig(min_replay=10**9, replay_capacity=2 * batches * rows, replay_chunk_rows=512,
                        credit_quantum=4 * rows, rate_tolerance=8 * rows, log_every_s=1e9)
-    learner = Learner(TrainConfig(task="bench", steps=batches * rows, learner=lc, ddpg=CAMERA_DDPG), T.IMAGE_SPEC, T.IMAGE_ACTION,
+    learner = build_learner(TrainConfig(task="bench", steps=batches * rows, learner=lc, ddpg=CAMERA_DDPG), T.IMAGE_SPEC, T.IMAGE_ACTION,
                       tmp_path)
-    assert learner.replay.store._writer._behind_bytes == 256 << 10
+    assert learner.data.replay.store._writer._behind_bytes == 256 << 10
     acked = []
     original_ack = learner.server.ack
 
     def checked_ack(session, seq, credits=0):
-        assert seq <= learner.replay.committed_seqs.get(session.actor_id, 0)  # durable first
+        assert seq <= learner.data.replay.committed_seqs.get(session.actor_id, 0)  # durable first
         acked.append(seq)
         original_ack(session, seq, credits)
 
     learner.server.ack = checked_ack
-    writer, behind = learner.replay.store._writer, []
+    writer, behind = learner.data.replay.store._writer, []
     original_write = writer.write
 
     def noted_write(writes, staging):
@@ -76,10 +76,10 @@ def test_a_failed_row_write_still_saves_the_model_closes_everything_and_raises(t
 
     rows = 128  # 2.7 MB: written behind the ingest thread
     lc = LearnerConfig(min_replay=10**9, replay_capacity=4 * rows, replay_chunk_rows=512, log_every_s=1e9)
-    learner = Learner(TrainConfig(task="bench", steps=10**9, learner=lc, ddpg=CAMERA_DDPG), T.IMAGE_SPEC, T.IMAGE_ACTION, tmp_path)
+    learner = build_learner(TrainConfig(task="bench", steps=10**9, learner=lc, ddpg=CAMERA_DDPG), T.IMAGE_SPEC, T.IMAGE_ACTION, tmp_path)
     batch = T._batch(T.IMAGE_SPEC, T.IMAGE_ACTION, rows, 0, 0)
-    learner.replay.add(batch, seq=1)
-    learner.replay.commit()
+    learner.data.replay.add(batch, seq=1)
+    learner.data.replay.commit()
     real = W.RowWriter._pwrite
 
     def failing(writer, *args):
@@ -88,14 +88,14 @@ def test_a_failed_row_write_still_saves_the_model_closes_everything_and_raises(t
         return real(writer, *args)
 
     monkeypatch.setattr(W.RowWriter, "_pwrite", failing)
-    learner.replay.add(T._batch(T.IMAGE_SPEC, T.IMAGE_ACTION, rows, 0, 1), seq=2)  # its write fails behind
+    learner.data.replay.add(T._batch(T.IMAGE_SPEC, T.IMAGE_ACTION, rows, 0, 1), seq=2)  # its write fails behind
     with pytest.raises(W.RowsLost, match="injected EIO"):
         learner.run(should_stop=lambda: True)  # the finally's commit fails: reported, not swallowed
     monkeypatch.setattr(W.RowWriter, "_pwrite", real)
     assert Checkpointer(tmp_path / "checkpoints").latest_step() is not None  # the model was saved
     assert (tmp_path / "policy").exists()
-    assert learner.server._socket is None and learner.replay.store._fd == -1
-    assert learner.replay.store._writer._thread is None  # no writer thread left behind
+    assert learner.server._socket is None and learner.data.replay.store._fd == -1
+    assert learner.data.replay.store._writer._thread is None  # no writer thread left behind
     replay = PersistentReplay(tmp_path / "replay")  # the last good commit stands, nothing after it
     try:
         assert replay.committed_seqs == {0: 1} and replay.size == rows

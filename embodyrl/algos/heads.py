@@ -31,19 +31,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import partial
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 from flax import nnx
 
 from ..hal import params as flat_params
 from ..hal.specs import ArraySpec, DictSpec
 from ..hal.steps import NO_POLICY, PolicyVersion, Steps
-from . import ddpg
 from .networks import ActionScale
-from .registry import OffPolicy
+from .runtime_graph import device_policy
 
 FEATURES, DEVICE = "features", "device"
 
@@ -183,11 +182,11 @@ class RoutedCritics:
 
     def action_dims(self, observation) -> jax.Array:
         """Each row's device's action size (SAC's entropy target is per dimension)."""
-        return jnp.asarray(self.layout.action_sizes)[_rows(observation)[1]]
+        return jnp.asarray(self.layout.action_sizes)[padded_rows(observation)[1]]
 
     def q_values(self, critic_params, observation, action) -> jax.Array:
         """Every critic's Q: [critics, batch...]; a device's critic head reads [its obs, its action]."""
-        x, device, lead = _rows(observation)
+        x, device, lead = padded_rows(observation)
         a = action.reshape(-1, action.shape[-1])
         width = max(n + m for n, m in zip(self.layout.observation_sizes, self.layout.action_sizes, strict=True))
         xa = jnp.stack([jnp.pad(jnp.concatenate([x[:, :n], a[:, :m]], -1), ((0, 0), (0, width - n - m)))
@@ -208,12 +207,12 @@ class HeteroNetworks(RoutedCritics):
     """DDPG's network interface (``policy``, ``q_values``, ``scale``) over padded, routed rows."""
 
     def policy(self, actor_params, observation) -> jax.Array:
-        x, device, lead = _rows(observation)
+        x, device, lead = padded_rows(observation)
         unit = jnp.tanh(nnx.merge(self.actor_graph, actor_params)(x, device))
         return (unit * self._mask(device)).reshape(*lead, -1)
 
 
-def _rows(observation):
+def padded_rows(observation):
     """(features [N, width], device ids [N], the leading shape) of a possibly batched padded observation."""
     x = jnp.asarray(observation[FEATURES], jnp.float32)
     lead = x.shape[:-1]
@@ -237,58 +236,93 @@ def make_networks(layout: HeteroLayout, hidden_sizes: tuple[int, ...], key: jax.
     return HeteroNetworks(layout, actor_graph, critic_graph), nnx.to_pure_dict(actor_state), critic_params
 
 
-def init(key: jax.Array, layout: HeteroLayout, config: ddpg.DDPGConfig):
-    """(networks, DDPG training state) for the headed networks."""
-    net_key, state_key = jax.random.split(key)
-    networks, actor, critic = make_networks(layout, config.hidden_sizes, net_key, config.num_critics)
-    state = ddpg.TrainingState(
-        actor_params=actor, critic_params=critic,
-        target_actor_params=jax.tree.map(jnp.copy, actor), target_critic_params=jax.tree.map(jnp.copy, critic),
-        actor_opt_state=optax.adam(config.actor_lr).init(actor),
-        critic_opt_state=optax.adam(config.critic_lr).init(critic),
-        key=state_key, steps=jnp.zeros((), jnp.int32))
-    return networks, state
+def init(key: jax.Array, layout: HeteroLayout, config):
+    """(networks, training state) of a bare DDPG or SAC config's algorithm over ``layout``'s heads."""
+    from .registry import as_algorithm
+
+    return hetero(as_algorithm(config), layout).init(key)
 
 
 @dataclass(frozen=True)
-class HeteroOffPolicy(OffPolicy):
-    """DDPG/TD3 or SAC/RLPD over a :class:`HeteroLayout`, behind the learner's algorithm interface."""
+class Headed:
+    """An algorithm over a :class:`HeteroLayout`: its own update, action and state around per-device
+    heads and a shared trunk. The algorithm provides ``headed_networks(layout, key)``,
+    ``initial_state(key, actor, critics)`` and ``policy_head()`` (:class:`~.actor_critic.ActorCritic`);
+    the rest of the :class:`~.interface.Algorithm` interface is its own."""
 
-    layout: HeteroLayout | None = None
+    algorithm: Any
+    layout: HeteroLayout
+
+    @property
+    def name(self) -> str:
+        return self.algorithm.name
+
+    @property
+    def config(self):
+        return self.algorithm.config
+
+    @property
+    def on_policy(self) -> bool:
+        return self.algorithm.on_policy
+
+    @property
+    def action_spaces(self) -> frozenset[str]:
+        return self.algorithm.action_spaces
+
+    @property
+    def batch_size(self) -> int:
+        return self.algorithm.batch_size
+
+    @property
+    def discount(self) -> float:
+        return self.algorithm.discount
 
     def init(self, key, observation_spec=None, action_spec=None):
-        if self.module is ddpg:
-            return init(key, self.layout, self.config)
-        from . import heads_sac
+        """The specs are the layout's padded ones; they may be omitted."""
+        net_key, state_key = jax.random.split(key)
+        networks, actor, critic = self.algorithm.headed_networks(self.layout, net_key)
+        return networks, self.algorithm.initial_state(state_key, actor, critic)
 
-        return heads_sac.init(key, self.layout, self.config)
+    def make_update_many(self, networks):
+        return self.algorithm.make_update_many(networks)
 
     def actor_networks(self, observation_spec=None, action_spec=None, key=None):
-        key = key if key is not None else jax.random.key(0)
-        if self.module is ddpg:
-            networks, actor, _ = make_networks(self.layout, self.config.hidden_sizes, key, self.config.num_critics)
-        else:
-            from . import heads_sac
-
-            networks, actor, _ = heads_sac.make_networks(self.layout, self.config, key)
+        networks, actor, _ = self.algorithm.headed_networks(self.layout, key if key is not None else jax.random.key(0))
         return networks, actor
 
+    def actor_params(self, state):
+        return self.algorithm.actor_params(state)
 
-def hetero(algorithm: OffPolicy, layout: HeteroLayout) -> HeteroOffPolicy:
-    """``algorithm`` (ddpg, td3, sac or rlpd) over the headed networks of ``layout``."""
-    from . import sac
+    def act(self, networks, actor_params, observation, key, explore: bool):
+        return self.algorithm.act(networks, actor_params, observation, key, explore)
 
-    if algorithm.module not in (ddpg, sac):
-        raise ValueError(f"heterogeneous devices: {algorithm.name} is not supported (ddpg, td3, sac or rlpd)")
+    def mean_action(self, networks, actor_params, observation):
+        return self.algorithm.mean_action(networks, actor_params, observation)
+
+    def export(self, networks, actor_params, version: PolicyVersion = NO_POLICY):
+        raise ValueError("a policy over several device kinds exports one device at a time (export_device)")
+
+    def export_device(self, actor_params, device_id: int, version: PolicyVersion = NO_POLICY):
+        """(meta, arrays) of device ``device_id``'s policy for the numpy runtime."""
+        return device_policy(self.layout, actor_params, device_id, self.algorithm.policy_head(), version)
+
+
+def hetero(algorithm, layout: HeteroLayout) -> Headed:
+    """``algorithm`` over the headed networks of ``layout``, if its registry entry trains several kinds."""
+    from . import registry
+
+    if not registry.get(algorithm.name).heterogeneous:
+        *most, last = registry.heterogeneous()
+        raise ValueError(f"heterogeneous devices: {algorithm.name} is not supported ({', '.join(most)} or {last})")
     if algorithm.config.encoder.image_fields:
         raise ValueError("heterogeneous devices: state observations only (no image encoder)")
-    return HeteroOffPolicy(algorithm.name, algorithm.config, algorithm.module, layout)
+    return Headed(algorithm, layout)
 
 
 class DevicePolicy:
     """The shared policy acting for one device kind (the HAL ``Policy`` protocol)."""
 
-    def __init__(self, algorithm: HeteroOffPolicy, device_id: int, seed: int = 0):
+    def __init__(self, algorithm: Headed, device_id: int, seed: int = 0):
         self.layout, self.device_id = algorithm.layout, device_id
         kind = self.layout.kinds[device_id]
         self.observation_spec, self.action_spec = kind.observation_spec, kind.action_spec

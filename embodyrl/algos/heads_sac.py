@@ -20,10 +20,11 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from .heads import HeadedMLP, HeteroLayout, RoutedCritics, _rows, make_critics
-from .sac import SACConfig, TrainingState
-from .sac.learning import initial_state
-from .sac.networks import _LOG_2
+from .heads import HeadedMLP, HeteroLayout, RoutedCritics, init, make_critics, padded_rows
+from .sac import SACConfig
+from .sac.networks import LOG_2
+
+__all__ = ["HeteroSACNetworks", "init", "make_networks"]  # init: heads' serves SAC's configs too
 
 
 @dataclass(frozen=True, eq=False)
@@ -44,25 +45,25 @@ class HeteroSACNetworks(RoutedCritics):
 
     def distribution(self, actor_params, observation) -> tuple[jax.Array, jax.Array]:
         """(mean, log_std) of the pre-tanh Gaussian, [N, max action]; padded slots are masked by callers."""
-        x, device, _ = _rows(observation)
+        x, device, _ = padded_rows(observation)
         out = nnx.merge(self.actor_graph, actor_params)(x, device)
         mean, raw = jnp.split(jnp.take_along_axis(out, self._gather()[device], axis=-1), 2, axis=-1)
         log_std = self.log_std_min + 0.5 * (self.log_std_max - self.log_std_min) * (jnp.tanh(raw) + 1)
         return mean, log_std
 
     def mean_action(self, actor_params, observation) -> jax.Array:
-        _, device, lead = _rows(observation)
+        _, device, lead = padded_rows(observation)
         mean, _ = self.distribution(actor_params, observation)
         return (jnp.tanh(mean) * self._mask(device)).reshape(*lead, -1)
 
     def sample(self, actor_params, observation, key) -> tuple[jax.Array, jax.Array]:
         """(padded unit action, log-probability over the row's own dimensions), reparameterised."""
-        _, device, lead = _rows(observation)
+        _, device, lead = padded_rows(observation)
         mean, log_std = self.distribution(actor_params, observation)
         mask = self._mask(device)
         u = mean + jnp.exp(log_std) * jax.random.normal(key, mean.shape)
         gaussian = -0.5 * ((u - mean) / jnp.exp(log_std)) ** 2 - log_std - 0.5 * jnp.log(2 * jnp.pi)
-        squash = 2.0 * (_LOG_2 - u - jax.nn.softplus(-2.0 * u))
+        squash = 2.0 * (LOG_2 - u - jax.nn.softplus(-2.0 * u))
         logp = jnp.sum((gaussian - squash) * mask, axis=-1)
         return (jnp.tanh(u) * mask).reshape(*lead, -1), logp.reshape(lead)
 
@@ -75,10 +76,3 @@ def make_networks(layout: HeteroLayout, config: SACConfig, key: jax.Array):
     critic_graph, critic_params = make_critics(layout, config.hidden_sizes, critic_keys, config.critic_layer_norm)
     networks = HeteroSACNetworks(layout, actor_graph, critic_graph, config.log_std_min, config.log_std_max)
     return networks, nnx.to_pure_dict(actor_state), critic_params
-
-
-def init(key: jax.Array, layout: HeteroLayout, config: SACConfig) -> tuple[HeteroSACNetworks, TrainingState]:
-    """(networks, SAC training state) for the headed networks."""
-    net_key, state_key = jax.random.split(key)
-    networks, actor, critic = make_networks(layout, config, net_key)
-    return networks, initial_state(state_key, actor, critic, config)

@@ -1,114 +1,76 @@
-"""The algorithms a learner can run, by name, behind one interface.
+"""The algorithms by name: one :class:`~embodyrl.algos.interface.Entry` each, listed from their packages.
 
 ``ddpg`` and ``td3`` share DDPG's code and config section (``td3`` applies
-TD3's options on top); ``sac`` and ``rlpd`` share SAC's. Each resolves to an
-:class:`OffPolicy`: build networks and state, the update, the action, and
-the deterministic action used for evaluation and export. ``ppo`` resolves
-to an :class:`OnPolicy` with the same actor side (its action carries the
-log-probability the learner's staleness corrections need); its learner is
-:mod:`embodyrl.onpolicy`.
+TD3's options on top); ``sac`` and ``rlpd`` share SAC's; ``ppo`` is
+on-policy; ``dqn`` acts on discrete actions. Every name resolves to an
+:class:`~embodyrl.algos.interface.Algorithm`. The command line's choices,
+the config's sections, export and evaluation all read this table, so a new
+algorithm is one new package (with its adapter and ``ENTRIES``) plus one
+line here.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
-import jax
+from . import ddpg, dqn, ppo, sac
+from .interface import Algorithm, Entry
 
-from . import ddpg, ppo, sac
+ENTRIES: tuple[Entry, ...] = (*ddpg.ENTRIES, *sac.ENTRIES, *ppo.ENTRIES, *dqn.ENTRIES)
+"""In the order the command line offers them and config.json writes their sections."""
 
-NAMES = ("ddpg", "td3", "sac", "rlpd", "ppo")
-ON_POLICY = ("ppo",)
+DEFAULT = "ddpg"
+"""What a config (or a saved policy written before policies named theirs) that names none runs."""
 
-
-@dataclass(frozen=True)
-class OffPolicy:
-    name: str
-    config: Any
-    module: Any
-
-    def init(self, key, observation_spec, action_spec):
-        return self.module.init(key, observation_spec, action_spec, self.config)
-
-    def make_update_many(self, networks):
-        return self.module.make_update_many(networks, self.config)
-
-    def actor_networks(self, observation_spec, action_spec, key):
-        """(networks, fresh actor parameters): what an actor needs to act."""
-        if self.module is ddpg:
-            networks, actor, _ = ddpg.make_networks(observation_spec, action_spec, self.config.hidden_sizes, key,
-                                                    self.config.num_critics, self.config.encoder)
-        else:
-            networks, actor, _ = sac.make_networks(observation_spec, action_spec, self.config, key)
-        return networks, actor
-
-    def act(self, networks, actor_params, observation, key, explore: bool):
-        return self.module.act(networks, self.config, actor_params, observation, key, explore)
-
-    def mean_action(self, networks, actor_params, observation) -> jax.Array:
-        if self.module is ddpg:
-            return networks.policy(actor_params, observation)
-        return networks.mean_action(actor_params, observation)
-
-    @property
-    def batch_size(self) -> int:
-        return self.config.batch_size
-
-    @property
-    def discount(self) -> float:
-        return self.config.discount
+_BY_NAME = {entry.name: entry for entry in ENTRIES}
 
 
-@dataclass(frozen=True)
-class OnPolicy:
-    """PPO behind the actor-side interface of :class:`OffPolicy` (its learner is :mod:`embodyrl.onpolicy`)."""
-
-    name: str
-    config: Any
-    module: Any = ppo
-
-    def init(self, key, observation_spec, action_spec):
-        return ppo.init(key, observation_spec, action_spec, self.config)
-
-    def actor_networks(self, observation_spec, action_spec, key):
-        networks, params = ppo.make_networks(observation_spec, action_spec, self.config, key)
-        return networks, ppo.actor_params(params)
-
-    def act(self, networks, actor_params, observation, key, explore: bool):
-        return ppo.act_with_log_prob(networks, actor_params, observation, key, explore)
-
-    def mean_action(self, networks, actor_params, observation) -> jax.Array:
-        return networks.mode(actor_params, observation)
-
-    @property
-    def discount(self) -> float:
-        return self.config.discount
+def names() -> tuple[str, ...]:
+    return tuple(_BY_NAME)
 
 
-def resolve(name: str, ddpg_config: ddpg.DDPGConfig, sac_config: sac.SACConfig,
-            ppo_config: ppo.PPOConfig | None = None) -> OffPolicy | OnPolicy:
-    if name == "ddpg":
-        return OffPolicy(name, ddpg_config, ddpg)
-    if name == "td3":
-        return OffPolicy(name, ddpg.td3(ddpg_config), ddpg)
-    if name == "sac":
-        return OffPolicy(name, sac_config, sac)
-    if name == "rlpd":
-        return OffPolicy(name, sac.rlpd(sac_config), sac)
-    if name == "ppo":
-        return OnPolicy(name, ppo_config or ppo.PPOConfig())
-    raise ValueError(f"unknown algorithm {name!r}; known: {', '.join(NAMES)}")
+def get(name: str) -> Entry:
+    try:
+        return _BY_NAME[name]
+    except KeyError:
+        raise ValueError(f"unknown algorithm {name!r}; known: {', '.join(names())}") from None
 
 
-def as_algorithm(spec) -> OffPolicy | OnPolicy:
-    """An :class:`OffPolicy` (or :class:`OnPolicy`) from itself or from a bare DDPG, SAC or PPO config."""
-    if isinstance(spec, (OffPolicy, OnPolicy)):
+def sections() -> dict[str, type]:
+    """Config section name -> its settings' type, once per section (``ddpg``, ``sac``, ``ppo``, ``dqn``)."""
+    return {entry.section: entry.config_type for entry in ENTRIES}
+
+
+def heterogeneous() -> tuple[str, ...]:
+    """The names that train one policy over several device kinds."""
+    return tuple(entry.name for entry in ENTRIES if entry.heterogeneous)
+
+
+def build(name: str, settings: Any = None) -> Algorithm:
+    """Algorithm ``name`` from its section's settings (the section's defaults when None)."""
+    entry = get(name)
+    return entry.build(entry.config_type() if settings is None else settings)
+
+
+def configured(config) -> Algorithm:
+    """A :class:`~embodyrl.config.TrainConfig`'s algorithm, built from its own section."""
+    return build(config.algorithm, getattr(config, get(config.algorithm).section))
+
+
+def resolve(name: str, ddpg_config: ddpg.DDPGConfig | None, sac_config: sac.SACConfig | None,
+            ppo_config: ppo.PPOConfig | None = None) -> Algorithm:
+    """Algorithm ``name`` from whichever of the sections it reads (a None section: its defaults)."""
+    given = {"ddpg": ddpg_config, "sac": sac_config, "ppo": ppo_config}
+    return build(name, given.get(get(name).section))
+
+
+def as_algorithm(spec) -> Algorithm:
+    """``spec`` itself, or the plain algorithm of a bare config (a DDPGConfig runs DDPG, not TD3:
+    each package lists its plain form first)."""
+    for entry in ENTRIES:
+        if type(spec) is entry.config_type:
+            return entry.build(spec)
+    if isinstance(spec, Algorithm):
         return spec
-    if isinstance(spec, ppo.PPOConfig):
-        return OnPolicy("ppo", spec)
-    if isinstance(spec, ddpg.DDPGConfig):
-        return OffPolicy("ddpg", spec, ddpg)
-    if isinstance(spec, sac.SACConfig):
-        return OffPolicy("sac", spec, sac)
     raise TypeError(f"not an algorithm or algorithm config: {spec!r}")
+

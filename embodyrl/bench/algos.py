@@ -18,8 +18,7 @@ import jax
 import numpy as np
 
 from ..algos.ddpg import DDPGConfig
-from ..algos.registry import resolve
-from ..algos.sac import SACConfig
+from ..algos.registry import as_algorithm
 from ..hal.specs import ArraySpec, DictSpec
 from ..hal.steps import PolicyVersion, StepRecorder
 from ..replay import PersistentReplay, Prefetcher
@@ -46,7 +45,7 @@ def _fill(replay: PersistentReplay, rows: int) -> None:
 
 def run(quick: bool = False) -> dict:
     calls, blocks, K = (3, 2, 4) if quick else (20, 5, 16)
-    algorithm = resolve("ddpg", DDPGConfig(), SACConfig())
+    algorithm = as_algorithm(DDPGConfig())
     networks, state = algorithm.init(jax.random.key(0), OBS, ACT)
     update_many = jax.jit(algorithm.make_update_many(networks), donate_argnums=0)
     rng = np.random.default_rng(1)

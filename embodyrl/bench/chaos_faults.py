@@ -165,13 +165,15 @@ def _too_big_error(mount: Path) -> str | None:
 def bad_input(quick: bool) -> dict:
     """Bad config values and bad device data: each refused with an error naming the field."""
     from embodyrl import envs
+    from embodyrl.algos import registry
     from embodyrl.config import TrainConfig, from_dict, to_dict
     from embodyrl.hal.specs import SpecError
 
-    config_cases = [({"stpes": 3}, "stpes"), ({"ddpg": {"lr": 1.0}}, "ddpg.lr"),
+    section = registry.get(TrainConfig().algorithm).section  # the default algorithm's settings
+    config_cases = [({"stpes": 3}, "stpes"), ({section: {"lr": 1.0}}, f"{section}.lr"),
                     ({"algorithm": "a2c"}, "algorithm"), ({"steps": "many"}, "steps"),
-                    ({"ddpg": {"hidden_sizes": 64}}, "ddpg.hidden_sizes"),
-                    ({"ddpg": {"discount": "high"}}, "ddpg.discount")]
+                    ({section: {"hidden_sizes": 64}}, f"{section}.hidden_sizes"),
+                    ({section: {"discount": "high"}}, f"{section}.discount")]
     errors, clear, messages = 0, 0, []
     for change, field in config_cases:
         data = to_dict(TrainConfig())

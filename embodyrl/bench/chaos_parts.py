@@ -143,7 +143,7 @@ class LearnerSide:
             for b in batches if accept else ():
                 if b.seq <= self.committed.get(b.session.actor_id, 0):
                     # a resend racing a reconnect: the server checked the seq at HELLO, before this
-                    # poll's batches were stored; drop it as embodyrl.learner.Learner._ingest does
+                    # poll's batches were stored; drop it as the learner service does
                     self.resends_dropped += 1
                     self.server.ack(b.session, b.seq, credits=len(b.steps))
                     continue

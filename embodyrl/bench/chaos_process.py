@@ -25,7 +25,8 @@ import time
 from pathlib import Path
 
 from ..hal.ledger import ledger_totals, read_ledger
-from ..inspect_replay import inspect, newest_commit, replay_directory
+from ..inspect_replay import inspect, replay_directory
+from ..replay.contents import newest_commit
 from .chaos_parts import free_port
 
 SMALL = ["--ddpg.hidden_sizes", "[64, 64]", "--ddpg.batch_size", "128", "--learner.min_replay", "500",

@@ -43,21 +43,16 @@ def _server(queue, stop) -> None:
 
 
 def _policy(cfg: CouplingConfig, hidden: int = 64) -> runtime.NumpyPolicy:
-    rng = np.random.default_rng(0)
-    sizes = [cfg.window, hidden, hidden, 1]
-    arrays, graph = {}, [{"op": "concat", "fields": ["window"]}]
-    for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:], strict=True)):
-        arrays[f"actor/layers/{i}/kernel"] = rng.normal(size=(a, b)) / np.sqrt(a)
-        arrays[f"actor/layers/{i}/bias"] = np.zeros(b)
-        graph += [{"op": "dense", "kernel": f"actor/layers/{i}/kernel", "bias": f"actor/layers/{i}/bias"},
-                  {"op": "relu" if i < len(sizes) - 2 else "tanh"}]
-    graph.append({"op": "scale", "center": "scale/center", "half_range": "scale/half_range"})
-    arrays["scale/center"], arrays["scale/half_range"] = np.zeros(1), np.full(1, cfg.max_correction)
-    meta = {"format": runtime.FORMAT, "format_version": runtime.FORMAT_VERSION, "algo": "ddpg",
-            "policy_version": [3, 1], "observation_spec": cfg.level_observation_spec().to_msg(),
-            "action_spec": cfg.level_action_spec().to_msg(), "exploration": {"kind": "gaussian", "std": 0.1},
-            "graph": graph}
-    return runtime.NumpyPolicy(meta, arrays, seed=0)
+    """The coupling learner's own per-level actor, freshly initialised, as the numpy runtime runs it."""
+    import jax
+
+    from ..algos.ddpg import DDPGConfig
+    from ..coupling import export_policy, init
+    from ..hal.steps import PolicyVersion
+
+    config = DDPGConfig(hidden_sizes=(hidden, hidden), exploration_noise=0.1)
+    networks, state = init(jax.random.key(0), cfg, config)
+    return runtime.NumpyPolicy(*export_policy(networks, state.actor_params, config, PolicyVersion(3, 1)), seed=0)
 
 
 def run(quick: bool = False) -> dict:

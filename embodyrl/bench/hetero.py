@@ -22,7 +22,7 @@ import numpy as np
 
 from ..algos import sac
 from ..algos.heads import DevicePolicy, hetero
-from ..algos.registry import resolve
+from ..algos.registry import as_algorithm
 from . import median_seconds
 
 TASKS = ("pendulum", "arm_reach")
@@ -67,7 +67,7 @@ def learner_side(quick: bool) -> dict:
     layout = hetero_run.layout("+".join(TASKS))
     specs = _specs()
     rng = np.random.default_rng(0)
-    algo = hetero(resolve("sac", None, config), layout)
+    algo = hetero(as_algorithm(config), layout)
     headed, headed_state = algo.init(jax.random.key(0))
     plain, plain_state = sac.init(jax.random.key(0), *specs[ARM], config)
     calls = {}
@@ -93,7 +93,7 @@ def actor_side(quick: bool) -> dict:
 
     steps = 30 if quick else 300
     config = sac.SACConfig(hidden_sizes=(32, 32) if quick else (256, 256))
-    algo = hetero(resolve("sac", None, config), hetero_run.layout("+".join(TASKS)))
+    algo = hetero(as_algorithm(config), hetero_run.layout("+".join(TASKS)))
     observation_spec, action_spec = _specs()[ARM]
     observation = _random_observation(np.random.default_rng(1), observation_spec, ())
     policies = {"hetero": DevicePolicy(algo, ARM), "single": JaxPolicy(observation_spec, action_spec, config)}

@@ -18,7 +18,7 @@ Side by side, in one run, on loopback:
   sending process (all their threads, ZeroMQ's included), ours and raw.
 * ``transitions_per_s_4_actors``: four actor processes push pre-built
   batches of 256 HalfCheetah-sized steps (17-dim observation, 6-dim action)
-  through their links to the real :class:`~embodyrl.learner.Learner`
+  through their links to the real :class:`~embodyrl.learner.LearnerService`
   (training off), which acknowledges each batch after the replay's group
   commit (fdatasync): steps per second made durable, from the first batch
   ingested to the ack that covers the last row (credits go out once all
@@ -218,31 +218,34 @@ def _four_actors(batches: int, directory: Path) -> tuple[float, float, float]:
     connected, so no actor's start-up (spawn, imports) dilutes the rate.
     """
     from ..config import LearnerConfig, TrainConfig
-    from ..learner import Learner
+    from ..learner import build_learner
 
     actors, rows = 4, 256
     lc = LearnerConfig(min_replay=10**12, replay_capacity=1 << 21, replay_chunk_rows=8192,
                        credit_quantum=32 * rows, rate_tolerance=64 * rows, log_every_s=1e9)
     config = TrainConfig(task="bench", steps=actors * batches * rows, learner=lc)
-    learner = Learner(config, CHEETAH_SPEC, CHEETAH_ACTION, directory)
+    learner = build_learner(config, CHEETAH_SPEC, CHEETAH_ACTION, directory)
+    data, server = learner.data, learner.server
     marks: dict[str, float] = {}
-    ingest, ack, grant = learner._ingest, learner._ack_committed, learner._grant_credits
+    acked: dict[int, int] = {}
+    add, ack, grant = data.add, server.ack, data.grant_credits
 
-    def timed_ingest(batch):
+    def timed_add(steps, seq, actor_id):
         if not marks:
             marks.update(start=time.perf_counter(), cpu=time.process_time())
-        ingest(batch)
+        return add(steps, seq, actor_id)
 
-    def timed_ack():
-        ack()
-        if "end" not in marks and learner.replay.rows_added == actors * batches * rows and not learner._unacked:
+    def timed_ack(session, seq, credits=0):
+        ack(session, seq, credits)
+        acked[session.actor_id] = seq
+        if "end" not in marks and len(acked) == actors and min(acked.values()) == batches:
             marks.update(end=time.perf_counter(), cpu=time.process_time() - marks["cpu"])
 
-    def grant_once_all_connected():
-        if marks or len(learner.server.sessions) == actors:
-            grant()
+    def grant_once_all_connected(server):
+        if marks or len(server.sessions) == actors:
+            grant(server)
 
-    learner._ingest, learner._ack_committed, learner._grant_credits = timed_ingest, timed_ack, grant_once_all_connected
+    data.add, server.ack, data.grant_credits = timed_add, timed_ack, grant_once_all_connected
     ctx = mp.get_context("spawn")
     report = ctx.Queue()
     procs = [ctx.Process(target=_link_sender, args=(learner.endpoint, batches, CHEETAH_SPEC.to_msg(),
@@ -256,7 +259,7 @@ def _four_actors(batches: int, directory: Path) -> tuple[float, float, float]:
         if p.is_alive():
             p.kill()
     total = actors * batches
-    return learner.replay.rows_added / (marks["end"] - marks["start"]), marks["cpu"] / total, sender_cpu / total
+    return data.replay.rows_added / (marks["end"] - marks["start"]), marks["cpu"] / total, sender_cpu / total
 
 
 def _sparse_ratio() -> float:

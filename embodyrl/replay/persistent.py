@@ -80,6 +80,11 @@ class PersistentReplay:
         return dict(self.store.committed_seqs)
 
     @property
+    def pending_rows(self) -> int:
+        """Rows added since the last commit began (not yet on their way to disk)."""
+        return self.store.pending_rows
+
+    @property
     def commits(self) -> int:
         """Commits known durable."""
         return self.store.durable_commits

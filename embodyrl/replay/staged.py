@@ -62,7 +62,7 @@ class StagedSampler:
                 return
             start, length = store.page_range(chunk)
             with contextlib.suppress(OSError):  # a closed store: the sampler is being torn down
-                os.preadv(store._fd, [memoryview(buffer)[:length]], start)  # into the page cache
+                os.preadv(store.fileno(), [memoryview(buffer)[:length]], start)  # into the page cache
             with self._loaded_changed:
                 self._loaded.add(chunk)
                 self._loaded_changed.notify_all()

@@ -182,13 +182,11 @@ class ChunkStore(PageHints):
                 "actor_seqs": {str(a): q for a, q in seqs.items()}}
         return encode_index(body)
 
-    _read_index = staticmethod(read_index)  # inspect_replay reads commits through it
-
     def _load_index(self) -> None:
         bodies, errors, never_written = [], [], False
         for slot, name in enumerate(INDEX_FILES):
             try:
-                body = self._read_index(self.directory / name)
+                body = read_index(self.directory / name)
             except ValueError as err:
                 errors.append(str(err))
                 continue
@@ -394,6 +392,10 @@ class ChunkStore(PageHints):
         """Patch a stored row's (next_index, next_generation), adjacent at the row's start
         (after the row itself: through the writer's queue while it has writes waiting)."""
         self._writer.patch(np.array([successor, generation], np.int64).tobytes(), slot * self.row_bytes)
+
+    def fileno(self) -> int:
+        """The data file's descriptor (for reads that bypass the mapping, e.g. a prefetching preadv)."""
+        return self._fd
 
     @property
     def rows(self) -> np.ndarray:

@@ -21,6 +21,7 @@ from ..hal.steps import PolicyVersion, Steps
 from ..hal.wire import protocol as P
 from ..hal.wire.codec import DEFAULT_LIMITS, PROTOCOL_VERSION, Limits, MessageError, decode, encode
 from ..hal.wire.security import ServerKeys, check_endpoint, secure_server
+from .credits import CreditBook
 from .publisher import WeightPublisher, WeightsConfig
 
 # Decides whether to admit an actor: returns None to accept or the reason to refuse.
@@ -97,7 +98,9 @@ class LearnerServer:
         self.endpoint: str = sock.getsockopt_string(zmq.LAST_ENDPOINT)
         self.sessions: dict[bytes, ActorSession] = {}
         self.stats = ServerStats()
+        self.credits = CreditBook()
         self.publisher = WeightPublisher(weights or WeightsConfig())
+        self._io_last: dict = {}  # counters at the previous metrics(), for per-second rates
 
     def close(self) -> None:
         if self._socket is not None:
@@ -146,7 +149,7 @@ class LearnerServer:
         if msg.kind == P.STEPS:
             return self._steps(session, msg)
         if msg.kind == P.BYE:
-            del self.sessions[identity]
+            self._end_session(identity)
         elif msg.kind == P.HEARTBEAT:
             if "held" in msg.fields:
                 self._note_held(session, P.version_field(msg.fields, "held"))
@@ -174,7 +177,7 @@ class LearnerServer:
                                last_heard=time.monotonic(), held=P.version_field(f, "held"))
         if previous is not None:  # a reconnect: keep its place in the sequence
             session.committed_seq = previous.committed_seq
-            self.sessions.pop(previous.identity, None)
+            self._end_session(previous.identity)
         if self.committed_seq is not None:
             session.committed_seq = max(session.committed_seq, self.committed_seq(actor_id))
         self.sessions[identity] = session
@@ -207,15 +210,22 @@ class LearnerServer:
         now = time.monotonic()
         for identity, s in list(self.sessions.items()):
             if now - s.last_heard > self.peer_timeout_s:
-                del self.sessions[identity]
+                self._end_session(identity)
+
+    def _end_session(self, identity: bytes) -> None:
+        self.sessions.pop(identity, None)
+        self.credits.forget(identity)
 
     # -- sending ---------------------------------------------------------
     def ack(self, session: ActorSession, seq: int, credits: int = 0) -> None:
         """Tell the actor its batches up to ``seq`` are committed; grant credits."""
         session.committed_seq = max(session.committed_seq, seq)
-        self._send(session.identity, P.ACK, {"seq": session.committed_seq, "credits": credits})
+        self.grant(session, credits)
 
     def grant(self, session: ActorSession, credits: int) -> None:
+        """Let the actor send ``credits`` more rows (entered in :attr:`credits`)."""
+        if credits:
+            self.credits.granted(session.identity, credits)
         self._send(session.identity, P.ACK, {"seq": session.committed_seq, "credits": credits})
 
     def heartbeat(self) -> None:
@@ -250,6 +260,20 @@ class LearnerServer:
         session.weights_sent_at = now
         session.weights_bytes = update.nbytes
         self._send_frames([session.identity, *update.frames], copy=False)
+
+    def metrics(self, now: float) -> dict:
+        """Traffic, refusals and weight encodings, with per-second rates since the previous call
+        (``now``: seconds on the caller's clock)."""
+        st = self.stats
+        counts = {"messages_in": st.messages_in, "bytes_in": st.bytes_in,
+                  "messages_out": st.messages_out, "bytes_out": st.bytes_out}
+        dt = now - self._io_last.get("time", 0.0)
+        rates = {f"{k}_per_s": round((v - self._io_last.get(k, 0)) / dt, 1) if dt > 0 else 0.0
+                 for k, v in counts.items()}
+        self._io_last.update(counts, time=now)
+        return {"actors": len(self.sessions), "rejected": sum(st.rejected.values()),
+                "rejected_by_reason": dict(st.rejected), **counts, **rates,
+                "duplicates_dropped": st.duplicates, "weights_sent": dict(self.publisher.sent)}
 
     def bye(self, reason: str) -> None:
         for session in list(self.sessions.values()):

@@ -36,14 +36,18 @@ def init(key: jax.Array, observation_spec: DictSpec, action_spec: ArraySpec,
     net_key, state_key = jax.random.split(key)
     networks, actor, critic = make_networks(observation_spec, action_spec, config.hidden_sizes, net_key,
                                             config.num_critics, config.encoder)
+    return networks, initial_state(state_key, actor, critic, config)
+
+
+def initial_state(key: jax.Array, actor_params, critic_params, config: DDPGConfig) -> TrainingState:
+    """The training state around fresh parameters (any networks with DDPG's interface)."""
     actor_opt, critic_opt = _optimizers(config)
-    state = TrainingState(
-        actor_params=actor, critic_params=critic,
-        target_actor_params=jax.tree.map(jnp.copy, actor),
-        target_critic_params=jax.tree.map(jnp.copy, critic),
-        actor_opt_state=actor_opt.init(actor), critic_opt_state=critic_opt.init(critic),
-        key=state_key, steps=jnp.zeros((), jnp.int32))
-    return networks, state
+    return TrainingState(
+        actor_params=actor_params, critic_params=critic_params,
+        target_actor_params=jax.tree.map(jnp.copy, actor_params),
+        target_critic_params=jax.tree.map(jnp.copy, critic_params),
+        actor_opt_state=actor_opt.init(actor_params), critic_opt_state=critic_opt.init(critic_params),
+        key=key, steps=jnp.zeros((), jnp.int32))
 
 
 def _select(flag, new, old):

@@ -3,7 +3,9 @@
 ``update_many(state, batches)`` scans K gradient steps over stacked batches
 (``[K, batch, ...]``): each step regresses Q(o, a) on the double-Q n-step
 target, and every ``target_period`` steps the target network takes the
-online parameters.
+online parameters. A batch is what every replay samples: ``observation``,
+``action``, ``reward`` (the n-step return), ``discount`` (of its bootstrap)
+and ``next_observation``.
 """
 
 from __future__ import annotations
@@ -52,7 +54,7 @@ def make_update_many(networks: QNetworks, config: DQNConfig):
     def loss_fn(params, target_params, batch):
         q = networks.q_values(params, batch["observation"])
         q_taken = jnp.take_along_axis(q, batch["action"].astype(jnp.int32)[..., None], -1)[..., 0]
-        targets = double_q_targets(batch["return"], batch["discount"],
+        targets = double_q_targets(batch["reward"], batch["discount"],
                                    networks.q_values(params, batch["next_observation"]),
                                    networks.q_values(target_params, batch["next_observation"]))
         return td_loss(q_taken, targets, config.huber_delta), jnp.mean(q_taken)

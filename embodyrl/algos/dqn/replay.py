@@ -50,7 +50,8 @@ class NStepReplay:
         self.size = min(self.size + 1, self.capacity)
 
     def sample(self, rng: np.random.Generator, batch_size: int, field: str = "observation") -> dict:
+        """A batch in the persistent replay's keys: ``reward`` is the n-step return."""
         idx = rng.integers(0, self.size, batch_size)
         return {"observation": {field: self.observation[idx]}, "action": self.action[idx],
-                "return": self.ret[idx], "discount": self.discount[idx],
+                "reward": self.ret[idx], "discount": self.discount[idx],
                 "next_observation": {field: self.next_observation[idx]}}

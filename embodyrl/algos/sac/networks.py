@@ -12,7 +12,7 @@ from ...hal.specs import ArraySpec, DictSpec
 from ..encoders import ObservationEncoder, features, make_encoder
 from ..networks import MLP, ActionScale, observation_size
 
-_LOG_2 = float(jnp.log(2.0))
+LOG_2 = float(jnp.log(2.0))
 
 
 @dataclass(frozen=True, eq=False)
@@ -45,7 +45,7 @@ class SACNetworks:
         u = mean + jnp.exp(log_std) * jax.random.normal(key, mean.shape)
         gaussian = -0.5 * ((u - mean) / jnp.exp(log_std)) ** 2 - log_std - 0.5 * jnp.log(2 * jnp.pi)
         # log(1 - tanh(u)^2), written stably (SAC appendix C)
-        squash = 2.0 * (_LOG_2 - u - jax.nn.softplus(-2.0 * u))
+        squash = 2.0 * (LOG_2 - u - jax.nn.softplus(-2.0 * u))
         return self.scale.to_env(jnp.tanh(u)), jnp.sum(gaussian - squash, axis=-1)
 
     def action_dims(self, observation) -> int:

@@ -1,0 +1,368 @@
+"""The learner service: one loop for every kind of learner, written once.
+
+::
+
+    poll the server         -> new step batches -> data.add  (a resend of rows taken is dropped)
+    data.commit()           -> ACK what it made durable: one cumulative ACK per actor
+    data.grant_credits()    -> actors may send as fast as training allows
+    if data.trainable():    -> data.batch() -> training.update (jitted) -> publish every few updates
+    every second            -> heartbeats
+    every checkpoint_every_s-> checkpoint (state + counters)
+    every log_every_s       -> one metrics record: the service's counters and each part's metrics()
+
+What varies is plugged in. The *data side* (:class:`DataSide`) is the
+persistent replay (off-policy; :mod:`.replay_side`), PPO's rollouts
+(on-policy, sync or async; :mod:`.rollout_side`) or a coupled model's RAM
+ring (:mod:`embodyrl.coupling`). The *training* (:class:`Training`) holds an
+algorithm's state and jitted update. The server, the checkpointer and the
+metrics sink are passed in too; :func:`~.build.build_learner` assembles the
+usual ones from a :class:`~embodyrl.config.TrainConfig`.
+
+The service never waits on one actor: a poll with no training to do waits
+at most 10 ms, and with training it does not wait at all.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import jax
+import numpy as np
+
+from ..episodes import EpisodeReturns
+from ..hal import params as flat_params
+from ..hal.steps import PolicyVersion, Steps, new_incarnation
+from ..transport import LearnerServer, ReceivedSteps
+
+
+@dataclass
+class Counters:
+    """What the service counts; saved in every checkpoint and restored with it."""
+
+    env_steps: int = 0
+    rows: int = 0
+    episodes: int = 0
+    updates: int = 0
+    """Gradient steps (a PPO iteration counts one)."""
+    publications: int = 0
+    discarded: int = 0
+    """Rows the data side dropped unused (PPO: too stale, or acted before any weights)."""
+    rows_behind: int = 0
+    """Rows received that were acted by weights older than the learner's current ones."""
+
+
+class DataSide(Protocol):
+    """Where ingested rows go and training batches come from."""
+
+    def add(self, steps: Steps, seq: int, actor_id: int) -> int:
+        """Take a new batch of one device's rows; return how many rows it dropped unused."""
+
+    def commit(self, final: bool = False) -> bool:
+        """Make what was added durable when due (always when ``final``, raising if it fails);
+        whether anything new became durable."""
+
+    def durable(self) -> Mapping[int, int]:
+        """Actor id -> the newest seq that survives a crash (what may be acknowledged)."""
+
+    def grant_credits(self, server: LearnerServer) -> None:
+        """Grant actors the rows this side can take now (through ``server.grant``)."""
+
+    def trainable(self) -> bool:
+        """Whether :meth:`batch` has a training call's data."""
+
+    def batch(self) -> tuple[Any, dict]:
+        """(one training call's batch, metrics of that batch)."""
+
+    def trained(self, updates: int) -> None:
+        """``updates`` gradient steps were taken on the last batch."""
+
+    def published(self, version: PolicyVersion) -> int:
+        """New weights are out; return the rows this made unusable (dropped)."""
+
+    def restored(self, counters: Counters) -> None:
+        """The service resumed from a checkpoint with these counters."""
+
+    def example_batch(self) -> Any | None:
+        """A batch shaped as :meth:`batch`'s, to compile the update before actors connect (or None)."""
+
+    def metrics(self) -> dict:
+        """This side's figures for the metrics record."""
+
+    def close(self, failed: bool) -> None:
+        """Release files and threads (``failed``: the final commit failed; keep the last good one)."""
+
+
+class Training:
+    """An algorithm's half of the service: its state pytree, jitted update and published weights.
+
+    ``update(state, batch) -> (state, metrics)`` is jitted with the state donated.
+    ``actor_params(state)`` is the part actors need; it is published as ``actor/...``.
+    """
+
+    def __init__(self, networks, state, update: Callable, actor_params: Callable, *, name: str,
+                 updates_per_call: int, publish_every: int):
+        self.networks, self.state, self.name = networks, state, name
+        self._update = jax.jit(update, donate_argnums=0)
+        self._actor_params = actor_params
+        self.updates_per_call = updates_per_call
+        self.publish_every = publish_every
+
+    @classmethod
+    def of(cls, algorithm, observation_spec, action_spec, seed: int, *, updates_per_call: int,
+           publish_every: int) -> Training:
+        """Fresh networks and state of a registered algorithm."""
+        networks, state = algorithm.init(jax.random.key(seed), observation_spec, action_spec)
+        return cls(networks, state, algorithm.make_update_many(networks), algorithm.actor_params,
+                   name=algorithm.name, updates_per_call=updates_per_call, publish_every=publish_every)
+
+    def update(self, batch) -> dict:
+        self.state, metrics = self._update(self.state, batch)
+        return metrics
+
+    def compile(self, batch) -> float:
+        """Compile the update on ``batch`` with a copy of the state (donated, then dropped); seconds."""
+        started = time.monotonic()
+        jax.block_until_ready(self._update(jax.tree.map(jax.numpy.copy, self.state), batch))
+        return time.monotonic() - started
+
+    def actor_weights(self) -> dict[str, np.ndarray]:
+        return flat_params.flatten({"actor": jax.device_get(self._actor_params(self.state))})
+
+
+class LearnerService:
+    """Serve actors and train: see the module docstring for the loop.
+
+    ``checkpointer``, ``metrics_sink`` and ``save_policy`` may be None (a coupling learner keeps
+    no run directory). ``device_names``: with more than one, the metrics carry a return per
+    device (``episode_return/<name>``). ``budget``: env steps to run for (None: until stopped).
+    """
+
+    def __init__(self, server: LearnerServer, data: DataSide, training: Training, *,
+                 checkpointer=None, metrics_sink=None, save_policy: Callable | None = None,
+                 budget: int | None = None, incarnation: int | None = None, log_every_s: float = 1.0,
+                 checkpoint_every_s: float = 60.0, device_names: tuple[str, ...] = ()):
+        self.server, self.data, self.training = server, data, training
+        self.checkpointer, self.metrics_sink, self.save_policy = checkpointer, metrics_sink, save_policy
+        self.budget = budget
+        self.incarnation = incarnation if incarnation is not None else new_incarnation()
+        self.log_every_s, self.checkpoint_every_s = log_every_s, checkpoint_every_s
+        self.device_names = device_names
+        self.counters = Counters()
+        self.train_metrics: dict[str, float] = {}
+        self.compile_s: float | None = None
+        self._returns = EpisodeReturns()
+        self._lag: list[float] = []
+        self._call_s: list[float] = []
+        self._unacked: list[tuple] = []  # (session, seq) taken, waiting for the data side's commit
+        self._received: dict[int, int] = {}  # actor id -> newest seq taken (durable or not)
+        self._clock = dict.fromkeys(("start", "beat", "checkpoint", "log"), time.monotonic())
+        self._updates_at_log = 0
+        self.resumed = checkpointer is not None and checkpointer.latest_step() is not None
+        if self.resumed:
+            self._restore()
+
+    # -- identity ----------------------------------------------------------
+    @property
+    def endpoint(self) -> str:
+        return self.server.endpoint
+
+    @property
+    def version(self) -> PolicyVersion:
+        return PolicyVersion(self.incarnation, self.counters.publications)
+
+    @property
+    def state(self):
+        return self.training.state
+
+    @state.setter
+    def state(self, value) -> None:
+        self.training.state = value
+
+    # -- the loop ----------------------------------------------------------
+    def warm_up(self) -> None:
+        """Compile the update before actors depend on this process answering (a first compile under
+        load can outlast their patience); a no-op where the data side has no example batch."""
+        example = self.data.example_batch()
+        if example is not None:
+            self.compile_s = self.training.compile(example)
+
+    def run(self, should_stop: Callable[[], bool] = lambda: False) -> Counters:
+        """Publish, serve until the step budget or ``should_stop()``, then shut down (saves)."""
+        self.publish()
+        try:
+            self.serve(should_stop)
+        finally:
+            error = self.shutdown("training complete")
+        if error is not None:  # the loop ended normally, the last commit did not
+            raise error
+        return self.counters
+
+    def serve(self, should_stop: Callable[[], bool] = lambda: False) -> None:
+        """The loop, without start or shutdown."""
+        while not self.done() and not should_stop():
+            self.poll(0 if self.data.trainable() else 10)
+            self.train()
+
+    def done(self) -> bool:
+        return self.budget is not None and self.counters.env_steps >= self.budget
+
+    def poll(self, timeout_ms: int = 0) -> int:
+        """Take what arrived, ack what is durable, grant credits, keep time; return rows taken."""
+        taken = 0
+        for batch in self.server.poll(timeout_ms=timeout_ms):
+            taken += self._take(batch)
+        if self.data.commit():
+            self._ack(self.data.durable())
+        self.data.grant_credits(self.server)
+        self._keep_time()
+        return taken
+
+    def train(self) -> bool:
+        """One training call when the data side has one; publish when due."""
+        if not self.data.trainable():
+            return False
+        started = time.monotonic()
+        batch, batch_metrics = self.data.batch()
+        metrics = self.training.update(batch)
+        k = self.training.updates_per_call
+        self.data.trained(k)
+        before = self.counters.updates
+        self.counters.updates += k
+        if self.counters.updates // self.training.publish_every > before // self.training.publish_every:
+            self.publish()
+            self.train_metrics = {name: float(np.mean(v)) for name, v in jax.device_get(metrics).items()}
+            self.train_metrics.update(batch_metrics)
+        self._call_s.append(time.monotonic() - started)
+        return True
+
+    def publish(self) -> None:
+        """Send new weights; the data side learns that older ones aged."""
+        self.counters.publications += 1
+        self.counters.discarded += self.data.published(self.version)
+        self.server.publish(self.version, self.training.actor_weights())
+
+    def shutdown(self, reason: str) -> Exception | None:
+        """Log, commit and ack what is left, say goodbye, save, close. A failed final commit is
+        returned (the caller raises it once everything is closed), never left to skip the rest."""
+        self.log()
+        error = None
+        try:
+            self.data.commit(final=True)
+        except Exception as err:  # noqa: BLE001 - returned to be raised after the cleanup
+            error = err
+        self._ack(self.data.durable())  # only what a commit made durable, failed or not
+        self.server.bye(reason if error is None else "learner stopped: replay failed")
+        if self.save_policy is not None:
+            self.save_policy(self.version, self.training.actor_weights())
+        if self.checkpointer is not None:
+            self.checkpoint()
+            self.checkpointer.close()
+        if self.metrics_sink is not None:
+            self.metrics_sink.close()
+        self.server.close()
+        try:
+            self.data.close(failed=error is not None)
+        except Exception:
+            if error is None:
+                raise
+        return error
+
+    # -- ingest and acks -----------------------------------------------------
+    def _take(self, batch: ReceivedSteps) -> int:
+        steps, session = batch.steps, batch.session
+        self._unacked.append((session, batch.seq))
+        if batch.seq <= self._received.get(session.actor_id, 0):  # a resend of rows already taken
+            return 0
+        self._received[session.actor_id] = batch.seq
+        self.server.credits.spent(session.identity, len(steps))
+        c = self.counters
+        c.rows += len(steps)
+        c.env_steps += steps.env_steps
+        acted = ~steps.final  # a final row holds only an observation: no policy acted it
+        mine = steps.policy_incarnation == self.incarnation
+        c.rows_behind += int(np.sum(acted & (~mine | (steps.policy_count < c.publications))))
+        if (live := acted & mine).any():
+            self._lag.append(float(np.mean(c.publications - steps.policy_count[live])))
+        c.discarded += self.data.add(steps, batch.seq, session.actor_id)
+        c.episodes += self._returns.add(steps)
+        return len(steps)
+
+    def _ack(self, durable: Mapping[int, int]) -> None:
+        """One cumulative ACK per session for what ``durable`` (actor id -> seq) covers."""
+        waiting, newest = [], {}
+        for session, seq in self._unacked:
+            if seq <= durable.get(session.actor_id, 0):
+                newest[session.identity] = (session, max(seq, newest.get(session.identity, (None, 0))[1]))
+            else:
+                waiting.append((session, seq))
+        for session, seq in newest.values():
+            self.server.ack(session, seq)
+        self._unacked = waiting
+
+    # -- time-driven work ----------------------------------------------------
+    def _keep_time(self) -> None:
+        now, clock = time.monotonic(), self._clock
+        if now - clock["beat"] >= 1.0:
+            self.server.heartbeat()
+            clock["beat"] = now
+        if self.checkpointer is not None and now - clock["checkpoint"] >= self.checkpoint_every_s:
+            self.checkpoint()
+            clock["checkpoint"] = now
+        if now - clock["log"] >= self.log_every_s:
+            self.log()
+
+    def checkpoint(self) -> None:
+        """Save the training state and counters, once per update count."""
+        if self.checkpointer.latest_step() == self.counters.updates:
+            return
+        self.checkpointer.save(self.counters.updates, self.training.state, {
+            "counters": dataclasses.asdict(self.counters), "incarnation": self.incarnation,
+            "algorithm": self.training.name})
+
+    def _restore(self) -> None:
+        """Continue from the newest checkpoint: the state and the counters (publications go on,
+        under this start's new incarnation)."""
+        saved = self.checkpointer.record().get("algorithm")
+        if saved is not None and saved != self.training.name:
+            raise ValueError(f"{self.checkpointer.directory}: a checkpoint of {saved!r}, "
+                             f"not {self.training.name!r}")
+        self.training.state, record = self.checkpointer.restore(self.training.state)
+        self.counters = Counters(**record["counters"])
+        self.data.restored(self.counters)
+
+    def log(self) -> dict:
+        """Write one metrics record (to the sink, if any) and return it."""
+        now = time.monotonic()
+        elapsed = now - self._clock["start"]
+        since = now - self._clock["log"]
+        c = self.counters
+        by_device = self._returns.take_finished_by_device()
+        returns = [total for _, total in by_device]
+        lag, self._lag = self._lag, []
+        call_s, self._call_s = self._call_s, []
+        record = {
+            "time": round(elapsed, 3), "env_steps": c.env_steps, "episodes": c.episodes,
+            "episode_return": float(np.mean(returns)) if returns else None,
+            "updates": c.updates,
+            "updates_per_s": round((c.updates - self._updates_at_log) / since, 2) if since > 0 else 0.0,
+            "policy_version": c.publications, "policy_lag": float(np.mean(lag)) if lag else None,
+            "rows_behind": c.rows_behind, "discarded": c.discarded,
+            "iteration_s": float(np.mean(call_s)) if call_s else None,
+            "batches_awaiting_commit": len(self._unacked),
+            **self.server.metrics(elapsed), **self.data.metrics(), **self.train_metrics,
+        }
+        if self.compile_s is not None:
+            record["compile_s"] = round(self.compile_s, 2)
+        if len(self.device_names) > 1:  # a curve per device kind
+            for device_id, name in enumerate(self.device_names):
+                mine = [total for d, total in by_device if d == device_id]
+                record[f"episode_return/{name}"] = float(np.mean(mine)) if mine else None
+        self._clock["log"], self._updates_at_log = now, c.updates
+        if self.metrics_sink is not None:
+            self.metrics_sink.write(record, step=c.env_steps)
+        return record
+
