@@ -23,7 +23,8 @@ import numpy as np
 
 def run(learners: int, seed: int, args) -> dict:
     from embodyrl.algos.dqn import DQNConfig
-    from embodyrl.algos.dqn.distributed import RunConfig, run_team
+    from embodyrl.algos.dqn.distributed import RunConfig
+    from embodyrl.learner.consensus import run_team
 
     config = DQNConfig(hidden_sizes=(64, 64), learning_rate=args.lr, n_step=3, batch_size=64,
                        target_period=args.target_period, epsilon_decay_steps=args.epsilon_decay_steps)

@@ -31,7 +31,7 @@ def free_ports(n: int) -> list[int]:
 
 
 def agent_process(agent, W, endpoints, config, epochs, seed, out) -> None:
-    from embodyrl.algos.vrdq.distributed import run_agent
+    from embodyrl.learner.consensus import run_agent
 
     q, stats = run_agent(agent, W, endpoints, grid_world(), config, epochs, seed)
     out.put((agent, q, stats))

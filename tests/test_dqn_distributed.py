@@ -12,10 +12,10 @@ from embodyrl.algos.dqn.distributed import (
     _flat,
     consensus_round,
     parameter_spread,
-    run_team,
 )
 from embodyrl.algos.vrdq.graphs import adjacency, metropolis
 from embodyrl.hal.specs import ArraySpec, DictSpec
+from embodyrl.learner.consensus import run_team
 from embodyrl.transport.peers import PeerLink
 
 OBS = DictSpec.of(ArraySpec("observation", (4,), np.float32))
@@ -38,7 +38,7 @@ def _consensus(W, flats, rounds):
     def run(i):
         try:
             for r in range(rounds):
-                out[i], _ = consensus_round(links[i], r, W, i, out[i], timeout_s=20.0)
+                out[i], _ = consensus_round(links[i].exchange_fn(20.0), r, W, i, out[i])
         except Exception as err:  # surfaced below
             errors.append(err)
 

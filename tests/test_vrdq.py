@@ -68,7 +68,7 @@ def test_time_varying_graphs_converge_too():
 
 
 def _agent(agent, W, endpoints, cfg, epochs, out):
-    from embodyrl.algos.vrdq.distributed import run_agent
+    from embodyrl.learner.consensus import run_agent
 
     q, stats = run_agent(agent, W, endpoints, MDP, cfg, epochs, seed=7)
     out.put((agent, q, stats["messages_out"]))

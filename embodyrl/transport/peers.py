@@ -99,6 +99,14 @@ class PeerLink:
             del self._pending[old]
         return {peer: arrays for peer, arrays in got.items() if peer in expect}
 
+    def exchange_fn(self, timeout_s: float):
+        """This link as the algorithms' :data:`~embodyrl.algos.consensus.Exchange`."""
+        return lambda round_, arrays, expect: self.exchange(round_, arrays, expect, timeout_s)
+
+    def traffic(self) -> dict[str, int]:
+        """What was sent so far (the algorithms' :data:`~embodyrl.algos.consensus.Traffic`)."""
+        return {"messages_out": self.stats.messages_out, "bytes_out": self.stats.bytes_out}
+
     def _receive(self, timeout_ms: int) -> None:
         if not self._inbox.poll(timeout_ms, zmq.POLLIN):
             return

@@ -3,7 +3,9 @@
 Each learner runs double DQN on its own environments and replay. Every
 ``epoch_steps`` environment steps (per learner) the learners mix their
 online and target parameters with their neighbours' for ``rounds``
-consensus rounds over the peer links (:class:`~embodyrl.transport.peers.PeerLink`),
+consensus rounds through an exchange with their neighbours
+(:data:`~embodyrl.algos.consensus.Exchange`; :mod:`embodyrl.learner.consensus`
+runs a team with peer links plugged in),
 ``theta_i <- sum_j W_ij theta_j`` with a mixing matrix W over a
 communication graph (:mod:`embodyrl.algos.vrdq.graphs`). The epoch length
 is the communication knob: messages per learner are ``rounds * degree``
@@ -26,7 +28,7 @@ import numpy as np
 
 from ...hal import params as flat_params
 from ...hal.specs import ArraySpec, DictSpec
-from ...transport.peers import PeerLink
+from ..consensus import Exchange, Traffic, no_traffic
 from .config import DQNConfig
 from .learning import act, init, make_update_many
 from .replay import NStepReplay
@@ -75,12 +77,12 @@ def parameter_spread(flats: list[dict[str, np.ndarray]]) -> float:
     return float(np.mean(np.linalg.norm(vectors - mean, axis=1)) / (np.linalg.norm(mean) + 1e-12))
 
 
-def consensus_round(link: PeerLink, round_: int, W: np.ndarray, index: int, flat: dict[str, np.ndarray],
-                    timeout_s: float) -> tuple[dict[str, np.ndarray], float]:
+def consensus_round(exchange: Exchange, round_: int, W: np.ndarray, index: int,
+                    flat: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], float]:
     """Send ``flat`` to the neighbours, mix what they sent with row ``index`` of W; also return the
     spread of the parameters this learner saw (its own and its neighbours') before mixing."""
     neighbours = {int(j) for j in np.flatnonzero(W[index]) if j != index}
-    got = link.exchange(round_, flat, expect=neighbours, timeout_s=timeout_s)
+    got = exchange(round_, flat, neighbours)
     if set(got) != neighbours:
         raise TimeoutError(f"learner {index}: neighbours {sorted(neighbours - set(got))} missed round {round_}")
     spread = parameter_spread([flat, *got.values()])
@@ -116,8 +118,10 @@ def evaluate(env_id: str, networks, params, episodes: int, seed: int) -> float:
     return float(returns.mean())
 
 
-def run_learner(index: int, W: np.ndarray, endpoints: dict[int, str], dqn: DQNConfig, run: RunConfig) -> dict:
-    """One learner's whole run (in its own process); returns its history, one record per epoch."""
+def run_learner(index: int, W: np.ndarray, dqn: DQNConfig, run: RunConfig, exchange: Exchange | None = None,
+                traffic: Traffic = no_traffic) -> dict:
+    """One learner's whole run; returns its history, one record per epoch. ``exchange``: how it talks
+    to its neighbours in W (None: a team of one)."""
     import gymnasium
 
     started = time.monotonic()
@@ -130,15 +134,11 @@ def run_learner(index: int, W: np.ndarray, endpoints: dict[int, str], dqn: DQNCo
     replay = NStepReplay(observation_spec[FIELD].size, run.replay_capacity, dqn.n_step, dqn.discount, run.num_envs)
     rng = np.random.default_rng(run.seed * 100 + index)
     key = jax.random.key(run.seed * 100 + index + 1)
-    n = W.shape[0]
-    link = None
-    if n > 1:
-        link = PeerLink(index, bind=endpoints[index])
-        link.connect({int(j): endpoints[int(j)] for j in np.flatnonzero(W[index]) if j != index})
     obs = np.stack([e.reset(seed=run.seed * 1000 + index * run.num_envs + i)[0]
                     for i, e in enumerate(envs)]).astype(np.float32)
     env_steps, updates, owed, round_, history, episode_returns = 0, 0, 0.0, 0, [], []
     running = np.zeros(run.num_envs)
+    neighbours = {int(j) for j in np.flatnonzero(W[index]) if j != index}
     try:
         while env_steps < run.max_env_steps:
             for _ in range(run.epoch_steps // run.num_envs):
@@ -165,10 +165,10 @@ def run_learner(index: int, W: np.ndarray, endpoints: dict[int, str], dqn: DQNCo
                         owed -= dqn.updates_per_call
                         updates += dqn.updates_per_call
             spread_before = None
-            if link is not None:
+            if exchange is not None:
                 flat = _flat(state)
                 for r in range(run.rounds):
-                    flat, spread = consensus_round(link, round_, W, index, flat, run.round_timeout_s)
+                    flat, spread = consensus_round(exchange, round_, W, index, flat)
                     spread_before = spread if r == 0 else spread_before
                     round_ += 1
                 tree = flat_params.unflatten(flat)
@@ -176,77 +176,18 @@ def run_learner(index: int, W: np.ndarray, endpoints: dict[int, str], dqn: DQNCo
                                        target_params=jax.tree.map(jax.numpy.asarray, tree["target"]))
             score = evaluate(run.env_id, networks, state.params, run.eval_episodes, seed=10_000 + run.seed * 100)
             scores = [score]
-            if link is not None:  # everyone hears everyone's score on the complete graph: one decision
-                neighbours = {int(j) for j in np.flatnonzero(W[index]) if j != index}
-                got = link.exchange(round_, {"score": np.array([score])}, expect=neighbours,
-                                    timeout_s=run.round_timeout_s)
+            if exchange is not None:  # everyone hears everyone's score on the complete graph: one decision
+                got = exchange(round_, {"score": np.array([score])}, neighbours)
                 round_ += 1
                 scores += [float(v["score"][0]) for v in got.values()]
             history.append({"epoch": len(history) + 1, "env_steps": env_steps, "updates": updates,
                             "wall_s": round(time.monotonic() - started, 2), "eval_return": score,
                             "team_eval_return": float(np.mean(scores)),
                             "train_return": float(np.mean(episode_returns[-20:])) if episode_returns else None,
-                            "spread_before": spread_before,
-                            "messages_out": link.stats.messages_out if link else 0,
-                            "bytes_out": link.stats.bytes_out if link else 0})
+                            "spread_before": spread_before, **traffic()})
             if np.mean(scores) >= run.target_return:
                 break
     finally:
-        if link is not None:
-            link.close()
         for e in envs:
             e.close()
     return {"index": index, "history": history, "config": asdict(run), "dqn": asdict(dqn)}
-
-
-def _learner_process(index, W, endpoints, dqn, run, queue) -> None:
-    try:
-        queue.put(("done", run_learner(index, W, endpoints, dqn, run)))
-    except BaseException as err:  # the parent reports it; never hang it
-        queue.put(("error", f"learner {index}: {type(err).__name__}: {err}"))
-        raise
-
-
-def run_team(n: int, dqn: DQNConfig, run: RunConfig, topology: str = "complete",
-             timeout_s: float = 3600.0) -> list[dict]:
-    """``n`` learners as spawned processes on loopback peer links; their histories, by index."""
-    import multiprocessing as mp
-    import socket
-
-    from ..vrdq.graphs import adjacency, metropolis
-
-    W = np.ones((1, 1)) if n == 1 else metropolis(adjacency(topology, n, np.random.default_rng(run.seed)))
-    endpoints = {}
-    for i in range(n):  # free loopback ports, each learner binds its own
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            endpoints[i] = f"tcp://127.0.0.1:{sock.getsockname()[1]}"
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    procs = [ctx.Process(target=_learner_process, args=(i, W, endpoints, dqn, run, queue), name=f"dqn-learner-{i}")
-             for i in range(n)]
-    for p in procs:
-        p.start()
-    results, deadline = {}, time.monotonic() + timeout_s
-    try:
-        while len(results) < n:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise TimeoutError(f"distributed DQN: {n - len(results)} learners unfinished after {timeout_s} s")
-            try:
-                kind, payload = queue.get(timeout=min(remaining, 5.0))
-            except Exception:  # queue.Empty: check the children are alive
-                dead = [p.name for p in procs if p.exitcode not in (None, 0)]
-                if dead:
-                    raise RuntimeError(f"distributed DQN: {dead[0]} died") from None
-                continue
-            if kind == "error":
-                raise RuntimeError(payload)
-            results[payload["index"]] = payload
-    finally:
-        for p in procs:
-            p.join(5)
-            if p.is_alive():
-                p.terminate()
-                p.join(5)
-    return [results[i] for i in range(n)]
