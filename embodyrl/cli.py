@@ -86,28 +86,24 @@ def _resumed(base, run_dir: Path):
 
 
 def _check_task(config) -> None:
-    """What the task's specs refuse, before anything is written: an action space the algorithm does
-    not act in, camera images flattened into an MLP, device kinds that do not fit one layout."""
+    """What the task's specs refuse, before anything is written: device kinds that do not fit one
+    layout, an algorithm that cannot act over it or in a kind's action space, camera images
+    flattened into an MLP."""
     from . import envs
     from .algos import registry
     from .algos.encoders import check_images
+    from .algos.heads import over
     from .algos.interface import refusal
 
-    algorithm = config.algo
-    if envs.SEPARATOR in config.task:
-        from .hetero import layout
-
-        devices = [(kind.observation_spec, kind.action_spec) for kind in layout(config.task).kinds]
-    else:
-        device, _ = envs.make(config.task)
-        devices = [(device.observation_spec, device.action_spec)]
-    for observation_spec, action_spec in devices:
-        reason = refusal(algorithm, action_spec)
+    layout = envs.layout(config.task)
+    algorithm = over(config.algo, layout)
+    for kind in layout.kinds:
+        reason = refusal(algorithm, kind.action_spec)
         if reason is not None:
             raise ValueError(reason)
         encoder = getattr(algorithm.config, "encoder", None)
         if encoder is not None:
-            check_images(observation_spec, encoder, f"{registry.get(algorithm.name).section}.encoder")
+            check_images(kind.observation_spec, encoder, f"{registry.get(algorithm.name).section}.encoder")
 
 
 def _keep_yaml(args, run_dir: Path) -> None:
@@ -197,7 +193,6 @@ def _is_finished_run(run_dir: Path) -> bool:
 
 
 def _eval(args) -> int:
-    from . import envs
     from .evaluate import evaluate_saved_run, render_strip
 
     run_dir = Path(args.run_dir)
@@ -206,14 +201,11 @@ def _eval(args) -> int:
     if args.episodes is not None and args.episodes < 1:
         print("embodyrl: --episodes must be at least 1", file=sys.stderr)
         return 2
-    if args.strip and envs.SEPARATOR in json.loads((run_dir / "config.json").read_text()).get("task", ""):
-        print("embodyrl: --strip: this run has several devices; a strip shows one", file=sys.stderr)
-        return 2
     try:
         result = evaluate_saved_run(run_dir, args.episodes, args.seed)
         if args.strip:
             result.update(render_strip(run_dir, Path(args.strip), frames=args.frames,
-                                       size=(args.width, args.height), seed=result["seed"]))
+                                       size=(args.width, args.height), seed=result["seed"], device=args.device))
     except ValueError as err:
         print(f"embodyrl: eval: {err}", file=sys.stderr)
         return 1
@@ -420,6 +412,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--frames", type=int, default=8, help="images in the strip (default 8)")
     e.add_argument("--width", type=int, default=160, help="width of each image (default 160)")
     e.add_argument("--height", type=int, default=120, help="height of each image (default 120)")
+    e.add_argument("--device", help="for --strip on a run over several devices (task a+b): the device's task")
     e.set_defaults(func=_eval)
     x = sub.add_parser("export", help="write a run's saved policy for the numpy runtime (no JAX on the robot)",
                        description="Export RUN_DIR's saved policy as OUT.json (the layer graph) and OUT.npz "

@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .algos import registry
-from .envs import SEPARATOR
 from .hal.actor import ActorConfig
 
 
@@ -77,14 +76,6 @@ class _Run:
 def _check(config) -> None:
     if config.algorithm not in registry.names():
         raise ValueError(f"algorithm: unknown {config.algorithm!r}; known: {', '.join(registry.names())}")
-    entry = registry.get(config.algorithm)
-    if SEPARATOR in config.task:
-        if not entry.heterogeneous:
-            raise ValueError(f"task {config.task!r}: several devices train with an off-policy algorithm "
-                             f"({', '.join(registry.heterogeneous())}), not {config.algorithm}")
-        if config.algo.config.encoder.image_fields:
-            raise ValueError(f"task {config.task!r}: several devices train from state observations; "
-                             f"{entry.section}.encoder.image_fields must be empty")
 
 
 TrainConfig = dataclasses.make_dataclass(

@@ -56,35 +56,48 @@ def versus_random(device: Device, task: Task, policy: Policy, episodes: int, see
 
 
 def evaluate_saved_run(run_dir, episodes: int | None = None, seed: int | None = None) -> dict:
-    """The saved policy of ``run_dir`` on its own task: mean return and task metrics."""
+    """The saved policy of ``run_dir`` on each device kind of its task: mean return and task metrics."""
     from pathlib import Path
 
-    from . import envs, hetero
+    from . import envs
     from .config import load
-    from .policy import load_policy
+    from .policy import load_run_policies
 
     run_dir = Path(run_dir)
     config = load(run_dir / "config.json")
     episodes = config.eval_episodes if episodes is None else episodes
     seed = 10_000 + config.seed if seed is None else seed
-    if hetero.is_hetero(config.task):
-        return {"task": config.task, "algorithm": config.algorithm, "episodes": episodes, "seed": seed,
-                **hetero.evaluate_run(config, run_dir, episodes, seed)}
-    device, task = envs.make(config.task)
-    policy = load_policy(run_dir / "policy", config.algo)
-    with device:
-        result = evaluate(device, task, policy, episodes, seed)
+    layout = envs.layout(config.task)
+    policies = load_run_policies(run_dir, config.algo, layout, seed=config.seed)
+    per_kind = {}
+    for kind, policy in zip(layout.kinds, policies, strict=True):
+        device, task = envs.make(kind.name)
+        with device:
+            per_kind[kind.name] = evaluate(device, task, policy, episodes, seed)
     return {"task": config.task, "algorithm": config.algorithm, "episodes": episodes, "seed": seed,
-            "policy_version": list(policy.version) if getattr(policy, "version", None) else None,
-            **result}
+            "policy_version": list(policies[0].version), **layout.collect(per_kind)}
+
+
+def versus_random_run(config, run_dir) -> dict:
+    """The saved policy and a uniform random policy on the same seeded episodes, per device kind
+    (what ``embodyrl train`` writes into ``summary.json``)."""
+    from . import envs
+    from .policy import load_run_policies
+
+    layout = envs.layout(config.task)
+    policies = load_run_policies(run_dir, config.algo, layout, seed=config.seed)
+    per_kind = {kind.name: versus_random(*envs.make(kind.name), policy, config.eval_episodes, 10_000 + config.seed)
+                for kind, policy in zip(layout.kinds, policies, strict=True)}
+    return {"eval_episodes": config.eval_episodes, **layout.collect(per_kind)}
 
 
 def render_strip(run_dir, path, frames: int = 8, size: tuple[int, int] = (160, 120),
-                 seed: int | None = None) -> dict:
+                 seed: int | None = None, device: str | None = None) -> dict:
     """One episode of the saved policy, ``frames`` evenly spaced images side by side in a PNG.
 
-    Rendered offscreen with MuJoCo (the task's device must be a ``MujocoDevice``), from the
-    model's first MJCF camera, else MuJoCo's free camera.
+    ``device``: which device kind to show (None: the only one). Rendered offscreen with MuJoCo
+    (the device must be a ``MujocoDevice``), from the model's first MJCF camera, else MuJoCo's
+    free camera.
     """
     from pathlib import Path
 
@@ -92,16 +105,17 @@ def render_strip(run_dir, path, frames: int = 8, size: tuple[int, int] = (160, 1
 
     from . import envs
     from .config import load
-    from .policy import load_policy
+    from .policy import load_run_policies
 
     run_dir = Path(run_dir)
     config = load(run_dir / "config.json")
-    if envs.SEPARATOR in config.task:
-        raise ValueError(f"task {config.task!r}: several devices; a strip shows one")
-    device, task = envs.make(config.task)
+    layout = envs.layout(config.task)
+    device_id = layout.index(device)
+    name = layout.kinds[device_id].name
+    device, task = envs.make(name)
     if not hasattr(device, "model") or not hasattr(device, "data"):
-        raise ValueError(f"task {config.task!r}: its device is not a MuJoCo simulation; nothing to render")
-    policy = load_policy(run_dir / "policy", config.algo)
+        raise ValueError(f"task {name!r}: its device is not a MuJoCo simulation; nothing to render")
+    policy = load_run_policies(run_dir, config.algo, layout, seed=config.seed)[device_id]
     seed = 10_000 + config.seed if seed is None else seed
     camera = mujoco.mj_id2name(device.model, mujoco.mjtObj.mjOBJ_CAMERA, 0) if device.model.ncam else -1
     images = []

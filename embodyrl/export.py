@@ -9,8 +9,8 @@ Each algorithm package writes its own export (``export_ddpg``: DDPG's and
 TD3's actor; ``export_sac``: SAC's and RLPD's squashed Gaussian;
 ``export_ppo``; ``export_dqn``) from the shared pieces of
 :mod:`embodyrl.algos.runtime_graph`, and its adapter's ``export`` calls it;
-:func:`export_device` writes one device's slice of a heterogeneous run's
-headed actor. This module finds the right one through the registry: a
+:func:`export_device` writes one device's policy (over several device kinds,
+its slice of the headed actor). This module finds the right one through the registry: a
 network added later is one package whose export passes
 ``tests/test_runtime.py``'s parity test.
 """
@@ -21,42 +21,30 @@ import json
 from pathlib import Path
 
 import jax
-import numpy as np
 
 from .algos.ddpg.export import export_ddpg
 from .algos.dqn.export import export_dqn
+from .algos.heads import export_device
 from .algos.ppo.export import export_ppo
 from .algos.sac.export import export_sac
 from .hal import params as flat_params
 from .hal import runtime
-from .hal.steps import NO_POLICY, PolicyVersion
+from .hal.layout import DEVICE, FEATURES
 
 __all__ = ["export_ddpg", "export_device", "export_dqn", "export_ppo", "export_run", "export_sac",
            "export_saved_policy"]
 
 
-def export_device(algorithm, actor_params, device_id: int,
-                  version: PolicyVersion = NO_POLICY) -> tuple[dict, dict[str, np.ndarray]]:
-    """(graph, arrays) of one device's policy in a heterogeneous run (:mod:`embodyrl.algos.heads`).
-
-    ``algorithm``: the run's algorithm over its layout (:func:`embodyrl.hetero.algorithm`). The
-    device's input head, the shared trunk and its output head form a plain MLP on the device's
-    own observation and action specs, with no padding. The arrays keep the published names
-    (``actor/inputs/<id>/kernel``...), so the export follows the learner's weights.
-    """
-    return algorithm.export_device(actor_params, device_id, version)
-
-
 def export_saved_policy(policy_dir: str | Path, out: str | Path, config=None) -> tuple[Path, Path]:
     """Turn a saved ``policy/`` directory (see :mod:`embodyrl.policy`) into an export; its ``policy.json``
     names the algorithm and holds its settings (``config``, of the same type, overrides them).
-    :func:`export_run` does the same from a run directory, heterogeneous runs included."""
+    :func:`export_run` does the same from a run directory, for any of its device kinds."""
     from .algos import registry
     from .config import from_dict
     from .policy import POLICY_FILE, load_policy
 
     meta = json.loads((Path(policy_dir) / POLICY_FILE).read_text())
-    if {spec["name"] for spec in meta["observation_spec"]} == {"features", "device"}:
+    if {spec["name"] for spec in meta["observation_spec"]} == {FEATURES, DEVICE}:
         raise ValueError(f"{policy_dir}: a policy over several devices; export one with "
                          "export_run(run_dir, out, device=...) (embodyrl export RUN OUT --device TASK)")
     entry = registry.get(meta.get("algorithm", registry.DEFAULT))
@@ -69,26 +57,19 @@ def export_saved_policy(policy_dir: str | Path, out: str | Path, config=None) ->
 
 
 def export_run(run_dir: str | Path, out: str | Path, device: str | None = None) -> tuple[Path, Path]:
-    """Export the saved policy of a run directory (its ``config.json`` and ``policy/``), any algorithm.
-
-    A heterogeneous run (task ``a+b``) exports one device at a time: ``device`` names its task.
-    """
-    from . import envs, hetero
+    """Export the saved policy of a run directory (its ``config.json`` and ``policy/``), any algorithm,
+    for one device kind: ``device`` names its task (None: the run's only kind)."""
+    from . import envs
     from .config import load
-    from .policy import load_policy, read_saved
+    from .policy import read_saved
 
     run_dir = Path(run_dir)
     config = load(run_dir / "config.json")
-    if hetero.is_hetero(config.task):
-        parts = envs.parts(config.task)
-        if device not in parts:
-            raise ValueError(f"task {config.task!r} has several devices: name one of {', '.join(parts)}")
-        _, weights, version = read_saved(run_dir / "policy")
-        params = flat_params.unflatten(flat_params.subtree(weights, "actor"))
-        return runtime.save(out, *export_device(hetero.algorithm(config), params, parts.index(device), version))
-    if device is not None and device != config.task:
-        raise ValueError(f"task {config.task!r} has one device; {device!r} is not it")
-    return _save(out, config.algo, load_policy(run_dir / "policy", config.algo))
+    layout = envs.layout(config.task)
+    device_id = layout.index(device)
+    _, weights, version = read_saved(run_dir / "policy")
+    params = flat_params.unflatten(flat_params.subtree(weights, "actor"))
+    return runtime.save(out, *export_device(config.algo, layout, params, device_id, version))
 
 
 def _save(out, algorithm, policy) -> tuple[Path, Path]:

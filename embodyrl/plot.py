@@ -94,16 +94,14 @@ def aggregate(curves: list[tuple[np.ndarray, np.ndarray]]) -> dict[str, np.ndarr
 
 
 def _series(run_dir: Path, metric: str, label: str) -> list[tuple[str, str]]:
-    """(metric, legend label) pairs to draw for a group: one per device for a+b's episode returns."""
-    from . import envs
-
-    devices = envs.parts(json.loads((Path(run_dir) / "config.json").read_text()).get("task", ""))
-    if metric != "episode_return" or len(devices) == 1:
-        return [(metric, label)]
-    per_device = [(f"{metric}/{device}", f"{label} · {device}") for device in devices]
+    """(metric, legend label) pairs to draw for a group: one per device kind where the metrics carry
+    ``metric/<kind>`` for several kinds (a run over ``a+b``), else the metric itself."""
     with open(Path(run_dir) / "metrics.jsonl") as lines:
         first = json.loads(lines.readline() or "{}")
-    return per_device if all(name in first for name, _ in per_device) else [(metric, label)]  # older runs: mixed
+    kinds = [name.split("/", 1)[1] for name in first if name.startswith(f"{metric}/")]
+    if len(kinds) < 2:
+        return [(metric, label)]
+    return [(f"{metric}/{kind}", f"{label} · {kind}") for kind in kinds]
 
 
 def plot_runs(run_dirs: list[Path], out: Path, metric: str = "episode_return",

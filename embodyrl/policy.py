@@ -1,4 +1,5 @@
-"""The learner's policy on the actor side: the algorithm's ``act`` under ``jax.jit``.
+"""The learner's policy on the actor side: the algorithm's ``act`` under ``jax.jit``, for one
+device of a run's layout; and the saved ``policy/`` directory.
 
 Implements the HAL's :class:`~embodyrl.hal.policy.Policy`. Exploration noise
 comes from a JAX key folded with a step counter inside the jitted call, so
@@ -15,8 +16,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .algos.heads import over
 from .algos.registry import as_algorithm
 from .hal import params as flat_params
+from .hal.layout import Layout
 from .hal.specs import ArraySpec, DictSpec
 from .hal.steps import NO_POLICY, PolicyVersion
 
@@ -25,14 +28,21 @@ WEIGHTS_FILE = "weights.npz"
 
 
 class JaxPolicy:
-    def __init__(self, observation_spec: DictSpec, action_spec: ArraySpec, algorithm, seed: int = 0):
-        """``algorithm``: an :class:`~embodyrl.algos.interface.Algorithm`, or a bare algorithm config
-        (DDPG, SAC, PPO, DQN: its plain algorithm)."""
-        algorithm = as_algorithm(algorithm)
-        self.observation_spec = observation_spec
-        self.action_spec = action_spec
-        self.algorithm = algorithm
-        networks, self.params = algorithm.actor_networks(observation_spec, action_spec, jax.random.key(seed))
+    """The learner's policy acting for device ``device_id`` of ``layout``: the observation padded
+    in, the algorithm's jitted ``act``, the device's own action out (with one device kind, padding
+    and unpadding are the identity).
+
+    ``algorithm``: an :class:`~embodyrl.algos.interface.Algorithm`, or a bare algorithm config
+    (DDPG, SAC, PPO, DQN: its plain algorithm); over several kinds it acts through its heads.
+    """
+
+    def __init__(self, algorithm, layout: Layout, device_id: int = 0, *, seed: int = 0):
+        algorithm = over(as_algorithm(algorithm), layout)
+        kind = layout.kinds[layout.kind_of(device_id)]
+        self.observation_spec, self.action_spec = kind.observation_spec, kind.action_spec
+        self.algorithm, self.layout, self.device_id = algorithm, layout, device_id
+        networks, self.params = algorithm.actor_networks(layout.observation_spec, layout.action_spec,
+                                                         jax.random.key(seed))
         self.version: PolicyVersion = NO_POLICY
         self._key = jax.random.key(seed + 1)
         self._count = 0
@@ -45,10 +55,17 @@ class JaxPolicy:
 
         self._act = _act
 
+    @classmethod
+    def for_specs(cls, observation_spec: DictSpec, action_spec: ArraySpec, algorithm, seed: int = 0) -> JaxPolicy:
+        """The policy of a device with these specs (a one-kind layout)."""
+        return cls(algorithm, Layout.of("device", observation_spec, action_spec), seed=seed)
+
     def act(self, observation, *, explore: bool = True):
-        self._count += 1
-        action, extras = self._act(self.params, observation, self._key, self._count, explore)
-        return np.asarray(action, self.action_spec.dtype), {k: float(v) for k, v in extras.items()}
+        self._count += 1  # the key is folded inside the jitted call: one dispatch per action
+        padded = self.layout.pad_observation(self.device_id, observation)
+        action, extras = self._act(self.params, padded, self._key, self._count, explore)
+        return (self.layout.unpad_action(self.device_id, np.asarray(action)),
+                {k: float(v) for k, v in extras.items()})
 
     def load_weights(self, version: PolicyVersion, arrays: dict[str, np.ndarray]) -> None:
         actor = flat_params.subtree(arrays, "actor")
@@ -84,8 +101,20 @@ def read_saved(directory: Path) -> tuple[dict, dict[str, np.ndarray], PolicyVers
 
 
 def load_policy(directory: Path, algorithm, seed: int = 0) -> JaxPolicy:
+    """A saved policy, acting on the specs its ``policy.json`` records."""
     meta, weights, version = read_saved(directory)
-    policy = JaxPolicy(DictSpec.from_msg(meta["observation_spec"]),
-                       ArraySpec.from_msg(meta["action_spec"]), algorithm, seed)
+    policy = JaxPolicy.for_specs(DictSpec.from_msg(meta["observation_spec"]),
+                                 ArraySpec.from_msg(meta["action_spec"]), algorithm, seed)
     policy.load_weights(version, weights)
     return policy
+
+
+def load_run_policies(run_dir: Path, algorithm, layout: Layout, seed: int = 0) -> list[JaxPolicy]:
+    """A run's saved policy acting for each device kind of its layout, by device id."""
+    _, weights, version = read_saved(Path(run_dir) / "policy")
+    policies = []
+    for device_id in range(len(layout.kinds)):
+        policy = JaxPolicy(algorithm, layout, device_id, seed=seed)
+        policy.load_weights(version, weights)
+        policies.append(policy)
+    return policies

@@ -118,14 +118,7 @@ def _last_metrics(run_dir: Path) -> dict:
 
 
 def evaluate_run(config: TrainConfig, run_dir: Path) -> dict:
-    """The saved policy and a uniform random policy on the same seeded episodes (per device for ``a+b``)."""
-    from . import envs, hetero
-    from .evaluate import versus_random
-    from .policy import load_policy
+    """The saved policy and a uniform random policy on the same seeded episodes, per device kind."""
+    from .evaluate import versus_random_run
 
-    if hetero.is_hetero(config.task):
-        return hetero.evaluate_run(config, run_dir)
-    device, task = envs.make(config.task)
-    policy = load_policy(run_dir / "policy", config.algo)
-    return {"eval_episodes": config.eval_episodes,
-            **versus_random(device, task, policy, config.eval_episodes, 10_000 + config.seed)}
+    return versus_random_run(config, run_dir)

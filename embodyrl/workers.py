@@ -57,57 +57,33 @@ def actor_main(config_dict: dict, endpoint: str, index: int, run_dir: str | None
     without them it dials only loopback unless ``allow_insecure``.
     """
     should_stop = stop_on_signals()
-    from . import envs, hetero
     from .config import TrainConfig, from_dict
     from .hal.actor import ActorLoop
     from .hal.ledger import BatchLedger
-    from .hal.safety import SafeDevice, SafetyConfig
     from .hal.wire.client import LearnerLink
-    from .hal.wire.protocol import DeviceInfo
     from .hal.wire.spool import Spool
-    from .policy import JaxPolicy
 
     config = from_dict(TrainConfig, config_dict)
     ac = config.actor
     actor_config = dataclasses.replace(ac, actor_id=index, seed=config.seed * 1000 + index)
-    if hetero.is_hetero(config.task):  # one device of each kind, each through its own heads
-        device, tasks, policies, infos = hetero.actor_parts(config, actor_config.seed)
-
-        def make_loop(link):
-            return ActorLoop.for_group(device, tasks, policies, link, actor_config)
-    else:
-        raw_device, task = envs.make(config.task)
-        device = SafeDevice(raw_device, SafetyConfig())  # clipping to the spec, counted
-        policy = JaxPolicy(device.observation_spec, device.action_spec, config.algo, seed=actor_config.seed)
-        infos = [DeviceInfo(0, config.task, device.observation_spec, device.action_spec)]
-
-        def make_loop(link):
-            return ActorLoop(device, task, policy, link, actor_config)
+    group, tasks, policies, infos = actor_parts(config, actor_config.seed)
     spool = Spool(Path(ac.spool_dir) / f"actor-{index}" if ac.spool_dir else None,
                   disk_bytes=ac.spool_disk_mb << 20, on_full=ac.spool_on_full)
-    link = LearnerLink(endpoint, actor_name=f"actor-{index}", actor_id=index, devices=infos,
-                       peer_timeout_s=config.learner.peer_timeout_s, spool=spool,
-                       keys=keys, allow_insecure=allow_insecure)
-    log = open(Path(run_dir) / f"actor-{index}.jsonl", "a") if run_dir else None  # noqa: SIM115
     ledger = BatchLedger(Path(run_dir) / f"actor-{index}.ledger.jsonl") if run_dir else None
     if ledger is not None:
         ledger.reconcile(spool)
-        send_steps = link.send_steps
-
-        def send_and_record(device_id, steps):
-            seq = send_steps(device_id, steps)
-            ledger.record(seq, steps)
-            return seq
-
-        link.send_steps = send_and_record
+    link = LearnerLink(endpoint, actor_name=f"actor-{index}", actor_id=index, devices=infos,
+                       peer_timeout_s=config.learner.peer_timeout_s, spool=spool,
+                       keys=keys, allow_insecure=allow_insecure, on_sent=ledger.record if ledger else None)
+    log = open(Path(run_dir) / f"actor-{index}.jsonl", "a") if run_dir else None  # noqa: SIM115
 
     def report(snapshot: dict) -> None:
         log.write(json.dumps({"time": time.time(), "actor": index, **snapshot}) + "\n")
         log.flush()
 
     try:
-        with device, link:
-            make_loop(link).run(
+        with group, link:
+            ActorLoop(group, tasks, policies, link, actor_config).run(
                 max_steps=max_steps, should_stop=should_stop, report=report if log else None)
             if link.bye_reason is None:
                 link.flush(ac.flush_timeout_s)
@@ -115,3 +91,23 @@ def actor_main(config_dict: dict, endpoint: str, index: int, run_dir: str | None
         for file in (log, ledger):
             if file is not None:
                 file.close()
+
+
+def actor_parts(config, seed: int):
+    """(group of safe devices, tasks, policies, device infos), tasks and policies keyed by member
+    name: one device of each kind of the task's layout, device id = its kind's index."""
+    from . import envs
+    from .hal.group import DeviceGroup
+    from .hal.safety import SafeDevice, SafetyConfig
+    from .hal.wire.protocol import DeviceInfo
+    from .policy import JaxPolicy
+
+    layout = envs.layout(config.task)
+    devices, ids, tasks, policies, infos = {}, {}, {}, {}, []
+    for device_id, kind in enumerate(layout.kinds):
+        member = envs.member_name(kind.name)
+        raw, tasks[member] = envs.make(kind.name)
+        devices[member], ids[member] = SafeDevice(raw, SafetyConfig()), device_id  # clipping to the spec, counted
+        policies[member] = JaxPolicy(config.algo, layout, device_id, seed=seed + device_id)
+        infos.append(DeviceInfo(device_id, kind.name, raw.observation_spec, raw.action_spec))
+    return DeviceGroup(devices, ids), tasks, policies, infos

@@ -9,8 +9,10 @@
   ``gym:HalfCheetah-v5``).
 
 Tasks joined by ``+`` (``pendulum+arm_reach``) name a run over devices of
-different shapes, one policy with per-device heads (:mod:`embodyrl.hetero`);
-``parts(name)`` splits them, and ``make`` builds one part at a time.
+different shapes, one policy with per-device heads; ``parts(name)`` splits
+them, ``make`` builds one part at a time, and ``layout(name)`` declares the
+run's device kinds (:class:`embodyrl.hal.layout.Layout`: one kind for a plain
+task, one per part otherwise). This parsing is the only place that knows ``+``.
 
 The other direction: ``register_gymnasium()`` registers each task with
 Gymnasium as ``embodyrl/<Name>-v0`` (``GYMNASIUM_IDS``), so that
@@ -116,6 +118,23 @@ def factory(name: str) -> Callable:
 def make(name: str, **kwargs):
     """Build the (device, task) pair for ``name`` (a registered task, or ``gym:ID``)."""
     return factory(name)(**kwargs)
+
+
+def layout(name: str):
+    """The :class:`~embodyrl.hal.layout.Layout` of task ``name``: one device kind per part, in
+    device-id order, each with the specs of the device its task builds."""
+    from ..hal.layout import DeviceKind, Layout
+
+    kinds = []
+    for part in parts(name):
+        device, _ = make(part)
+        kinds.append(DeviceKind(part, device.observation_spec, device.action_spec))
+    return Layout(tuple(kinds))
+
+
+def member_name(task: str) -> str:
+    """A task's name as a device group member's ('/' separates member and field names)."""
+    return task.replace("/", "-")
 
 
 def make_gymnasium_env(task: str, render_mode: str | None = None, **kwargs):

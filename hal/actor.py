@@ -10,8 +10,9 @@ learner's samples-per-insert limit reaching the simulation. Each step::
     o_t+1    = device.step(command)                   (the safety layer filters it)
     record(o_t, applied, proposed, r_t, source)       (applied: what the device got)
 
-One loop drives one device, or every member of a :class:`DeviceGroup`
-(:meth:`ActorLoop.for_group`), each with its own policy, task and recorder,
+One loop drives one device, or every member of a :class:`DeviceGroup` (the
+same constructor, tasks and policies by member name), each with its own
+policy, task and recorder,
 so each device's rows go to the learner tagged with its device id in their
 own STEPS messages. With ``realtime=True`` a :class:`RateClock` paces the
 loop at the (slowest) device's control rate (times ``time_scale``, for a
@@ -27,7 +28,6 @@ counts every paused control period.
 
 from __future__ import annotations
 
-import dataclasses
 import time
 import warnings
 from collections.abc import Callable, Mapping
@@ -39,15 +39,25 @@ from .clock import RateClock, set_realtime_priority
 from .device import Device
 from .group import DeviceGroup
 from .intervention import InterventionSource
+from .link import Link
 from .policy import Policy, UniformRandomPolicy
 from .steps import Source, StepRecorder, Steps
 from .task import Task
-from .wire.client import LearnerLink, LinkError
+from .wire.client import LinkError
 from .wire.spool import SpoolFull
 
 
-def _never(observation) -> bool:
-    return False
+def _members(device, task, policy, device_id, intervention) -> list[tuple]:
+    """(device id, device, task, policy, intervention) of each device the loop drives."""
+    if not isinstance(device, DeviceGroup):
+        return [(device_id, device, task, policy, intervention)]
+    names = [m.name for m in device.members]
+    for what, given in (("tasks", task), ("policies", policy)):
+        if not isinstance(given, Mapping) or set(given) != set(names):
+            raise ValueError(f"{what}: a group's are given by member name, {sorted(names)}; got {given!r}")
+    interventions = intervention or {}
+    return [(m.device_id, m.device, task[m.name], policy[m.name], interventions.get(m.name))
+            for m in device.members]
 
 
 @dataclass(frozen=True)
@@ -146,32 +156,16 @@ class _Lane:
 
 
 class ActorLoop:
-    def __init__(self, device: Device, task: Task, policy: Policy, link: LearnerLink,
-                 config: ActorConfig = ActorConfig(), device_id: int = 0,
-                 intervention: InterventionSource | None = None,
+    """Drive one device, or every member of a :class:`DeviceGroup`, and stream their steps.
+
+    One device: ``task``, ``policy`` (and ``intervention``) are its own, ``device_id`` tags its
+    rows. A group: each is a mapping by member name, and each member's rows carry its device id.
+    """
+
+    def __init__(self, device: Device, task: Task | Mapping[str, Task], policy: Policy | Mapping[str, Policy],
+                 link: Link, config: ActorConfig = ActorConfig(), device_id: int = 0,
+                 intervention: InterventionSource | Mapping[str, InterventionSource] | None = None,
                  tap: Callable[[int, Steps], None] | None = None):
-        self._setup(link, config, tap, [(device_id, device, task, policy, intervention)])
-        self.device, self.task, self.policy = device, task, policy
-        self.recorder = self.lanes[0].recorder
-
-    @classmethod
-    def for_group(cls, group: DeviceGroup, tasks: Mapping[str, Task], policies: Mapping[str, Policy],
-                  link: LearnerLink, config: ActorConfig = ActorConfig(),
-                  interventions: Mapping[str, InterventionSource] | None = None,
-                  tap: Callable[[int, Steps], None] | None = None) -> ActorLoop:
-        """Drive every member of a connected ``group`` with its own task and policy (by member name)."""
-        names = [m.name for m in group.members]
-        for what, given in (("tasks", tasks), ("policies", policies)):
-            if set(given) != set(names):
-                raise ValueError(f"{what}: keys {sorted(given)} differ from the group's {sorted(names)}")
-        interventions = interventions or {}
-        loop = cls.__new__(cls)
-        loop._setup(link, config, tap, [(m.device_id, m.device, tasks[m.name], policies[m.name],
-                                         interventions.get(m.name)) for m in group.members])
-        loop.device, loop.task, loop.policy, loop.recorder = group, None, None, None
-        return loop
-
-    def _setup(self, link, config, tap, lanes) -> None:
         self._should_stop = lambda: False  # run()'s, so a wait for credit ends on a stop signal
         self._credit_pause_started: float | None = None  # when act_within_credit stopped the loop
         self._held: list[tuple[int, Steps]] = []  # batches the full spool refused, oldest first
@@ -180,7 +174,9 @@ class ActorLoop:
         self.stats = ActorStats()
         self.tap = tap
         """Called with (device_id, batch) for every batch sent (e.g. a DemoWriter)."""
-        self.lanes = [self._lane(*lane) for lane in lanes]
+        self.device, self.task, self.policy = device, task, policy
+        self.lanes = [self._lane(*lane) for lane in _members(device, task, policy, device_id, intervention)]
+        self.recorder = self.lanes[0].recorder
 
     def _lane(self, device_id, device, task, policy, intervention) -> _Lane:
         cfg = self.config
@@ -257,7 +253,7 @@ class ActorLoop:
                 command, source = human, Source.INTERVENTION
                 self.stats.interventions += 1
         next_observation = device.step(command)
-        applied = getattr(device, "last_applied", None)
+        applied = device.last_applied
         if applied is None:  # a bare device: the loop clips, as the device's own driver would
             applied = device.action_spec.clip(command)
         reward = task.reward(observation, applied, next_observation)
@@ -265,7 +261,7 @@ class ActorLoop:
         lane.t += 1
         truncated = not terminated and (
             (task.max_episode_steps is not None and lane.t >= task.max_episode_steps)
-            or bool(getattr(task, "truncated", _never)(next_observation)))  # e.g. a wrapped Gymnasium env's
+            or task.truncated(next_observation))  # e.g. a wrapped Gymnasium env's
         lane.recorder.add(observation, applied, proposed, reward, terminated, truncated,
                           policy.version, log_prob=extras.get("log_prob", 0.0), source=source)
         self.stats.env_steps += 1
@@ -307,15 +303,10 @@ class ActorLoop:
     def _collect(self, clock: RateClock | None) -> ActorStats:
         safety: dict[str, int] = {}
         for lane in self.lanes:
-            for kind, n in getattr(lane.device, "interventions", {}).items():
+            for kind, n in lane.device.interventions.items():
                 safety[kind] = safety.get(kind, 0) + n
         self.stats.safety = safety
-        link_stats = getattr(self.link, "stats", None)
-        if link_stats is not None:  # a LearnerLink (test doubles may have none)
-            spool = self.link.spool
-            self.stats.link = {**dataclasses.asdict(link_stats), "spool_batches": len(spool),
-                               "spool_rows": spool.rows, "spool_bytes": spool.bytes_total,
-                               "spool_dropped_rows": spool.dropped_rows}
+        self.stats.link = self.link.metrics()
         if clock is not None:
             self.stats.clock.update(clock.stats().to_dict())
         return self.stats
@@ -326,7 +317,6 @@ class ActorLoop:
             return
         for policy in {id(lane.policy): lane.policy for lane in self.lanes}.values():
             policy.load_weights(*weights)
-        self.link.held_version = weights[0]
         self.stats.weight_updates += 1
 
     def _send(self, lane: _Lane) -> None:
@@ -353,9 +343,8 @@ class ActorLoop:
                               "until the learner acknowledges what the spool holds", stacklevel=2)
                 self.stats.pauses += 1
                 for lane in self.lanes:  # command the safe state once; the watchdog holds it
-                    safe = getattr(lane.device, "safe_action", None)
-                    if safe is not None and not lane.device.estopped:
-                        lane.device.step(safe)
+                    if lane.device.safe_action is not None and not lane.device.estopped:
+                        lane.device.step(lane.device.safe_action)
             self._held.append((device_id, steps))
             return
         if self.tap is not None:

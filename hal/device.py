@@ -18,7 +18,9 @@ An e-stop latches: once raised, ``step`` refuses to move the hardware until
 from __future__ import annotations
 
 import abc
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Literal
 
 import numpy as np
@@ -39,11 +41,24 @@ class EStopError(RuntimeError):
 
 
 class Device(abc.ABC):
-    """Base class of every driver. Subclasses implement the ``_``-prefixed hooks."""
+    """Base class of every driver. Subclasses implement the ``_``-prefixed hooks.
+
+    Three optional attributes have defaults here, so the actor loop reads them from any device:
+    a device that filters actions (the safety layer) overrides them.
+    """
 
     observation_spec: DictSpec
     action_spec: ArraySpec
     control_period_s: float
+
+    last_applied: np.ndarray | None = None
+    """The action the last ``step`` really applied, where the device changes commands (clipping,
+    rate limits); None: the command is applied as given (clipped to the spec by the actor loop)."""
+    safe_action: np.ndarray | None = None
+    """What to command to hold the device safe while the actor pauses (None: nothing to command)."""
+
+    interventions: Mapping[str, int] = MappingProxyType({})
+    """Commands the device changed, by kind (the safety layer counts them; default: none)."""
 
     def __init__(self) -> None:
         self._estop_reason: str | None = None

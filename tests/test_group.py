@@ -121,8 +121,8 @@ def test_a_heterogeneous_group_streams_correctly_tagged_steps_to_a_learner():
     policies = {m.name: UniformRandomPolicy(m.device.action_spec, seed=1) for m in group.members}
     try:
         with group, link:
-            loop = ActorLoop.for_group(group, {"arm": arm_task, "gripper": GripperOpen()}, policies,
-                                       link, ActorConfig(actor_id=5, send_every=16, random_steps=0))
+            loop = ActorLoop(group, {"arm": arm_task, "gripper": GripperOpen()}, policies,
+                             link, ActorConfig(actor_id=5, send_every=16, random_steps=0))
             stats = loop.run(max_steps=70)
             deadline = time.monotonic() + 20
             while link.unacked_rows and time.monotonic() < deadline:

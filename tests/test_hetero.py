@@ -7,17 +7,19 @@ import pytest
 
 from embodyrl.algos import ddpg, heads_sac, sac
 from embodyrl.algos.encoders import EncoderConfig
-from embodyrl.algos.heads import DeviceKind, DevicePolicy, HeteroLayout, hetero, init
+from embodyrl.algos.heads import init, over
 from embodyrl.algos.registry import resolve
 from embodyrl.algos.sac.losses import make_losses
+from embodyrl.hal.layout import DeviceKind, Layout
 from embodyrl.hal.specs import ArraySpec, DictSpec
+from embodyrl.policy import JaxPolicy
 
 PENDULUM = DeviceKind("pendulum", DictSpec.of(ArraySpec("orientation", (2,), np.float32),
                                               ArraySpec("angular_velocity", (1,), np.float32)),
                       ArraySpec("action", (1,), np.float32, -2.0, 2.0))
 ARM = DeviceKind("arm", DictSpec.of(ArraySpec("qpos", (7,), np.float32), ArraySpec("target", (3,), np.float32)),
                  ArraySpec("action", (7,), np.float32, -5.0, 5.0))
-LAYOUT = HeteroLayout((PENDULUM, ARM))
+LAYOUT = Layout((PENDULUM, ARM))
 CONFIG = ddpg.td3(ddpg.DDPGConfig(hidden_sizes=(16, 16), batch_size=8))
 
 
@@ -48,10 +50,10 @@ def test_layout_pads_observations_and_actions_by_device():
     assert LAYOUT.refusal(1, "arm", ARM.observation_spec, ARM.action_spec) is None
     assert "differ from declared kind 'pendulum'" in LAYOUT.refusal(0, "arm", ARM.observation_spec, ARM.action_spec)
     assert "id 5" in LAYOUT.refusal(5, "x", ARM.observation_spec, ARM.action_spec)
-    with pytest.raises(ValueError, match="ppo is not supported"):
-        hetero(resolve("ppo", ddpg.DDPGConfig(), sac.SACConfig()), LAYOUT)
-    with pytest.raises(ValueError, match="no image encoder"):
-        hetero(resolve("sac", ddpg.DDPGConfig(), sac.SACConfig(encoder=EncoderConfig(image_fields=("auto",)))),
+    with pytest.raises(ValueError, match="off-policy .*, not ppo"):
+        over(resolve("ppo", ddpg.DDPGConfig(), sac.SACConfig()), LAYOUT)
+    with pytest.raises(ValueError, match="image_fields must be empty"):
+        over(resolve("sac", ddpg.DDPGConfig(), sac.SACConfig(encoder=EncoderConfig(image_fields=("auto",)))),
                LAYOUT)
 
 
@@ -63,9 +65,9 @@ def test_actions_respect_each_devices_size_and_bounds():
     np.testing.assert_array_equal(action[0, 1:], 0.0)  # the pendulum row writes one dimension
     assert np.all(np.abs(action[1]) > 0) and np.all(np.abs(action) <= 1.0)
     assert networks.q_values(state.critic_params, batch["observation"], batch["action"]).shape == (2, 4)
-    algo = hetero(resolve("td3", CONFIG, None), LAYOUT)
+    algo = over(resolve("td3", CONFIG, None), LAYOUT)
     for device_id, kind in enumerate(LAYOUT.kinds):
-        policy = DevicePolicy(algo, device_id)
+        policy = JaxPolicy(algo, LAYOUT, device_id)
         obs = {s.name: np.ones(s.shape, np.float32) for s in kind.observation_spec.specs}
         a, _ = policy.act(obs, explore=False)
         assert a.shape == kind.action_spec.shape
@@ -160,7 +162,7 @@ def test_sac_entropy_target_follows_each_rows_action_size():
 
 @pytest.mark.parametrize("name", ["sac", "rlpd"])
 def test_sac_update_on_device_a_leaves_device_b_heads_untouched(name):
-    algo = hetero(resolve(name, ddpg.DDPGConfig(), SAC_CONFIG), LAYOUT)
+    algo = over(resolve(name, ddpg.DDPGConfig(), SAC_CONFIG), LAYOUT)
     networks, state = algo.init(jax.random.key(0))
     if name == "rlpd":
         assert state.critic_params["norms"][0]["scale"].shape == (10, 16)  # LayerNorm in each of 10 critics
@@ -175,7 +177,7 @@ def test_sac_update_on_device_a_leaves_device_b_heads_untouched(name):
         assert moved(params["outputs"][1], new_params["outputs"][1]) == 0.0
         assert moved(params["trunk"], new_params["trunk"]) > 0
     for device_id, kind in enumerate(LAYOUT.kinds):
-        policy = DevicePolicy(algo, device_id)
+        policy = JaxPolicy(algo, LAYOUT, device_id)
         obs = {s.name: np.ones(s.shape, np.float32) for s in kind.observation_spec.specs}
         for explore in (True, False):
             a, _ = policy.act(obs, explore=explore)
@@ -190,17 +192,17 @@ def test_each_devices_numpy_export_acts_like_its_device_policy_and_follows_publi
     from embodyrl.hal import runtime
     from embodyrl.hal.steps import PolicyVersion
 
-    algo = hetero(resolve(name, CONFIG, SAC_CONFIG), LAYOUT)
+    algo = over(resolve(name, CONFIG, SAC_CONFIG), LAYOUT)
     networks, state = algo.init(jax.random.key(4))
     rng = np.random.default_rng(0)
     params = jax.tree.map(lambda p: rng.normal(0, 0.5, p.shape).astype(np.float32), state.actor_params)
     published = flat_params.flatten({"actor": params})
     for device_id, kind in enumerate(LAYOUT.kinds):
-        policy = DevicePolicy(algo, device_id)
+        policy = JaxPolicy(algo, LAYOUT, device_id)
         policy.load_weights(PolicyVersion(0, 3), published)
         stale = jax.tree.map(lambda p: rng.normal(0, 0.5, p.shape).astype(np.float32), state.actor_params)
         numpy_policy = runtime.load(runtime.save(tmp_path / f"{name}-{device_id}",
-                                                 *export_device(algo, stale, device_id))[0])
+                                                 *export_device(algo, LAYOUT, stale, device_id))[0])
         assert numpy_policy.observation_spec == kind.observation_spec
         assert numpy_policy.action_spec == kind.action_spec  # the device's own specs, no padding
         numpy_policy.load_weights(PolicyVersion(0, 3), published)  # every head is published; it takes its own
@@ -211,4 +213,4 @@ def test_each_devices_numpy_export_acts_like_its_device_policy_and_follows_publi
             explored, _ = numpy_policy.act(obs)
             assert explored.shape == kind.action_spec.shape
     with pytest.raises(ValueError, match="declares 2 kinds"):
-        export_device(algo, params, 2)
+        export_device(algo, LAYOUT, params, 2)

@@ -7,6 +7,7 @@ import numpy as np
 
 from embodyrl.config import LearnerConfig, TrainConfig
 from embodyrl.envs import pendulum
+from embodyrl.hal.layout import Layout
 from embodyrl.learner import build_learner
 
 
@@ -15,13 +16,13 @@ def test_restart_restores_state_counters_and_replay(tmp_path):
     config = dataclasses.replace(TrainConfig(steps=0, learner=lc), ddpg=dataclasses.replace(
         TrainConfig().ddpg, hidden_sizes=(16,)))
     spec, action = pendulum.OBSERVATION_SPEC, pendulum.make_device().action_spec
-    first = build_learner(config, spec, action, tmp_path)
+    first = build_learner(config, Layout.of("pendulum", spec, action), tmp_path)
     assert not first.resumed
     first.state = first.state._replace(steps=first.state.steps + 41)
     first.counters.updates, first.counters.env_steps, first.counters.publications = 656, 1234, 20
     first.run()  # budget 0: publishes, saves the policy and a checkpoint, closes
     saved = jax.device_get(first.state.actor_params)
-    second = build_learner(config, spec, action, tmp_path)
+    second = build_learner(config, Layout.of("pendulum", spec, action), tmp_path)
     assert second.resumed
     assert second.incarnation != first.incarnation  # versions never repeat across restarts
     assert (second.counters.updates, second.counters.env_steps) == (656, 1234)

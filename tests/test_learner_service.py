@@ -10,6 +10,7 @@ import pytest
 
 from embodyrl.config import LearnerConfig, TrainConfig
 from embodyrl.envs import pendulum
+from embodyrl.hal.layout import Layout
 from embodyrl.learner import LearnerService, build_learner
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -27,7 +28,7 @@ def _config(algorithm: str) -> TrainConfig:
 @pytest.mark.parametrize("algorithm", ["ddpg", "ppo"])
 def test_off_and_on_policy_learners_are_one_service_with_one_metrics_path(tmp_path, algorithm):
     spec, action = pendulum.OBSERVATION_SPEC, pendulum.make_device().action_spec
-    learner = build_learner(_config(algorithm), spec, action, tmp_path)
+    learner = build_learner(_config(algorithm), Layout.of("pendulum", spec, action), tmp_path)
     assert type(learner) is LearnerService
     counters = learner.run()  # budget 0: publish, log, save, checkpoint, close
     assert counters.publications == 1

@@ -34,24 +34,25 @@ def _actor(endpoint: str, steps: int) -> None:
     config = _config(steps)
     made = {name: envs.make("pendulum") for name in MEMBERS}
     group = DeviceGroup({n: d for n, (d, _) in made.items()}, {n: i for i, n in enumerate(MEMBERS)})
-    policies = {n: JaxPolicy(d.observation_spec, d.action_spec, config.algo, seed=i)
+    policies = {n: JaxPolicy.for_specs(d.observation_spec, d.action_spec, config.algo, seed=i)
                 for i, (n, (d, _)) in enumerate(made.items())}
     infos = [DeviceInfo(i, n, made[n][0].observation_spec, made[n][0].action_spec) for i, n in enumerate(MEMBERS)]
     loop_config = dataclasses.replace(config.actor, actor_id=1, random_steps=0, act_within_credit=True,
                                       credit_timeout_s=120.0)
     link = LearnerLink(endpoint, actor_name="pair", actor_id=1, devices=infos)
     with group, link:
-        loop = ActorLoop.for_group(group, {n: t for n, (_, t) in made.items()}, policies, link, loop_config)
+        loop = ActorLoop(group, {n: t for n, (_, t) in made.items()}, policies, link, loop_config)
         loop.run()
 
 
 def test_sync_ppo_with_a_two_device_actor_completes_every_iteration_on_fresh_rows(tmp_path):
     from embodyrl import envs
+    from embodyrl.hal.layout import Layout
     from embodyrl.learner import build_learner
 
     steps = 1500
     device, _ = envs.make("pendulum")
-    learner = build_learner(_config(steps), device.observation_spec, device.action_spec, tmp_path)
+    learner = build_learner(_config(steps), Layout.of("pendulum", device.observation_spec, device.action_spec), tmp_path)
     actor = multiprocessing.get_context("spawn").Process(target=_actor, args=(learner.endpoint, steps))
     actor.start()
     try:

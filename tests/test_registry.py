@@ -9,12 +9,13 @@ import pytest
 from embodyrl.algos import registry
 from embodyrl.algos.ddpg import DDPGConfig
 from embodyrl.algos.dqn import DQNConfig
-from embodyrl.algos.heads import DeviceKind, HeteroLayout, hetero
+from embodyrl.algos.heads import over
 from embodyrl.algos.interface import CONTINUOUS, DISCRETE, Algorithm, action_space, refusal
 from embodyrl.algos.ppo import PPOConfig
 from embodyrl.algos.sac import SACConfig
 from embodyrl.config import TrainConfig, build_config, default_config, from_dict, to_dict
 from embodyrl.hal import runtime
+from embodyrl.hal.layout import DeviceKind, Layout
 from embodyrl.hal.specs import ArraySpec, DictSpec
 from embodyrl.hal.steps import PolicyVersion
 
@@ -111,14 +112,17 @@ def test_lookups_by_name_and_by_config_type():
 
 
 def test_only_the_entries_that_support_layouts_train_several_device_kinds():
-    layout = HeteroLayout((DeviceKind("a", OBS, SPACES[CONTINUOUS]),))
+    action = ArraySpec("action", (2,), np.float32, -1, 1)
+    layout = Layout((DeviceKind("a", OBS, SPACES[CONTINUOUS]), DeviceKind("b", OBS, action)))
     assert registry.heterogeneous() == ("ddpg", "td3", "sac", "rlpd")
     for name in registry.names():
+        plain = _small(name)
+        assert over(plain, Layout.of("a", OBS, SPACES[CONTINUOUS])) is plain  # one kind: the algorithm itself
         if name in registry.heterogeneous():
-            assert hetero(_small(name), layout).layout is layout
+            assert over(_small(name), layout).layout is layout
         else:
-            with pytest.raises(ValueError, match=f"{name} is not supported \\(ddpg, td3, sac or rlpd\\)"):
-                hetero(_small(name), layout)
+            with pytest.raises(ValueError, match=f"\\(ddpg, td3, sac or rlpd\\), not {name}"):
+                over(_small(name), layout)
 
 
 def test_the_algorithm_implies_its_actor_settings_unless_the_user_set_them(tmp_path):

@@ -8,6 +8,7 @@ import numpy as np
 
 from embodyrl import envs
 from embodyrl.config import LearnerConfig, TrainConfig, to_dict
+from embodyrl.hal.layout import Layout
 from embodyrl.learner import build_learner
 from embodyrl.replay import PersistentReplay
 from embodyrl.workers import actor_main
@@ -21,7 +22,7 @@ def test_learner_commits_before_acking_and_a_restart_reopens_the_replay(tmp_path
     config = dataclasses.replace(config, ddpg=dataclasses.replace(config.ddpg, batch_size=32))
     device, _ = envs.make("pendulum")
     specs = (device.observation_spec, device.action_spec)
-    learner = build_learner(config, *specs, tmp_path)
+    learner = build_learner(config, Layout.of("pendulum", *specs), tmp_path)
     acked = []
     original_ack = learner.server.ack
 
@@ -48,7 +49,7 @@ def test_learner_commits_before_acking_and_a_restart_reopens_the_replay(tmp_path
     batch = replay.sample(np.random.default_rng(0), 16, 0.98, n_step=3)
     assert batch["observation"]["orientation"].shape == (16, 2)
     replay.close()
-    again = build_learner(config, *specs, tmp_path)  # a restart on the same run directory
+    again = build_learner(config, Layout.of("pendulum", *specs), tmp_path)  # a restart on the same run directory
     try:
         assert again.data.replay.reopened and again.data.replay.size == counters.rows
         assert again.server.committed_seq(0) == max(acked)  # the transport dedupes from here

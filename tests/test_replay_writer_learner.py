@@ -10,6 +10,7 @@ from embodyrl.algos.ddpg import DDPGConfig
 from embodyrl.algos.encoders import EncoderConfig
 from embodyrl.bench import transport as T
 from embodyrl.config import LearnerConfig, TrainConfig
+from embodyrl.hal.layout import Layout
 from embodyrl.learner import build_learner
 from embodyrl.replay import PersistentReplay
 
@@ -21,7 +22,7 @@ def test_image_batches_through_the_learner_are_acked_after_commit_and_stored_bit
     batches, rows = 12, 128  # 2.7 MB each: over the learner's 256 KiB write-behind threshold
     lc = LearnerConfig(min_replay=10**9, replay_capacity=2 * batches * rows, replay_chunk_rows=512,
                        credit_quantum=4 * rows, rate_tolerance=8 * rows, log_every_s=1e9)
-    learner = build_learner(TrainConfig(task="bench", steps=batches * rows, learner=lc, ddpg=CAMERA_DDPG), T.IMAGE_SPEC, T.IMAGE_ACTION,
+    learner = build_learner(TrainConfig(task="bench", steps=batches * rows, learner=lc, ddpg=CAMERA_DDPG), Layout.of("bench", T.IMAGE_SPEC, T.IMAGE_ACTION),
                       tmp_path)
     assert learner.data.replay.store._writer._behind_bytes == 256 << 10
     acked = []
@@ -76,7 +77,7 @@ def test_a_failed_row_write_still_saves_the_model_closes_everything_and_raises(t
 
     rows = 128  # 2.7 MB: written behind the ingest thread
     lc = LearnerConfig(min_replay=10**9, replay_capacity=4 * rows, replay_chunk_rows=512, log_every_s=1e9)
-    learner = build_learner(TrainConfig(task="bench", steps=10**9, learner=lc, ddpg=CAMERA_DDPG), T.IMAGE_SPEC, T.IMAGE_ACTION, tmp_path)
+    learner = build_learner(TrainConfig(task="bench", steps=10**9, learner=lc, ddpg=CAMERA_DDPG), Layout.of("bench", T.IMAGE_SPEC, T.IMAGE_ACTION), tmp_path)
     batch = T._batch(T.IMAGE_SPEC, T.IMAGE_ACTION, rows, 0, 0)
     learner.data.replay.add(batch, seq=1)
     learner.data.replay.commit()

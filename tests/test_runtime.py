@@ -84,7 +84,7 @@ def test_jax_policy_and_numpy_policy_act_alike(tmp_path):
     spec = DictSpec.of(ArraySpec("orientation", (2,), np.float32), ArraySpec("angular_velocity", (1,), np.float32))
     action = ArraySpec("action", (1,), np.float32, -2.0, 2.0)
     config = ddpg.DDPGConfig(hidden_sizes=(16, 16))
-    jax_policy = JaxPolicy(spec, action, config, seed=3)
+    jax_policy = JaxPolicy.for_specs(spec, action, config, seed=3)
     rng = np.random.default_rng(0)
     weights = flat_params.flatten({"actor": jax.tree.map(lambda p: rng.normal(0, 0.7, p.shape).astype(np.float32),
                                                          jax.device_get(jax_policy.params))})

@@ -1,123 +1,37 @@
 """One policy for devices of different shapes: per-device input and output heads around a shared trunk.
 
-Design (padded rows, routed by device id). A heterogeneous run declares its
-device kinds up front, indexed by the ``device_id`` their actors send
-(:class:`HeteroLayout`). The learner admits an actor's device only if its
-specs equal the kind declared for that id, and pads each incoming row into
-one shared row layout before the replay stores it:
-
-* ``observation/features``: the device's observation, flattened in its spec's
-  field order, zero-padded to the widest device's size (float32);
-* ``observation/device``: the device id (int32), the route;
-* ``action``: the device's action mapped to [-1, 1] by its own bounds,
-  zero-padded to the widest action.
-
-So the replay, the sampler, n-step returns and the jitted scan stay as they
-are, and a batch mixes devices. The networks run every input head on every
-row and keep, per row, the head of its device (``jnp.take_along_axis``);
-rows of device A thus send no gradient to device B's heads, while the trunk
-learns from all. Output heads write the device's action dimensions; padded
+A run over several device kinds stores their rows padded into one layout
+and routed by device id (:class:`embodyrl.hal.layout.Layout`), so the replay,
+the sampler, n-step returns and the jitted scan stay as they are, and a
+batch mixes devices. The networks here run every input head on every row and
+keep, per row, the head of its device (``jnp.take_along_axis``); rows of
+device A thus send no gradient to device B's heads, while the trunk learns
+from all. Output heads write the device's action dimensions; padded
 dimensions are zero and no critic reads them. DDPG/TD3's update
-(:mod:`embodyrl.algos.ddpg`) runs unchanged on these networks.
+(:mod:`embodyrl.algos.ddpg`) runs unchanged on these networks, and SAC and
+RLPD on the same heads (:mod:`embodyrl.algos.heads_sac`).
 
-Actors act through :class:`DevicePolicy`: the same published weights,
-padded observation in, the device's slice of the unit action out, scaled to
-its bounds. SAC and RLPD run on the same heads (:mod:`embodyrl.algos.heads_sac`).
-Scope: state observations (a device that observes an image is refused by name).
+:func:`over` is the one place that chooses: an algorithm over a one-kind
+layout is the algorithm itself (its own networks, on the device's own
+specs); over several kinds it is :class:`Headed`. Actors act through
+:class:`embodyrl.policy.JaxPolicy`, which pads and unpads through the layout.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from functools import partial
+from dataclasses import dataclass
 from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from flax import nnx
 
-from ..hal import params as flat_params
+from ..hal.layout import DEVICE, FEATURES, Layout
 from ..hal.specs import ArraySpec, DictSpec
-from ..hal.steps import NO_POLICY, PolicyVersion, Steps
+from ..hal.steps import NO_POLICY, PolicyVersion
 from .networks import ActionScale
 from .runtime_graph import device_policy
-
-FEATURES, DEVICE = "features", "device"
-
-
-@dataclass(frozen=True)
-class DeviceKind:
-    name: str
-    observation_spec: DictSpec
-    action_spec: ArraySpec
-
-
-@dataclass(frozen=True)
-class HeteroLayout:
-    """The declared devices, by device id (``kinds[i]`` is device ``i``), and the padded row layout."""
-
-    kinds: tuple[DeviceKind, ...]
-    observation_spec: DictSpec = field(init=False)
-    action_spec: ArraySpec = field(init=False)
-
-    def __post_init__(self):
-        if not self.kinds:
-            raise ValueError("a heterogeneous layout needs at least one device kind")
-        for kind in self.kinds:
-            ActionScale(kind.action_spec)  # finite bounds, or a clear error naming the action
-            for spec in kind.observation_spec.specs:
-                if spec.dtype == np.uint8 or len(spec.shape) >= 3:
-                    raise ValueError(f"heterogeneous devices: {kind.name!r} observes an image ({spec.name!r}, "
-                                     f"{spec.dtype}{list(spec.shape)}); state observations only")
-        width = max(self.observation_sizes)
-        object.__setattr__(self, "observation_spec", DictSpec.of(
-            ArraySpec(FEATURES, (width,), np.float32), ArraySpec(DEVICE, (), np.int32, 0, len(self.kinds) - 1)))
-        object.__setattr__(self, "action_spec", ArraySpec("action", (max(self.action_sizes),), np.float32, -1, 1))
-
-    @property
-    def observation_sizes(self) -> tuple[int, ...]:
-        return tuple(sum(s.size for s in k.observation_spec.specs) for k in self.kinds)
-
-    @property
-    def action_sizes(self) -> tuple[int, ...]:
-        return tuple(k.action_spec.size for k in self.kinds)
-
-    def refusal(self, device_id: int, name: str, observation_spec: DictSpec, action_spec: ArraySpec) -> str | None:
-        """Why a declared device does not fit this layout (None when it does)."""
-        if not 0 <= device_id < len(self.kinds):
-            return f"device {name!r}: id {device_id} is not one of the {len(self.kinds)} declared device kinds"
-        kind = self.kinds[device_id]
-        if observation_spec != kind.observation_spec or action_spec != kind.action_spec:
-            return f"device {name!r} (id {device_id}) has specs that differ from declared kind {kind.name!r}"
-        return None
-
-    def pad_observation(self, device_id: int, observation) -> dict[str, np.ndarray]:
-        """One device's observation (optionally batched) as padded ``features`` plus its ``device`` id."""
-        spec = self.kinds[device_id].observation_spec
-        parts = [np.asarray(observation[s.name], np.float32) for s in spec.specs]
-        lead = parts[0].shape[: parts[0].ndim - len(spec.specs[0].shape)]
-        flat = np.concatenate([p.reshape(*lead, -1) for p in parts], axis=-1)
-        padded = np.zeros((*lead, self.observation_spec[FEATURES].shape[0]), np.float32)
-        padded[..., : flat.shape[-1]] = flat
-        return {FEATURES: padded, DEVICE: np.full(lead, device_id, np.int32)}
-
-    def pad_action(self, device_id: int, action) -> np.ndarray:
-        """A device's action (env units) as the padded unit action the replay stores."""
-        scale = ActionScale(self.kinds[device_id].action_spec)
-        unit = (np.asarray(action, np.float32) - scale.center) / scale.half_range
-        out = np.zeros((*unit.shape[:-1], self.action_spec.shape[0]), np.float32)
-        out[..., : unit.shape[-1]] = np.clip(unit, -1.0, 1.0)
-        return out
-
-    def pad_steps(self, device_id: int, steps: Steps) -> Steps:
-        """A batch of one device's rows in the padded layout (everything else unchanged)."""
-        from dataclasses import replace
-
-        return replace(steps, observation=self.pad_observation(device_id, steps.observation),
-                       action=self.pad_action(device_id, steps.action),
-                       proposed_action=self.pad_action(device_id, steps.proposed_action))
 
 
 class HeadedMLP(nnx.Module):
@@ -156,7 +70,7 @@ class HeadedMLP(nnx.Module):
 class RoutedCritics:
     """What DDPG's and SAC's headed networks share: the padded specs, the action mask, the critics."""
 
-    layout: HeteroLayout
+    layout: Layout
     actor_graph: nnx.GraphDef
     critic_graph: nnx.GraphDef
 
@@ -219,7 +133,7 @@ def padded_rows(observation):
     return x.reshape(-1, x.shape[-1]), jnp.asarray(observation[DEVICE], jnp.int32).reshape(-1), lead
 
 
-def make_critics(layout: HeteroLayout, hidden_sizes: tuple[int, ...], keys, layer_norm: bool = False):
+def make_critics(layout: Layout, hidden_sizes: tuple[int, ...], keys, layer_norm: bool = False):
     """(graph, parameters stacked on a leading axis) of one headed critic per key."""
     critic_in = [n + m for n, m in zip(layout.observation_sizes, layout.action_sizes, strict=True)]
     critics = [nnx.split(HeadedMLP(critic_in, hidden_sizes, [1] * len(critic_in), rngs=nnx.Rngs(k),
@@ -227,7 +141,7 @@ def make_critics(layout: HeteroLayout, hidden_sizes: tuple[int, ...], keys, laye
     return critics[0][0], jax.tree.map(lambda *xs: jnp.stack(xs), *[nnx.to_pure_dict(s) for _, s in critics])
 
 
-def make_networks(layout: HeteroLayout, hidden_sizes: tuple[int, ...], key: jax.Array, num_critics: int = 1):
+def make_networks(layout: Layout, hidden_sizes: tuple[int, ...], key: jax.Array, num_critics: int = 1):
     """(networks, actor_params, critic_params), the critics stacked on a leading axis."""
     actor_key, *critic_keys = jax.random.split(key, 1 + num_critics)
     actor_graph, actor_state = nnx.split(HeadedMLP(layout.observation_sizes, hidden_sizes, layout.action_sizes,
@@ -236,22 +150,22 @@ def make_networks(layout: HeteroLayout, hidden_sizes: tuple[int, ...], key: jax.
     return HeteroNetworks(layout, actor_graph, critic_graph), nnx.to_pure_dict(actor_state), critic_params
 
 
-def init(key: jax.Array, layout: HeteroLayout, config):
+def init(key: jax.Array, layout: Layout, config):
     """(networks, training state) of a bare DDPG or SAC config's algorithm over ``layout``'s heads."""
     from .registry import as_algorithm
 
-    return hetero(as_algorithm(config), layout).init(key)
+    return over(as_algorithm(config), layout).init(key)
 
 
 @dataclass(frozen=True)
 class Headed:
-    """An algorithm over a :class:`HeteroLayout`: its own update, action and state around per-device
+    """An algorithm over a :class:`Layout`: its own update, action and state around per-device
     heads and a shared trunk. The algorithm provides ``headed_networks(layout, key)``,
     ``initial_state(key, actor, critics)`` and ``policy_head()`` (:class:`~.actor_critic.ActorCritic`);
     the rest of the :class:`~.interface.Algorithm` interface is its own."""
 
     algorithm: Any
-    layout: HeteroLayout
+    layout: Layout
 
     @property
     def name(self) -> str:
@@ -307,49 +221,30 @@ class Headed:
         return device_policy(self.layout, actor_params, device_id, self.algorithm.policy_head(), version)
 
 
-def hetero(algorithm, layout: HeteroLayout) -> Headed:
-    """``algorithm`` over the headed networks of ``layout``, if its registry entry trains several kinds."""
+def over(algorithm, layout: Layout):
+    """``algorithm`` for the devices of ``layout``: itself for one kind; around per-device heads for
+    several, if its registry entry trains several kinds (state observations only)."""
     from . import registry
 
-    if not registry.get(algorithm.name).heterogeneous:
+    if not layout.padded or isinstance(algorithm, Headed):
+        return algorithm
+    entry = registry.get(algorithm.name)
+    if not entry.heterogeneous:
         *most, last = registry.heterogeneous()
-        raise ValueError(f"heterogeneous devices: {algorithm.name} is not supported ({', '.join(most)} or {last})")
+        raise ValueError(f"several device kinds train with an off-policy algorithm over per-device heads "
+                         f"({', '.join(most)} or {last}), not {algorithm.name}")
     if algorithm.config.encoder.image_fields:
-        raise ValueError("heterogeneous devices: state observations only (no image encoder)")
+        raise ValueError(f"several device kinds train from state observations; "
+                         f"{entry.section}.encoder.image_fields must be empty")
     return Headed(algorithm, layout)
 
 
-class DevicePolicy:
-    """The shared policy acting for one device kind (the HAL ``Policy`` protocol)."""
-
-    def __init__(self, algorithm: Headed, device_id: int, seed: int = 0):
-        self.layout, self.device_id = algorithm.layout, device_id
-        kind = self.layout.kinds[device_id]
-        self.observation_spec, self.action_spec = kind.observation_spec, kind.action_spec
-        self._scale = ActionScale(kind.action_spec)
-        networks, self.params = algorithm.actor_networks(key=jax.random.key(seed))
-        self.version: PolicyVersion = NO_POLICY
-        self._key, self._count = jax.random.key(seed + 1), 0
-
-        @partial(jax.jit, static_argnames="explore")
-        def _act(params, observation, key, count, explore):
-            obs = jax.tree.map(lambda x: x[None], observation)
-            action, _ = algorithm.act(networks, params, obs, jax.random.fold_in(key, count), explore)
-            return action[0]
-
-        self._act = _act
-
-    def act(self, observation, *, explore: bool = True):
-        self._count += 1  # the key is folded inside the jitted call: one dispatch per action
-        padded = self.layout.pad_observation(self.device_id, observation)
-        unit = np.asarray(self._act(self.params, padded, self._key, self._count, explore))
-        n = self.action_spec.size
-        action = unit[:n].reshape(self.action_spec.shape) * self._scale.half_range + self._scale.center
-        return self.action_spec.clip(action.astype(self.action_spec.dtype)), {}
-
-    def load_weights(self, version: PolicyVersion, arrays) -> None:
-        tree = flat_params.unflatten(flat_params.subtree(arrays, "actor"))
-        if jax.tree.structure(tree) != jax.tree.structure(self.params):
-            raise ValueError("weights do not fit the headed actor network")
-        self.params = jax.tree.map(jnp.asarray, tree)
-        self.version = version
+def export_device(algorithm, layout: Layout, actor_params, device_id: int,
+                  version: PolicyVersion = NO_POLICY) -> tuple[dict, dict]:
+    """(meta, arrays) of one device's policy for the numpy runtime: the algorithm's own export on a
+    one-kind layout, the device's slice of the heads (a plain MLP on its own specs) on several."""
+    algorithm = over(algorithm, layout)
+    if isinstance(algorithm, Headed):
+        return algorithm.export_device(actor_params, device_id, version)
+    networks, _ = algorithm.actor_networks(layout.observation_spec, layout.action_spec, jax.random.key(0))
+    return algorithm.export(networks, actor_params, version)

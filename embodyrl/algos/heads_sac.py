@@ -20,7 +20,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from .heads import HeadedMLP, HeteroLayout, RoutedCritics, init, make_critics, padded_rows
+from ..hal.layout import Layout
+from .heads import HeadedMLP, RoutedCritics, init, make_critics, padded_rows
 from .sac import SACConfig
 from .sac.networks import LOG_2
 
@@ -68,7 +69,7 @@ class HeteroSACNetworks(RoutedCritics):
         return (jnp.tanh(u) * mask).reshape(*lead, -1), logp.reshape(lead)
 
 
-def make_networks(layout: HeteroLayout, config: SACConfig, key: jax.Array):
+def make_networks(layout: Layout, config: SACConfig, key: jax.Array):
     """(networks, actor_params, critic_params), the critics stacked on a leading axis."""
     actor_key, *critic_keys = jax.random.split(key, 1 + config.num_critics)
     actor_graph, actor_state = nnx.split(HeadedMLP(layout.observation_sizes, config.hidden_sizes,

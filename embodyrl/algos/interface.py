@@ -97,7 +97,7 @@ class Entry:
     build: Callable[[Any], Algorithm]
     """The algorithm from the section's settings (applying the variant's options)."""
     heterogeneous: bool = False
-    """Whether it trains one policy over several device kinds (:func:`embodyrl.algos.heads.hetero`):
+    """Whether it trains one policy over several device kinds (:func:`embodyrl.algos.heads.over`):
     the algorithm then provides ``headed_networks``, ``initial_state`` and ``policy_head``."""
     defaults: Mapping[str, Any] = field(default_factory=dict)
     """Settings outside its section that it implies (PPO: actors take no random warm-up), applied when

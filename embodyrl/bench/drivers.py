@@ -86,7 +86,7 @@ def _runtime(quick: bool) -> dict:
     n, repeats = (20, 2) if quick else (2000, 5)
     config = ddpg.DDPGConfig()
     action_spec = pendulum.make_device().action_spec
-    jax_policy = JaxPolicy(pendulum.OBSERVATION_SPEC, action_spec, config, seed=0)
+    jax_policy = JaxPolicy.for_specs(pendulum.OBSERVATION_SPEC, action_spec, config, seed=0)
     networks, _, _ = ddpg.make_networks(pendulum.OBSERVATION_SPEC, action_spec, config.hidden_sizes,
                                         jax.random.key(0))
     numpy_policy = NumpyPolicy(*export_ddpg(networks, jax_policy.params, config, PolicyVersion(1, 1)))

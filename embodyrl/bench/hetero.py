@@ -8,9 +8,9 @@ padding), same trunk and batch, alternating blocks in one run; medians per
 update. The ratio is the price of running every device's heads on every
 row and keeping each row's own.
 
-Actor: one action of the arm through :class:`~embodyrl.algos.heads.DevicePolicy`
-(pad, headed forward, slice, scale) against :class:`~embodyrl.policy.JaxPolicy`
-on the arm alone.
+Actor: one action of the arm through :class:`~embodyrl.policy.JaxPolicy` over
+the two-kind layout (pad, headed forward, slice, scale) against the same class
+on the arm's own one-kind layout.
 """
 
 from __future__ import annotations
@@ -20,8 +20,9 @@ import statistics
 import jax
 import numpy as np
 
+from .. import envs
 from ..algos import sac
-from ..algos.heads import DevicePolicy, hetero
+from ..algos.heads import over
 from ..algos.registry import as_algorithm
 from . import median_seconds
 
@@ -60,14 +61,12 @@ def _batches(rng, layout, specs, k: int, n: int, hetero_rows: bool) -> dict:
 
 
 def learner_side(quick: bool) -> dict:
-    from .. import hetero as hetero_run
-
     k, blocks = (2, 2) if quick else (8, 5)
     config = sac.SACConfig(hidden_sizes=(32, 32) if quick else (256, 256), batch_size=16 if quick else 256)
-    layout = hetero_run.layout("+".join(TASKS))
+    layout = envs.layout(envs.SEPARATOR.join(TASKS))
     specs = _specs()
     rng = np.random.default_rng(0)
-    algo = hetero(as_algorithm(config), layout)
+    algo = over(as_algorithm(config), layout)
     headed, headed_state = algo.init(jax.random.key(0))
     plain, plain_state = sac.init(jax.random.key(0), *specs[ARM], config)
     calls = {}
@@ -88,15 +87,15 @@ def learner_side(quick: bool) -> dict:
 
 
 def actor_side(quick: bool) -> dict:
-    from .. import hetero as hetero_run
     from ..policy import JaxPolicy
 
     steps = 30 if quick else 300
     config = sac.SACConfig(hidden_sizes=(32, 32) if quick else (256, 256))
-    algo = hetero(as_algorithm(config), hetero_run.layout("+".join(TASKS)))
+    layout = envs.layout(envs.SEPARATOR.join(TASKS))
     observation_spec, action_spec = _specs()[ARM]
     observation = _random_observation(np.random.default_rng(1), observation_spec, ())
-    policies = {"hetero": DevicePolicy(algo, ARM), "single": JaxPolicy(observation_spec, action_spec, config)}
+    policies = {"hetero": JaxPolicy(config, layout, ARM),
+                "single": JaxPolicy.for_specs(observation_spec, action_spec, config)}
     times: dict[str, list[float]] = {name: [] for name in policies}
     for policy in policies.values():
         policy.act(observation)  # compile

@@ -110,7 +110,7 @@ def _act_ms(device, observation, steps: int) -> tuple[float, float, float]:
 
     config = sac.SACConfig(encoder=EncoderConfig(image_fields=(IMAGE,), pixels_only=True,
                                                  channels=(16, 16, 16), strides=(2, 2, 2)))
-    policy = JaxPolicy(device.observation_spec, device.action_spec, config)
+    policy = JaxPolicy.for_specs(device.observation_spec, device.action_spec, config)
     policy.act(observation)
     jax_ms = 1e3 * median_seconds(lambda: policy.act(observation), steps)
     networks, _ = sac.init(jax.random.key(0), device.observation_spec, device.action_spec, config)

@@ -218,13 +218,14 @@ def _four_actors(batches: int, directory: Path) -> tuple[float, float, float]:
     connected, so no actor's start-up (spawn, imports) dilutes the rate.
     """
     from ..config import LearnerConfig, TrainConfig
+    from ..hal.layout import Layout
     from ..learner import build_learner
 
     actors, rows = 4, 256
     lc = LearnerConfig(min_replay=10**12, replay_capacity=1 << 21, replay_chunk_rows=8192,
                        credit_quantum=32 * rows, rate_tolerance=64 * rows, log_every_s=1e9)
     config = TrainConfig(task="bench", steps=actors * batches * rows, learner=lc)
-    learner = build_learner(config, CHEETAH_SPEC, CHEETAH_ACTION, directory)
+    learner = build_learner(config, Layout.of("bench", CHEETAH_SPEC, CHEETAH_ACTION), directory)
     data, server = learner.data, learner.server
     marks: dict[str, float] = {}
     acked: dict[int, int] = {}

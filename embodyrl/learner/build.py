@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..algos.heads import over
 from ..checkpoint import Checkpointer
-from ..hal.specs import ArraySpec, DictSpec
+from ..hal.layout import Layout
 from ..hal.steps import PolicyVersion, new_incarnation
 from ..hal.wire.protocol import DeviceInfo
 from ..hal.wire.security import ServerKeys
@@ -18,31 +19,26 @@ from .service import LearnerService, Training
 
 
 def make_learner(config, run_dir: Path, **kwargs) -> LearnerService:
-    """The learner for ``config``'s task: one device kind, or several (``a+b``, a heterogeneous layout).
+    """The learner for ``config``'s task (its layout: one device kind, or several for ``a+b``).
     ``kwargs``: ``keys`` and ``allow_insecure`` of :func:`build_learner`."""
-    from .. import envs, hetero
+    from .. import envs
 
-    if hetero.is_hetero(config.task):
-        layout = hetero.layout(config.task)
-        return build_learner(config, layout.observation_spec, layout.action_spec, run_dir, layout=layout, **kwargs)
-    device, _ = envs.make(config.task)
-    return build_learner(config, device.observation_spec, device.action_spec, run_dir, **kwargs)
+    return build_learner(config, envs.layout(config.task), run_dir, **kwargs)
 
 
-def build_learner(config, observation_spec: DictSpec, action_spec: ArraySpec, run_dir: Path, *,
-                  keys: ServerKeys | None = None, allow_insecure: bool = False, layout=None) -> LearnerService:
-    """The learner service of ``config`` for devices of these specs, its files in ``run_dir``.
+def build_learner(config, layout: Layout, run_dir: Path, *, keys: ServerKeys | None = None,
+                  allow_insecure: bool = False) -> LearnerService:
+    """The learner service of ``config`` for the device kinds of ``layout``, its files in ``run_dir``.
 
     ``keys``: CurveZMQ for the actors' link; without them only loopback unless ``allow_insecure``.
-    ``layout``: a :class:`~embodyrl.algos.heads.HeteroLayout` to train one policy over devices of
-    different shapes (its padded specs are ``observation_spec`` and ``action_spec``).
+    The server admits a device only if it fits the layout; the data side stores rows in the
+    layout's row layout (padded, with several kinds), and the algorithm acts over it.
     """
-    from ..algos.heads import hetero
-
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     lc = config.learner
-    algorithm = hetero(config.algo, layout) if layout is not None else config.algo
+    algorithm = over(config.algo, layout)
+    observation_spec, action_spec = layout.observation_spec, layout.action_spec
     incarnation = new_incarnation()
     if algorithm.on_policy:
         training = Training.of(algorithm, observation_spec, action_spec, config.seed,
@@ -54,11 +50,9 @@ def build_learner(config, observation_spec: DictSpec, action_spec: ArraySpec, ru
         training = Training.of(algorithm, observation_spec, action_spec, config.seed,
                                updates_per_call=lc.updates_per_call, publish_every=lc.publish_every)
         data = ReplayData(run_dir / "replay", observation_spec, action_spec, lc, batch_size=algorithm.batch_size,
-                          discount=algorithm.discount, seed=config.seed,
-                          pad=layout.pad_steps if layout is not None else None)
+                          discount=algorithm.discount, seed=config.seed, pad=layout.pad_steps)
         committed_seq = data.committed_seq
-    admit = _fits_layout(layout) if layout is not None else _same_specs(observation_spec, action_spec)
-    server = LearnerServer(lc.bind, run_id=run_dir.name, incarnation=incarnation, admit=admit,
+    server = LearnerServer(lc.bind, run_id=run_dir.name, incarnation=incarnation, admit=_admission(layout),
                            peer_timeout_s=lc.peer_timeout_s, keys=keys, allow_insecure=allow_insecure,
                            committed_seq=committed_seq)
 
@@ -69,24 +63,15 @@ def build_learner(config, observation_spec: DictSpec, action_spec: ArraySpec, ru
         server, data, training, checkpointer=Checkpointer(run_dir / "checkpoints"),
         metrics_sink=MetricsLog(run_dir), save_policy=save, budget=config.steps, incarnation=incarnation,
         log_every_s=lc.log_every_s, checkpoint_every_s=lc.checkpoint_every_s,
-        device_names=tuple(kind.name for kind in layout.kinds) if layout is not None else ())
+        kinds=(layout.names, layout.kind_of))
     service.warm_up()
     return service
 
 
-def _same_specs(observation_spec: DictSpec, action_spec: ArraySpec):
+def _admission(layout: Layout):
+    """The server's admission: every declared device must fit the layout."""
     def admit(devices: list[DeviceInfo]) -> str | None:
         for d in devices:
-            if d.observation_spec != observation_spec or d.action_spec != action_spec:
-                return f"device {d.name!r} has specs that differ from this learner's task"
-        return None
-
-    return admit
-
-
-def _fits_layout(layout):
-    def admit(devices: list[DeviceInfo]) -> str | None:
-        for d in devices:  # each device id has its declared kind
             reason = layout.refusal(d.device_id, d.name, d.observation_spec, d.action_spec)
             if reason is not None:
                 return reason

@@ -29,11 +29,12 @@ from ..transport.credits import grant_in_turn
 
 
 class ReplayData:
-    """``pad``: turns one device's rows into the replay's row layout (several device kinds)."""
+    """``pad(device_id, steps)``: one device's rows in the replay's row layout (the run's
+    :meth:`~embodyrl.hal.layout.Layout.pad_steps`; the identity for one device kind)."""
 
     def __init__(self, directory: Path, observation_spec: DictSpec, action_spec: ArraySpec,
                  config: LearnerConfig, *, batch_size: int, discount: float, seed: int,
-                 pad: Callable[[int, Steps], Steps] | None = None):
+                 pad: Callable[[int, Steps], Steps] = lambda device_id, steps: steps):
         self.config, self.batch_size, self.discount, self._pad = config, batch_size, discount, pad
         chunk = config.replay_chunk_rows
         capacity = max(2, -(-config.replay_capacity // chunk)) * chunk
@@ -53,9 +54,7 @@ class ReplayData:
         return self.replay.committed_seqs.get(actor_id, 0)
 
     def add(self, steps: Steps, seq: int, actor_id: int) -> int:
-        if self._pad is not None:
-            steps = self._pad(int(steps.device_id[0]), steps)
-        self.replay.add(steps, seq=seq)
+        self.replay.add(self._pad(int(steps.device_id[0]), steps), seq=seq)
         self.limiter.record_insert(len(steps))
         return 0
 

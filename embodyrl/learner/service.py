@@ -137,20 +137,22 @@ class LearnerService:
     """Serve actors and train: see the module docstring for the loop.
 
     ``checkpointer``, ``metrics_sink`` and ``save_policy`` may be None (a coupling learner keeps
-    no run directory). ``device_names``: with more than one, the metrics carry a return per
-    device (``episode_return/<name>``). ``budget``: env steps to run for (None: until stopped).
+    no run directory). ``kinds``: (the device kinds' names, device id -> kind index); the metrics
+    carry a return per kind (``episode_return/<name>``). ``budget``: env steps to run for (None:
+    until stopped).
     """
 
     def __init__(self, server: LearnerServer, data: DataSide, training: Training, *,
                  checkpointer=None, metrics_sink=None, save_policy: Callable | None = None,
                  budget: int | None = None, incarnation: int | None = None, log_every_s: float = 1.0,
-                 checkpoint_every_s: float = 60.0, device_names: tuple[str, ...] = ()):
+                 checkpoint_every_s: float = 60.0,
+                 kinds: tuple[tuple[str, ...], Callable[[int], int]] = ((), int)):
         self.server, self.data, self.training = server, data, training
         self.checkpointer, self.metrics_sink, self.save_policy = checkpointer, metrics_sink, save_policy
         self.budget = budget
         self.incarnation = incarnation if incarnation is not None else new_incarnation()
         self.log_every_s, self.checkpoint_every_s = log_every_s, checkpoint_every_s
-        self.device_names = device_names
+        self.kind_names, self.kind_of = kinds
         self.counters = Counters()
         self.train_metrics: dict[str, float] = {}
         self.compile_s: float | None = None
@@ -357,10 +359,9 @@ class LearnerService:
         }
         if self.compile_s is not None:
             record["compile_s"] = round(self.compile_s, 2)
-        if len(self.device_names) > 1:  # a curve per device kind
-            for device_id, name in enumerate(self.device_names):
-                mine = [total for d, total in by_device if d == device_id]
-                record[f"episode_return/{name}"] = float(np.mean(mine)) if mine else None
+        for kind, name in enumerate(self.kind_names):  # a curve per device kind
+            mine = [total for d, total in by_device if self.kind_of(d) == kind]
+            record[f"episode_return/{name}"] = float(np.mean(mine)) if mine else None
         self._clock["log"], self._updates_at_log = now, c.updates
         if self.metrics_sink is not None:
             self.metrics_sink.write(record, step=c.env_steps)

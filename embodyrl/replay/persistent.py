@@ -7,7 +7,7 @@ Wraps a :class:`ChunkStore` (durable rows, group commits, reopen), a
 * ``sample``: transitions with n-step returns, uniform over valid starts (or
   per-source mixing in set proportions, or by priority), optionally only
   rows acted by a recent policy (``max_staleness``);
-* ``sample_sequences``: fixed-length runs of one episode's rows.
+* ``sample_sequences``: fixed-length runs of one episode's rows (experimental: no learner uses it yet).
 
 Uniform means i.i.d. uniform over stored rows, rejecting those that are not
 valid transition starts (final rows, rows whose successor has not arrived or
@@ -242,6 +242,9 @@ class PersistentReplay:
 
     def sample_sequences(self, rng: np.random.Generator, batch_size: int, length: int) -> dict:
         """``batch_size`` runs of ``length`` consecutive rows of one episode each ([B, L, ...]).
+
+        Experimental: for recurrent or sequence models, which no registered algorithm is yet;
+        tested, but no learner or config setting calls it.
 
         Starts are uniform over stored rows, rejecting those whose episode
         has fewer than ``length`` rows from there (a final row may end a run).

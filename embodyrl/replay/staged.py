@@ -1,5 +1,10 @@
 """Chunks then rows: fast sampling when the buffer is many times larger than its RAM budget.
 
+Experimental: no learner or config setting uses it yet; ``embodyrl bench replay``
+measures it against uniform sampling. A learner would sample through it in
+place of :meth:`~embodyrl.replay.PersistentReplay.sample` once its correlation
+within batches (below) is shown not to hurt learning.
+
 I.i.d. uniform rows from a cold buffer cost one random page read each (about
 3-15 ms per batch of 256 here, whatever the hints), so the disk's random-read
 rate, not the code, bounds them. This sampler instead keeps a *pool* of whole

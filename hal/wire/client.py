@@ -12,7 +12,9 @@ not yet sent waits in the spool.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -51,7 +53,8 @@ class LearnerLink:
                  peer_timeout_s: float = 30.0, reconnect_s: float = 0.5, reconnect_max_s: float = 10.0,
                  limits: Limits = DEFAULT_LIMITS, spool: Spool | None = None,
                  keys: ClientKeys | None = None, allow_insecure: bool = False,
-                 compression: str = "auto"):
+                 compression: str = "auto", on_sent: Callable[[int, Steps], None] | None = None):
+        """``on_sent(seq, steps)``: called for every batch the link takes (e.g. a batch ledger)."""
         check_endpoint(endpoint, keys is not None, allow_insecure)
         self.endpoint = endpoint
         self.actor_name = actor_name
@@ -67,6 +70,7 @@ class LearnerLink:
         self.keys = keys
         self.spool = spool if spool is not None else Spool()
         self.compression = AdaptiveCompression(compression)
+        self.on_sent = on_sent
         self.stats = LinkStats()
         self.run_id: str | None = None
         self.incarnation: int | None = None
@@ -131,6 +135,8 @@ class LearnerLink:
                         arrays, compression=self.compression.choose(arrays.values()))
         self.spool.push(seq, len(steps), frames)
         self._seq = seq
+        if self.on_sent is not None:
+            self.on_sent(seq, steps)
         self._pump()
         return seq
 
@@ -179,6 +185,12 @@ class LearnerLink:
         """The newest weights received since the last call, if any."""
         weights, self._weights = self._weights, None
         return weights
+
+    def metrics(self) -> dict:
+        """Traffic, RTT, resends and reconnects, and the spool's backlog."""
+        spool = self.spool
+        return {**dataclasses.asdict(self.stats), "spool_batches": len(spool), "spool_rows": spool.rows,
+                "spool_bytes": spool.bytes_total, "spool_dropped_rows": spool.dropped_rows}
 
     # -- internals -------------------------------------------------------
     def _dial(self) -> None:
