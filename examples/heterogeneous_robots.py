@@ -72,7 +72,7 @@ def actor_main(endpoint: str, steps: int, seed: int) -> None:
 def evaluate(weights: dict, steps: int, seed: int, episodes: int) -> dict:
     """Mean return per device: the learned policy (no exploration) against uniform random actions."""
     from embodyrl import envs
-    from embodyrl.evaluate import versus_random
+    from embodyrl.cli.evaluate import versus_random
     from embodyrl.hal.steps import PolicyVersion
     from embodyrl.policy import JaxPolicy
 

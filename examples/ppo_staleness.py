@@ -44,8 +44,8 @@ SETTINGS = {"actors": 4, "ppo": {"discount": 0.95, "learning_rate": 3e-4, "init_
 
 
 def run_one(staleness: int, seed: int, steps: int, root: Path) -> dict:
+    from embodyrl.cli.launch import train
     from embodyrl.config import _merge, apply_algorithm_defaults, default_config, from_dict, to_dict
-    from embodyrl.train import train
 
     data = to_dict(default_config("pendulum"))
     _merge(data, {**SETTINGS, "algorithm": "ppo", "steps": steps, "seed": seed})

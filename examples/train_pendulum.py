@@ -20,9 +20,9 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from embodyrl.cli.evaluate import evaluate_saved_run
+from embodyrl.cli.launch import train
 from embodyrl.config import default_config
-from embodyrl.evaluate import evaluate_saved_run
-from embodyrl.train import train
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,7 +1,7 @@
 """A learner's policy as a numpy-only forward pass: acting without JAX.
 
 An actor on a small robot PC, or an MPI rank of a scientific model, loads an
-export written by :mod:`embodyrl.export` and acts with numpy alone. The
+export written by :mod:`embodyrl.cli.export` and acts with numpy alone. The
 export format (version 1) is two files with the same stem:
 
 ``policy.json``::

@@ -10,6 +10,7 @@ import pytest
 from test_group import LoopbackLearner
 
 from embodyrl import envs
+from embodyrl.cli.processes import actor_main
 from embodyrl.config import TrainConfig, to_dict
 from embodyrl.hal.actor import ActorConfig, ActorLoop
 from embodyrl.hal.safety import SafeDevice, SafetyConfig
@@ -17,7 +18,6 @@ from embodyrl.hal.steps import Source
 from embodyrl.hal.wire.client import LearnerLink
 from embodyrl.hal.wire.protocol import DeviceInfo
 from embodyrl.transport import LearnerServer
-from embodyrl.workers import actor_main
 
 
 class Alternating:

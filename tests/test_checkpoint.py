@@ -3,8 +3,8 @@ import numpy as np
 import pytest
 
 from embodyrl.algos import ddpg, sac
-from embodyrl.checkpoint import Checkpointer
 from embodyrl.hal.specs import ArraySpec, DictSpec
+from embodyrl.learner.checkpoint import Checkpointer
 
 OBS = DictSpec.of(ArraySpec("x", (3,), np.float32))
 ACT = ArraySpec("action", (1,), np.float32, -1, 1)

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from embodyrl.cli import _overrides
+from embodyrl.cli.commands import _overrides
 from embodyrl.config import build_config, default_config, parse_override
 
 

@@ -13,7 +13,7 @@ import time
 import pytest
 from rich.console import Console
 
-from embodyrl.display import FIELDS, Display, MetricsFollower, resolve_mode
+from embodyrl.cli.display import FIELDS, Display, MetricsFollower, resolve_mode
 
 RECORD = {"time": 12.5, "env_steps": 1500, "episodes": 7, "episode_return": -812.25, "updates": 900,
           "updates_per_s": 142.0, "policy_version": 29, "replay_size": 1500, "actors": 2, "policy_lag": 1.75}

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from embodyrl.cli import build_parser
+from embodyrl.cli.commands import build_parser
 from embodyrl.replay.layout import META_FILE
 
 

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from embodyrl.cli import main
+from embodyrl.cli.commands import main
 from embodyrl.hal.wire.security import generate_keys
 
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from embodyrl.hal.coupling import CouplingConfig, CouplingError, CouplingLink, level_inputs
-from embodyrl.hal.coupling_inference import InferenceServer
+from embodyrl.hal.coupling.inference import InferenceServer
+from embodyrl.hal.coupling.link import CouplingConfig, CouplingError, CouplingLink, level_inputs
 from embodyrl.hal.runtime import NumpyPolicy
 from embodyrl.hal.steps import PolicyVersion
 from tests.test_coupling_mpi import CFG, LearnerThread, level_policy
@@ -100,7 +100,7 @@ def test_a_nearby_inference_process_answers_like_the_local_replica_and_its_death
 
 def test_the_exported_per_level_actor_matches_jax():
     pytest.importorskip("jax")
-    from embodyrl.coupling import CouplingLearner, CouplingLearnerConfig
+    from embodyrl.coupling.learner import CouplingLearner, CouplingLearnerConfig
 
     cfg = CouplingConfig(levels=8, features=2, context=1, radius=1, max_correction=2.0)
     learner = CouplingLearner(cfg, CouplingLearnerConfig(min_steps=10))
@@ -122,7 +122,7 @@ def test_the_exported_per_level_actor_matches_jax():
 @pytest.mark.slow
 def test_the_coupling_learner_learns_a_state_dependent_target_through_a_real_link():
     pytest.importorskip("jax")
-    from embodyrl.coupling import CouplingLearner, CouplingLearnerConfig
+    from embodyrl.coupling.learner import CouplingLearner, CouplingLearnerConfig
 
     cfg = CouplingConfig(levels=8, features=2, context=1, radius=1, max_correction=2.0)
     learner = CouplingLearner(cfg, CouplingLearnerConfig(min_steps=200, updates_per_call=50, publish_every=50, ddpg=replace(CouplingLearnerConfig().ddpg, hidden_sizes=(32, 32), batch_size=32)))

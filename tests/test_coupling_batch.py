@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from embodyrl.hal import runtime
-from embodyrl.hal.coupling import CouplingError, CouplingLink, io_threads_cpu_s
-from embodyrl.hal.coupling_batch import ColumnBatch
+from embodyrl.hal.coupling.batch import ColumnBatch
+from embodyrl.hal.coupling.link import CouplingError, CouplingLink, io_threads_cpu_s
 from embodyrl.hal.steps import PolicyVersion, Steps
 from tests.test_coupling_mpi import CFG, LearnerThread, level_policy
 

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from embodyrl.hal import runtime
-from embodyrl.hal.coupling import CouplingConfig
+from embodyrl.hal.coupling.link import CouplingConfig
 from embodyrl.hal.steps import NO_POLICY, PolicyVersion
 
 pytest.importorskip("mpi4py")
@@ -30,7 +30,7 @@ RANK_PROGRAM = textwrap.dedent("""
     import numpy as np
     from mpi4py import MPI
     from embodyrl.hal import runtime
-    from embodyrl.hal.coupling import CouplingConfig, CouplingLink
+    from embodyrl.hal.coupling.link import CouplingConfig, CouplingLink
 
     args = json.loads(sys.argv[1])
     rank = MPI.COMM_WORLD.rank

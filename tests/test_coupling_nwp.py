@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from embodyrl.coupling_nwp import ExperimentConfig
+from embodyrl.coupling.nwp import ExperimentConfig
 from embodyrl.envs.columns import row_split
 from embodyrl.hal.steps import PolicyVersion
 from tests.test_coupling_mpi import MPIEXEC, LearnerThread, level_policy
@@ -31,7 +31,8 @@ def test_tiny_run_on_two_ranks_streams_from_both_and_scores_three_forecasts(tmp_
     args = tmp_path / "args.json"
     args.write_text(json.dumps({"experiment": asdict(TINY), "out": str(tmp_path), "learner": learner.endpoint}))
     try:
-        proc = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-m", "embodyrl.coupling_nwp", str(args)],
+        rank = Path(__file__).resolve().parents[1] / "examples" / "nwp_column_correction.py"
+        proc = subprocess.run([MPIEXEC, "-n", "2", sys.executable, str(rank), "rank", str(args)],
                               capture_output=True, text=True, timeout=240)
         time.sleep(0.2)
     finally:

@@ -98,7 +98,7 @@ def _rule(command: str) -> Rule | None:
 def _check(command: str, scratch: Path) -> None:
     """Parse with the real parser; known task, benchmark or example; the config validates."""
     from embodyrl import bench, envs
-    from embodyrl.cli import _overrides, build_parser
+    from embodyrl.cli.commands import _overrides, build_parser
     from embodyrl.config import build_config, default_config
 
     argv = shlex.split(command)

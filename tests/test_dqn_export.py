@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from embodyrl.algos import dqn
-from embodyrl.export import export_dqn
+from embodyrl.cli.export import export_dqn
 from embodyrl.hal import runtime
 from embodyrl.hal.specs import ArraySpec, DictSpec
 

@@ -47,6 +47,7 @@ EXAMPLES: dict[str, Example] = {
     "remote_robot_driver.py": Example(("--bind", "tcp://127.0.0.1:*"), server=True),
     "distributed_q_learning.py": Example(("--agents", "2", "--epochs", "5")),
     "vrdq_sweep.py": Example(("--out", "{tmp}/vrdq", "--seeds", "1", "--epochs", "5"), needs=("matplotlib",)),
+    "lorenz96_correction.py": Example(("--out", "{tmp}/l96", "--quick"), expect="lead", needs=("matplotlib",)),
     "nwp_column_correction.py": Example(("--out", "{tmp}/nwp", "--quick", "--ranks", "2"),
                                         expect="stable=", needs=("mpi4py", "matplotlib")),
     "distributed_dqn.py": Example(("--learners", "1", "2", "--max-steps", "400", "--epoch-steps", "200",
@@ -89,7 +90,7 @@ def _run(name: str, tmp: Path) -> tuple[subprocess.CompletedProcess, Path]:
 
 
 def _export(tmp: Path) -> Path:
-    from embodyrl.export import export_saved_policy
+    from embodyrl.cli.export import export_saved_policy
 
     _, train_tmp = _run("train_pendulum.py", tmp.parent / "train_pendulum")
     json_path, _ = export_saved_policy(train_tmp / "run" / "policy", tmp / "export" / "policy")

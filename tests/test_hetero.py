@@ -163,7 +163,7 @@ def test_sac_entropy_target_follows_each_rows_action_size():
 @pytest.mark.parametrize("name", ["sac", "rlpd"])
 def test_sac_update_on_device_a_leaves_device_b_heads_untouched(name):
     algo = over(resolve(name, ddpg.DDPGConfig(), SAC_CONFIG), LAYOUT)
-    networks, state = algo.init(jax.random.key(0))
+    networks, state = algo.init(jax.random.key(0), LAYOUT.observation_spec, LAYOUT.action_spec)
     if name == "rlpd":
         assert state.critic_params["norms"][0]["scale"].shape == (10, 16)  # LayerNorm in each of 10 critics
     update = jax.jit(sac.make_update(networks, algo.config))
@@ -187,13 +187,13 @@ def test_sac_update_on_device_a_leaves_device_b_heads_untouched(name):
 
 @pytest.mark.parametrize("name", ["td3", "sac"])
 def test_each_devices_numpy_export_acts_like_its_device_policy_and_follows_published_weights(name, tmp_path):
-    from embodyrl.export import export_device
+    from embodyrl.cli.export import export_device
     from embodyrl.hal import params as flat_params
     from embodyrl.hal import runtime
     from embodyrl.hal.steps import PolicyVersion
 
     algo = over(resolve(name, CONFIG, SAC_CONFIG), LAYOUT)
-    networks, state = algo.init(jax.random.key(4))
+    networks, state = algo.init(jax.random.key(4), LAYOUT.observation_spec, LAYOUT.action_spec)
     rng = np.random.default_rng(0)
     params = jax.tree.map(lambda p: rng.normal(0, 0.5, p.shape).astype(np.float32), state.actor_params)
     published = flat_params.flatten({"actor": params})

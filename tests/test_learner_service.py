@@ -42,8 +42,8 @@ def test_off_and_on_policy_learners_are_one_service_with_one_metrics_path(tmp_pa
 
 
 def test_the_coupling_learner_runs_on_the_same_service():
-    from embodyrl.coupling import CouplingLearner, CouplingLearnerConfig
-    from embodyrl.hal.coupling import CouplingConfig
+    from embodyrl.coupling.learner import CouplingLearner, CouplingLearnerConfig
+    from embodyrl.hal.coupling.link import CouplingConfig
 
     learner = CouplingLearner(CouplingConfig(levels=4, features=2), CouplingLearnerConfig(min_steps=10))
     try:

@@ -1,3 +1,5 @@
+import json
+
 import numpy as np
 import pytest
 
@@ -41,7 +43,7 @@ def test_a_correction_tendency_enters_the_model():
 
 
 def test_the_coupling_stencil_is_periodic_and_site_major():
-    from embodyrl.coupling_l96 import stencil
+    from embodyrl.coupling.lorenz96 import stencil
 
     x = np.arange(16, dtype=float).reshape(2, 8)
     s = stencil(x, 2)
@@ -52,9 +54,12 @@ def test_the_coupling_stencil_is_periodic_and_site_major():
 
 @pytest.mark.slow
 def test_the_learnt_correction_beats_the_one_scale_model_at_short_leads(tmp_path):
-    from embodyrl.coupling_l96 import L96Experiment, run
+    import runpy
+    from pathlib import Path
 
-    res = run(L96Experiment.quick(), tmp_path)
+    example = runpy.run_path(str(Path(__file__).resolve().parents[1] / "examples" / "lorenz96_correction.py"))
+    assert example["main"](["--out", str(tmp_path), "--quick"]) == 0
+    res = json.loads((tmp_path / "l96_results.json").read_text())
     i = 50  # lead 0.25 (steps of 0.005)
     assert res["rmse"]["corrected"][i] < 0.7 * res["rmse"]["native"][i]
     assert (tmp_path / "coupling_l96.png").exists()

@@ -1,6 +1,6 @@
 """A plain task is a layout with one device kind: ``a+b`` runs go through the same code.
 
-Both tasks run through one function (``embodyrl.train.train``: learner and actor processes,
+Both tasks run through one function (``embodyrl.cli.launch.train``: learner and actor processes,
 evaluation) and leave the same run-directory files, the same metrics keys (a return per
 device kind included) and the same summary keys per device kind."""
 
@@ -8,8 +8,8 @@ import json
 
 import pytest
 
+from embodyrl.cli.launch import train
 from embodyrl.config import build_config, default_config
-from embodyrl.train import train
 
 SMALL = [("steps", "300"), ("eval_episodes", "1"), ("sac.hidden_sizes", "[16]"), ("sac.batch_size", "32"),
          ("learner.min_replay", "100"), ("actor.random_steps", "100"), ("actor.send_every", "32"),

@@ -154,7 +154,7 @@ def test_replay_stores_and_samples_images_as_uint8(tmp_path):
 def test_numpy_export_of_the_conv_encoder_matches_jax(tmp_path, algo, pixels_only):
     from dataclasses import replace
 
-    from embodyrl import export
+    from embodyrl.cli import export
     from embodyrl.hal import runtime
 
     encoder = replace(SMALL, pixels_only=pixels_only)

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from embodyrl.algos import ppo
-from embodyrl.export import export_ppo
+from embodyrl.cli.export import export_ppo
 from embodyrl.hal import params as flat_params
 from embodyrl.hal import runtime
 from embodyrl.hal.specs import ArraySpec, DictSpec
@@ -94,7 +94,7 @@ def test_a_log_std_of_the_wrong_width_is_refused_by_name():
 
 
 def test_a_saved_ppo_policy_exports_and_acts_like_jax(tmp_path):
-    from embodyrl.export import export_saved_policy
+    from embodyrl.cli.export import export_saved_policy
     from embodyrl.policy import save_policy
 
     networks, actor, _ = _exported(CONTINUOUS, (16, 8), 11)

@@ -79,7 +79,7 @@ def test_every_registered_algorithm_implements_the_interface(name):
 
 
 def test_the_cli_and_the_config_offer_what_the_registry_holds():
-    from embodyrl.cli import build_parser
+    from embodyrl.cli.commands import build_parser
 
     parser = build_parser()
     commands = next(a for a in parser._actions if a.dest == "command").choices
@@ -145,7 +145,7 @@ def test_an_old_config_without_the_dqn_section_still_loads(tmp_path):
 
 
 def test_train_refuses_an_algorithm_whose_action_space_does_not_fit_the_task(tmp_path, capsys):
-    from embodyrl.cli import main
+    from embodyrl.cli.commands import main
 
     run = tmp_path / "run"
     assert main(["train", "pendulum", "--algorithm", "dqn", "--steps", "10", "--run-dir", str(run)]) == 2
@@ -156,7 +156,7 @@ def test_train_refuses_an_algorithm_whose_action_space_does_not_fit_the_task(tmp
 
 def test_a_resumed_run_with_rows_in_its_replay_records_no_second_warm_up(tmp_path):
     from embodyrl import envs
-    from embodyrl.cli import _resolve_config, build_parser
+    from embodyrl.cli.commands import _resolve_config, build_parser
     from embodyrl.config import save
     from embodyrl.hal.steps import StepRecorder
     from embodyrl.replay import PersistentReplay

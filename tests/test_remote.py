@@ -367,7 +367,7 @@ def test_whole_edge_path_numpy_actor_drives_the_remote_robot_for_the_learner(tmp
     import jax
 
     from embodyrl.algos import ddpg
-    from embodyrl.export import export_ddpg
+    from embodyrl.cli.export import export_ddpg
     from embodyrl.hal import params as flat_params
     from embodyrl.hal import runtime
     from embodyrl.hal.steps import PolicyVersion

@@ -7,11 +7,11 @@ import time
 import numpy as np
 
 from embodyrl import envs
+from embodyrl.cli.processes import actor_main
 from embodyrl.config import LearnerConfig, TrainConfig, to_dict
 from embodyrl.hal.layout import Layout
 from embodyrl.learner import build_learner
 from embodyrl.replay import PersistentReplay
-from embodyrl.workers import actor_main
 
 
 def test_learner_commits_before_acking_and_a_restart_reopens_the_replay(tmp_path):

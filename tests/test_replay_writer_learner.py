@@ -72,7 +72,7 @@ def test_a_failed_row_write_still_saves_the_model_closes_everything_and_raises(t
 
     import pytest
 
-    from embodyrl.checkpoint import Checkpointer
+    from embodyrl.learner.checkpoint import Checkpointer
     from embodyrl.replay import writer as W
 
     rows = 128  # 2.7 MB: written behind the ingest thread

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from embodyrl.algos import ddpg
-from embodyrl.export import export_ddpg, export_saved_policy
+from embodyrl.cli.export import export_ddpg, export_saved_policy
 from embodyrl.hal import params as flat_params
 from embodyrl.hal import runtime
 from embodyrl.hal.policy import Policy
@@ -147,7 +147,7 @@ def test_numpy_actor_example_runs_an_episode_without_jax(tmp_path):
 
 def test_sac_export_matches_jax_and_samples_like_it():
     from embodyrl.algos import sac
-    from embodyrl.export import export_sac
+    from embodyrl.cli.export import export_sac
 
     spec = DictSpec.of(ArraySpec("pos", (3,), np.float32), ArraySpec("vel", (2,), np.float32))
     action = ArraySpec("action", (2,), np.float32, [-2.0, 0.0], [2.0, 1.0])

@@ -154,7 +154,7 @@ def init(key: jax.Array, layout: Layout, config):
     """(networks, training state) of a bare DDPG or SAC config's algorithm over ``layout``'s heads."""
     from .registry import as_algorithm
 
-    return over(as_algorithm(config), layout).init(key)
+    return over(as_algorithm(config), layout).init(key, layout.observation_spec, layout.action_spec)
 
 
 @dataclass(frozen=True)
@@ -191,8 +191,14 @@ class Headed:
     def discount(self) -> float:
         return self.algorithm.discount
 
-    def init(self, key, observation_spec=None, action_spec=None):
-        """The specs are the layout's padded ones; they may be omitted."""
+    def _check(self, observation_spec, action_spec) -> None:
+        """The interface's specs must be the layout's stored ones (what the heads read)."""
+        if (observation_spec, action_spec) != (self.layout.observation_spec, self.layout.action_spec):
+            raise ValueError("over several device kinds, the specs are the layout's padded ones "
+                             "(layout.observation_spec, layout.action_spec)")
+
+    def init(self, key, observation_spec, action_spec):
+        self._check(observation_spec, action_spec)
         net_key, state_key = jax.random.split(key)
         networks, actor, critic = self.algorithm.headed_networks(self.layout, net_key)
         return networks, self.algorithm.initial_state(state_key, actor, critic)
@@ -200,8 +206,9 @@ class Headed:
     def make_update_many(self, networks):
         return self.algorithm.make_update_many(networks)
 
-    def actor_networks(self, observation_spec=None, action_spec=None, key=None):
-        networks, actor, _ = self.algorithm.headed_networks(self.layout, key if key is not None else jax.random.key(0))
+    def actor_networks(self, observation_spec, action_spec, key):
+        self._check(observation_spec, action_spec)
+        networks, actor, _ = self.algorithm.headed_networks(self.layout, key)
         return networks, actor
 
     def actor_params(self, state):

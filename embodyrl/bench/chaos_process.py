@@ -24,8 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from ..cli.replay_report import inspect, replay_directory
 from ..hal.ledger import ledger_totals, read_ledger
-from ..inspect_replay import inspect, replay_directory
 from ..replay.contents import newest_commit
 from .chaos_parts import free_port
 

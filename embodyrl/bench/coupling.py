@@ -23,7 +23,7 @@ import numpy as np
 
 from ..envs.columns import ColumnConfig, ColumnModel, row_split
 from ..hal import runtime
-from ..hal.coupling import CouplingConfig, CouplingLink, io_threads_cpu_s
+from ..hal.coupling.link import CouplingConfig, CouplingLink, io_threads_cpu_s
 
 
 def _server(queue, stop) -> None:
@@ -47,7 +47,7 @@ def _policy(cfg: CouplingConfig, hidden: int = 64) -> runtime.NumpyPolicy:
     import jax
 
     from ..algos.ddpg import DDPGConfig
-    from ..coupling import export_policy, init
+    from ..coupling.learner import export_policy, init
     from ..hal.steps import PolicyVersion
 
     config = DDPGConfig(hidden_sizes=(hidden, hidden), exploration_noise=0.1)

@@ -77,8 +77,8 @@ def _runtime(quick: bool) -> dict:
     import jax
 
     from ..algos import ddpg
+    from ..cli.export import export_ddpg
     from ..envs import pendulum
-    from ..export import export_ddpg
     from ..hal.runtime import NumpyPolicy
     from ..hal.steps import PolicyVersion
     from ..policy import JaxPolicy

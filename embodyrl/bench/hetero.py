@@ -26,7 +26,8 @@ from ..algos.heads import over
 from ..algos.registry import as_algorithm
 from . import median_seconds
 
-TASKS = ("pendulum", "arm_reach")
+TASK = "pendulum+arm_reach"
+TASKS = envs.parts(TASK)
 ARM = 1
 
 
@@ -63,11 +64,11 @@ def _batches(rng, layout, specs, k: int, n: int, hetero_rows: bool) -> dict:
 def learner_side(quick: bool) -> dict:
     k, blocks = (2, 2) if quick else (8, 5)
     config = sac.SACConfig(hidden_sizes=(32, 32) if quick else (256, 256), batch_size=16 if quick else 256)
-    layout = envs.layout(envs.SEPARATOR.join(TASKS))
+    layout = envs.layout(TASK)
     specs = _specs()
     rng = np.random.default_rng(0)
     algo = over(as_algorithm(config), layout)
-    headed, headed_state = algo.init(jax.random.key(0))
+    headed, headed_state = algo.init(jax.random.key(0), layout.observation_spec, layout.action_spec)
     plain, plain_state = sac.init(jax.random.key(0), *specs[ARM], config)
     calls = {}
     for name, networks, state, rows in (("hetero", headed, headed_state, True), ("single", plain, plain_state, False)):
@@ -91,7 +92,7 @@ def actor_side(quick: bool) -> dict:
 
     steps = 30 if quick else 300
     config = sac.SACConfig(hidden_sizes=(32, 32) if quick else (256, 256))
-    layout = envs.layout(envs.SEPARATOR.join(TASKS))
+    layout = envs.layout(TASK)
     observation_spec, action_spec = _specs()[ARM]
     observation = _random_observation(np.random.default_rng(1), observation_spec, ())
     policies = {"hetero": JaxPolicy(config, layout, ARM),

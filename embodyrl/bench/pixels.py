@@ -103,7 +103,7 @@ def einsum_conv2d(x: np.ndarray, kernel: np.ndarray, bias: np.ndarray, stride: i
 
 def _act_ms(device, observation, steps: int) -> tuple[float, float, float]:
     """(jitted JAX act, numpy runtime act, numpy act with the einsum convolution), median ms per action."""
-    from ..export import export_sac
+    from ..cli.export import export_sac
     from ..hal import runtime
     from ..hal.runtime import NumpyPolicy
     from ..policy import JaxPolicy

@@ -5,13 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..algos.heads import over
-from ..checkpoint import Checkpointer
 from ..hal.layout import Layout
 from ..hal.steps import PolicyVersion, new_incarnation
 from ..hal.wire.protocol import DeviceInfo
 from ..hal.wire.security import ServerKeys
 from ..policy import save_policy
 from ..transport import LearnerServer
+from .checkpoint import Checkpointer
 from .metrics import MetricsLog
 from .replay_side import ReplayData
 from .rollout_side import RolloutData

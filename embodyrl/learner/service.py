@@ -33,10 +33,10 @@ from typing import Any, Protocol
 import jax
 import numpy as np
 
-from ..episodes import EpisodeReturns
 from ..hal import params as flat_params
 from ..hal.steps import PolicyVersion, Steps, new_incarnation
 from ..transport import LearnerServer, ReceivedSteps
+from .episodes import EpisodeReturns
 
 
 @dataclass

@@ -23,10 +23,10 @@ import time
 import numpy as np
 import zmq
 
-from .runtime import NumpyPolicy
-from .steps import NO_POLICY, PolicyVersion
-from .wire.client import LearnerLink, LinkError
-from .wire.codec import MessageError, decode, encode
+from ..runtime import NumpyPolicy
+from ..steps import NO_POLICY, PolicyVersion
+from ..wire.client import LearnerLink, LinkError
+from ..wire.codec import MessageError, decode, encode
 
 INFER = "INFER"
 CORRECTION = "CORRECTION"
@@ -37,7 +37,7 @@ class InferenceServer:
 
     def __init__(self, policy: NumpyPolicy, radius: int, bind: str = "tcp://127.0.0.1:*",
                  learner: str | None = None, explore: bool = False):
-        from .coupling import level_inputs
+        from .link import level_inputs
 
         self._level_inputs = level_inputs
         self.policy = policy

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .hal.device import Device
-from .hal.policy import Policy
-from .hal.task import Task
+from ..hal.device import Device
+from ..hal.policy import Policy
+from ..hal.task import Task
 
 
 def run_episode(device: Device, task: Task, policy: Policy, seed: int, explore: bool = False):
@@ -41,7 +41,7 @@ def evaluate(device: Device, task: Task, policy: Policy, episodes: int, seed: in
 
 def versus_random(device: Device, task: Task, policy: Policy, episodes: int, seed: int) -> dict:
     """``policy`` and a uniform random policy on the same seeded episodes: ``eval_*`` and ``random_*`` figures."""
-    from .hal.policy import UniformRandomPolicy
+    from ..hal.policy import UniformRandomPolicy
 
     with device:
         trained = evaluate(device, task, policy, episodes, seed)
@@ -59,9 +59,9 @@ def evaluate_saved_run(run_dir, episodes: int | None = None, seed: int | None = 
     """The saved policy of ``run_dir`` on each device kind of its task: mean return and task metrics."""
     from pathlib import Path
 
-    from . import envs
-    from .config import load
-    from .policy import load_run_policies
+    from .. import envs
+    from ..config import load
+    from ..policy import load_run_policies
 
     run_dir = Path(run_dir)
     config = load(run_dir / "config.json")
@@ -81,8 +81,8 @@ def evaluate_saved_run(run_dir, episodes: int | None = None, seed: int | None = 
 def versus_random_run(config, run_dir) -> dict:
     """The saved policy and a uniform random policy on the same seeded episodes, per device kind
     (what ``embodyrl train`` writes into ``summary.json``)."""
-    from . import envs
-    from .policy import load_run_policies
+    from .. import envs
+    from ..policy import load_run_policies
 
     layout = envs.layout(config.task)
     policies = load_run_policies(run_dir, config.algo, layout, seed=config.seed)
@@ -103,9 +103,9 @@ def render_strip(run_dir, path, frames: int = 8, size: tuple[int, int] = (160, 1
 
     import mujoco
 
-    from . import envs
-    from .config import load
-    from .policy import load_run_policies
+    from .. import envs
+    from ..config import load
+    from ..policy import load_run_policies
 
     run_dir = Path(run_dir)
     config = load(run_dir / "config.json")

@@ -46,13 +46,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .coupling_batch import ColumnBatch
-from .runtime import NumpyPolicy
-from .specs import ArraySpec, DictSpec
-from .steps import NO_POLICY, PolicyVersion, new_episode_id
-from .wire import protocol as P
-from .wire.client import LearnerLink, LinkError
-from .wire.spool import Spool, SpoolFull
+from ..runtime import NumpyPolicy
+from ..specs import ArraySpec, DictSpec
+from ..steps import NO_POLICY, PolicyVersion, new_episode_id
+from ..wire import protocol as P
+from ..wire.client import LearnerLink, LinkError
+from ..wire.spool import Spool, SpoolFull
+from .batch import ColumnBatch
 
 log = logging.getLogger(__name__)
 
@@ -244,7 +244,7 @@ class CouplingLink:
         self._lost_since: float | None = None
         self._inference = None
         if config.inference is not None:
-            from .coupling_inference import InferenceClient
+            from .inference import InferenceClient
             self._inference = InferenceClient(config.inference, self.rank, config.inference_timeout_s)
         if config.learner is not None:
             self._connect(config.connect_timeout_s)

@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from .cli_security import (
+from .security import (
     SecurityOptionError,
     add_actor_options,
     add_learner_options,
@@ -42,8 +42,8 @@ class _Refused(Exception):
 
 def _resolve_config(args, run_dir: Path | None, extra_named: dict | None = None):
     """Task defaults (or the run's config.json with --resume), the YAML file, then overrides."""
-    from . import envs
-    from .config import build_config, default_config, load
+    from .. import envs
+    from ..config import build_config, default_config, load
 
     if not envs.is_known(args.task):
         raise _Refused(envs.unknown_reason(args.task))
@@ -78,7 +78,7 @@ def _resolve_config(args, run_dir: Path | None, extra_named: dict | None = None)
 def _resumed(base, run_dir: Path):
     """A resumed run whose replay already holds rows takes no second random warm-up (config.json
     records it; --actor.random_steps still decides)."""
-    from .replay.contents import holds_rows
+    from ..replay.contents import holds_rows
 
     if not holds_rows(run_dir / "replay"):
         return base
@@ -89,11 +89,11 @@ def _check_task(config) -> None:
     """What the task's specs refuse, before anything is written: device kinds that do not fit one
     layout, an algorithm that cannot act over it or in a kind's action space, camera images
     flattened into an MLP."""
-    from . import envs
-    from .algos import registry
-    from .algos.encoders import check_images
-    from .algos.heads import over
-    from .algos.interface import refusal
+    from .. import envs
+    from ..algos import registry
+    from ..algos.encoders import check_images
+    from ..algos.heads import over
+    from ..algos.interface import refusal
 
     layout = envs.layout(config.task)
     algorithm = over(config.algo, layout)
@@ -119,8 +119,8 @@ def _run_dir(args) -> Path:
 
 
 def _train(args) -> int:
-    from .cli_security import check_address, local_key_pairs
-    from .train import TrainingError, train
+    from .launch import TrainingError, train
+    from .security import check_address, local_key_pairs
 
     run_dir = _run_dir(args)
     config = _resolve_config(args, run_dir, {"actors": args.actors, "algorithm": args.algorithm})
@@ -142,10 +142,10 @@ def _train(args) -> int:
 
 
 def _learner(args) -> int:
-    from .cli_security import check_address, server_keys
-    from .config import save
-    from .learner import make_learner
-    from .workers import stop_on_signals
+    from ..config import save
+    from ..learner import make_learner
+    from .processes import stop_on_signals
+    from .security import check_address, server_keys
 
     run_dir = _run_dir(args)
     keys = server_keys(args)
@@ -165,9 +165,9 @@ def _learner(args) -> int:
 
 
 def _actor(args) -> int:
-    from .cli_security import check_address, client_keys
-    from .hal.wire.client import LinkError
-    from .workers import actor_main
+    from ..hal.wire.client import LinkError
+    from .processes import actor_main
+    from .security import check_address, client_keys
 
     keys = client_keys(args)
     check_address(args.connect, keys, args.insecure, "--connect")
@@ -214,8 +214,8 @@ def _eval(args) -> int:
 
 
 def _export(args) -> int:
+    from ..hal.runtime import ExportError
     from .export import export_run
-    from .hal.runtime import ExportError
 
     run_dir = Path(args.run_dir)
     if not _is_finished_run(run_dir):
@@ -230,7 +230,7 @@ def _export(args) -> int:
 
 
 def _replay(args) -> int:
-    from .inspect_replay import format_report, inspect
+    from .replay_report import format_report, inspect
 
     try:
         report = inspect(Path(args.directory))
@@ -260,7 +260,7 @@ def _plot(args) -> int:
 
 
 def _bench(args) -> int:
-    from . import bench
+    from .. import bench
 
     try:
         result = bench.run(args.name, quick=args.quick)
@@ -277,13 +277,13 @@ def _bench(args) -> int:
 
 
 def _bench_names() -> list[str]:
-    from . import bench
+    from .. import bench
 
     return bench.names()
 
 
 def _tasks(args) -> int:
-    from . import envs
+    from .. import envs
 
     gym_ids = {task: env_id for task, (env_id, _) in envs.GYMNASIUM_IDS.items()}
     if args.json:
@@ -297,7 +297,7 @@ def _tasks(args) -> int:
 
 
 def _keys(args) -> int:
-    from .hal.wire.security import generate_keys
+    from ..hal.wire.security import generate_keys
 
     public, secret = generate_keys(args.directory, args.name)
     print(f"public key (share it): {public}\nsecret key (keep it):  {secret}")
@@ -309,7 +309,7 @@ class _Registered:
     when --algorithm is given or help is shown, so ``embodyrl keys`` runs on an edge install."""
 
     def __iter__(self):
-        from .algos import registry
+        from ..algos import registry
 
         return iter(registry.names())
 

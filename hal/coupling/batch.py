@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .steps import SCALAR_COLUMNS, PolicyVersion, Steps
+from ..steps import SCALAR_COLUMNS, PolicyVersion, Steps
 
 _PER_ROW = ("reward", "episode_id", "step_index", "policy_incarnation", "policy_count")
 """Scalar columns that differ from row to row; the others are constant for a rank's stream."""

@@ -13,7 +13,7 @@ import argparse
 import shutil
 from pathlib import Path
 
-from .hal.wire.security import (
+from ..hal.wire.security import (
     ClientKeys,
     SecurityError,
     ServerKeys,

@@ -1,7 +1,8 @@
-"""The nudged-training / free-forecast experiment on the column testbed, one MPI rank's part.
+"""The nudged-training / free-forecast experiment on the column testbed: one MPI rank's parts.
 
-Run by ``examples/nwp_column_correction.py`` as ``mpiexec -n N python -m
-embodyrl.coupling_nwp ARGS.json``. Every rank owns a block of latitude rows
+The library half of ``examples/nwp_column_correction.py``, whose ranks run
+``mpiexec -n N python examples/nwp_column_correction.py rank ARGS.json``
+and call these phases. Every rank owns a block of latitude rows
 (:func:`embodyrl.envs.columns.row_split`: unequal column counts), steps it
 with halo rows from its neighbours, and holds its own
 :class:`~embodyrl.hal.coupling.CouplingLink`. In order:
@@ -28,17 +29,14 @@ Only diagnostics (band sums, timings) are reduced to rank 0, after the fact.
 
 from __future__ import annotations
 
-import json
-import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from .envs.columns import BANDS, DAY_S, ColumnConfig, ColumnModel, row_split
-from .hal import runtime
-from .hal.coupling import CouplingConfig, CouplingLink, io_threads_cpu_s
+from ..envs.columns import BANDS, DAY_S, ColumnConfig, ColumnModel, row_split
+from ..hal.coupling.link import CouplingConfig, CouplingLink
 
 BAND_NAMES = ["90S-60S", "60S-30S", "30S-0", "0-30N", "30N-60N", "60N-90N"]
 VARIANTS = ("native", "bias_corrected", "corrected")
@@ -268,102 +266,3 @@ def free_run(rank: Rank, analysis: Analysis, link: CouplingLink) -> dict:
     z1 = model.band_sums(model.grid.z500(theta))[0] if finite else np.full(BANDS, np.nan)
     return {"finite": finite, "largest_correction": largest, "z500_sum_start": z0, "z500_sum_end": z1,
             "theta_min": float(theta.min()), "theta_max": float(theta.max())}
-
-
-def main(args_path: str) -> None:
-    from mpi4py import MPI
-
-    comm = MPI.COMM_WORLD
-    args = json.loads(Path(args_path).read_text())
-    exp = ExperimentConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in args["experiment"].items()})
-    out = Path(args["out"])
-    rank = Rank(exp, comm)
-    t_start = time.perf_counter()
-    make_analysis(rank, out / "analysis.npy")
-    analysis = Analysis(rank, out / "analysis.npy")
-    t_analysis = time.perf_counter()
-
-    coupling = exp.coupling()
-    rank.timing = new_timing()
-    train_link = CouplingLink(CouplingConfig(**{**asdict(coupling), "learner": args["learner"],
-                                                "connect_timeout_s": 60.0, "peer_timeout_s": 60.0}),
-                              comm.rank, runtime.load(out / "policy_init", seed=comm.rank), seed=comm.rank)
-    io_before = io_threads_cpu_s()
-    bias = train(rank, analysis, train_link)
-    io_after = io_threads_cpu_s()
-    train_stats, train_timing = asdict(train_link.stats), dict(rank.timing)
-    train_stats["io_threads_cpu_s"] = None if io_before is None else io_after - io_before
-    train_stats["codec"] = train_link.codec
-    train_link.close(flush_s=30.0)
-    comm.Barrier()
-    if comm.rank == 0:
-        (out / "training_done").write_text("done\n")
-    t_train = time.perf_counter()
-
-    rank.timing = new_timing()
-    baseline, weights = forecast_errors(rank, analysis, bias, None, ("native", "bias_corrected"))
-    deadline = time.monotonic() + exp.policy_wait_s
-    while not (out / "policy.npz").exists() and time.monotonic() < deadline:
-        time.sleep(0.2)
-    link = None
-    if comm.bcast((out / "policy.npz").exists(), root=0):  # every rank takes the same branch
-        link = CouplingLink(CouplingConfig(**{**asdict(coupling), "explore": False}), comm.rank,
-                            runtime.load(out / "policy"))
-    learnt, _ = (forecast_errors(rank, analysis, bias, link, ("corrected",)) if link is not None
-                 else (np.zeros_like(baseline), None))
-    sums = baseline + learnt
-    stability = free_run(rank, analysis, link) if link is not None else {"finite": False}
-    t_eval = time.perf_counter()
-
-    report = {"rank": comm.rank, "columns": len(rank.rows) * exp.nlon, "train_timing": train_timing,
-              "train_link": {k: train_stats[k] for k in (
-                  "link_s", "link_cpu_s", "inference_s", "inference_cpu_s", "io_threads_cpu_s", "exchanges",
-                  "steps_sent", "zero_answers", "weights_taken", "codec")},
-              "eval_timing": dict(rank.timing),
-              "eval_link": None if link is None else {k: getattr(link.stats, k) for k in (
-                  "link_s", "link_cpu_s", "inference_s", "inference_cpu_s")},
-              "stability": {k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in stability.items()},
-              "wall_s": {"analysis": t_analysis - t_start, "train": t_train - t_analysis, "eval": t_eval - t_train}}
-    reports = comm.gather(report, root=0)
-    total = np.zeros_like(sums)
-    comm.Reduce(sums, total, op=MPI.SUM, root=0)
-    total_w = np.zeros_like(weights)
-    comm.Reduce(weights, total_w, op=MPI.SUM, root=0)
-    if comm.rank == 0:
-        np.save(out / "band_error_sums.npy", total)
-        np.save(out / "band_weights.npy", total_w)
-        (out / "ranks.json").write_text(json.dumps(reports, indent=1) + "\n")
-
-
-def learner_main(coupling: dict, out: str, endpoint_queue, min_updates: int, max_s: float) -> None:
-    """The learner process: serve the ranks until training is done and ``min_updates`` are made,
-    then write the final export ``policy`` (and ``learner.json``)."""
-    from .coupling import CouplingLearner
-
-    out_dir = Path(out)
-    learner = CouplingLearner(CouplingConfig(**coupling))
-    learner.warm_up()
-    runtime.save(out_dir / "policy_init", *learner.export())
-    endpoint_queue.put(learner.endpoint)
-    start = time.monotonic()
-    while time.monotonic() - start < max_s:
-        learner.poll(0 if learner.size >= learner.config.min_steps else 20)
-        learner.train()
-        if (out_dir / "training_done").exists() and learner.updates >= min_updates:
-            learner.poll(0)
-            break
-    learner.publish()
-    graph, arrays = learner.export()
-    json_path, npz_path = runtime.save(out_dir / "policy_partial", graph, arrays)
-    json_path.replace(out_dir / "policy.json")
-    npz_path.replace(out_dir / "policy.npz")  # last: ranks wait for this file
-    (out_dir / "learner.json").write_text(json.dumps({
-        "updates": learner.updates, "published": learner.published, "column_steps": learner.size,
-        "steps_by_rank": {str(k): v for k, v in sorted(learner.steps_by_rank.items())},
-        "metrics": learner.metrics, "wall_s": time.monotonic() - start,
-        "discount": learner.config.ddpg.discount, "batch_columns": learner.config.ddpg.batch_size}, indent=1) + "\n")
-    learner.close()
-
-
-if __name__ == "__main__":
-    main(sys.argv[1])

@@ -1,8 +1,9 @@
 """Lorenz-96 with the same coupling: a learnt correction for the one-scale model.
 
-::
+The library half of ``examples/lorenz96_correction.py`` (which plots and has
+the command line)::
 
-    python -m embodyrl.coupling_l96 --out runs/l96 [--quick]
+    python examples/lorenz96_correction.py --out runs/l96 [--quick]
 
 The two-scale system (:mod:`embodyrl.envs.lorenz96`) is the truth; the
 one-scale model lacks the fast variables' feedback ``-(h c / b) sum_j Y``.
@@ -15,12 +16,11 @@ the reward, discount 0, the :class:`~embodyrl.coupling.CouplingLearner` in a
 thread of this process. Evaluation: forecasts from truth states not used in
 training, RMSE against the truth versus lead time, for the native model,
 the constant bias correction (the mean nudging increment) and the frozen
-learnt policy. Writes ``DIR/l96_results.json`` and ``DIR/coupling_l96.png``.
+learnt policy. :func:`run` writes ``DIR/l96_results.json``.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import threading
 import time
@@ -29,9 +29,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .envs import lorenz96 as L
-from .hal.coupling import CouplingConfig, CouplingLink
-from .hal.runtime import NumpyPolicy
+from ..envs import lorenz96 as L
+from ..hal.coupling.link import CouplingConfig, CouplingLink
+from ..hal.runtime import NumpyPolicy
 
 
 @dataclass(frozen=True)
@@ -67,7 +67,7 @@ def stencil(x: np.ndarray, width: int) -> np.ndarray:
 
 
 def run(exp: L96Experiment, out: Path) -> dict:
-    from .coupling import CouplingLearner, CouplingLearnerConfig  # JAX: only where the learner runs
+    from .learner import CouplingLearner, CouplingLearnerConfig  # JAX: only where the learner runs
 
     cfg = L.L96Config()
     rng = np.random.default_rng(exp.seed)
@@ -121,39 +121,4 @@ def run(exp: L96Experiment, out: Path) -> dict:
               "discount": 0.0}
     out.mkdir(parents=True, exist_ok=True)
     (out / "l96_results.json").write_text(json.dumps(result) + "\n")
-    plot(result, out / "coupling_l96.png")
     return result
-
-
-def plot(result: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(5.5, 3.8))
-    for key, label in [("native", "one-scale model"), ("bias_corrected", "constant bias correction"),
-                       ("corrected", "learnt correction (DDPG)")]:
-        ax.plot(result["lead_time"], result["rmse"][key], label=label)
-    ax.set_xlabel("lead time (model time units)")
-    ax.set_ylabel("forecast RMSE of X")
-    ax.set_title("Lorenz-96 (K=8, J=32, F=20)")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description="Lorenz-96: forecast RMSE with and without a learnt correction")
-    parser.add_argument("--out", required=True, type=Path)
-    parser.add_argument("--quick", action="store_true")
-    args = parser.parse_args(argv)
-    result = run(L96Experiment.quick() if args.quick else L96Experiment(), args.out)
-    for i in np.linspace(0, len(result["lead_time"]) - 1, 6).astype(int):
-        print(f"lead {result['lead_time'][i]:.2f}: " + "  ".join(f"{k} {v[i]:.3f}" for k, v in result["rmse"].items()))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -15,9 +15,9 @@ import multiprocessing as mp
 import time
 from pathlib import Path
 
-from .config import TrainConfig, save, to_dict
+from ..config import TrainConfig, save, to_dict
 from .display import Display
-from .workers import actor_main, learner_main
+from .processes import actor_main, learner_main
 
 START_TIMEOUT_S = 600.0
 """Longest wait for the learner to listen (JAX start-up and the first compiles on a loaded machine)."""
@@ -43,10 +43,10 @@ def _stop(processes, grace_s: float = GRACE_S) -> None:
 
 def train(config: TrainConfig, run_dir: Path, quiet: bool = False, progress: str = "auto", *,
           keys: tuple | None = None, allow_insecure: bool = False) -> dict:
-    """Run ``config`` into ``run_dir``; ``progress`` is a display mode of :mod:`embodyrl.display`.
+    """Run ``config`` into ``run_dir``; ``progress`` is a display mode of :mod:`embodyrl.cli.display`.
 
     ``keys``: a ``(ServerKeys, ClientKeys)`` pair securing the link with CurveZMQ
-    (:func:`embodyrl.cli_security.local_key_pairs`); ``allow_insecure`` lets a
+    (:func:`embodyrl.cli.security.local_key_pairs`); ``allow_insecure`` lets a
     non-loopback ``learner.bind`` go without them.
     """
     server_keys, client_keys = keys if keys is not None else (None, None)

@@ -40,13 +40,13 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from .algos import ddpg
-from .algos.ddpg.export import export_ddpg
-from .algos.networks import MLP, ActionScale
-from .hal.coupling import CouplingConfig
-from .hal.steps import PolicyVersion, new_incarnation
-from .learner.service import LearnerService, Training
-from .transport.server import LearnerServer
+from ..algos import ddpg
+from ..algos.ddpg.export import export_ddpg
+from ..algos.networks import MLP, ActionScale
+from ..hal.coupling.link import CouplingConfig
+from ..hal.steps import PolicyVersion, new_incarnation
+from ..learner.service import LearnerService, Training
+from ..transport.server import LearnerServer
 
 
 def level_windows(profile: jax.Array, context: jax.Array | None, radius: int) -> jax.Array:

@@ -30,8 +30,8 @@ def learner_main(config_dict: dict, run_dir: str, conn, security: dict | None = 
     """Run the learner; ``security``: its ``keys``/``allow_insecure`` keyword arguments (CurveZMQ)."""
     should_stop = stop_on_signals()
     try:
-        from .config import TrainConfig, from_dict
-        from .learner import make_learner
+        from ..config import TrainConfig, from_dict
+        from ..learner import make_learner
 
         config = from_dict(TrainConfig, config_dict)
         learner = make_learner(config, Path(run_dir), **(security or {}))
@@ -57,11 +57,11 @@ def actor_main(config_dict: dict, endpoint: str, index: int, run_dir: str | None
     without them it dials only loopback unless ``allow_insecure``.
     """
     should_stop = stop_on_signals()
-    from .config import TrainConfig, from_dict
-    from .hal.actor import ActorLoop
-    from .hal.ledger import BatchLedger
-    from .hal.wire.client import LearnerLink
-    from .hal.wire.spool import Spool
+    from ..config import TrainConfig, from_dict
+    from ..hal.actor import ActorLoop
+    from ..hal.ledger import BatchLedger
+    from ..hal.wire.client import LearnerLink
+    from ..hal.wire.spool import Spool
 
     config = from_dict(TrainConfig, config_dict)
     ac = config.actor
@@ -96,11 +96,11 @@ def actor_main(config_dict: dict, endpoint: str, index: int, run_dir: str | None
 def actor_parts(config, seed: int):
     """(group of safe devices, tasks, policies, device infos), tasks and policies keyed by member
     name: one device of each kind of the task's layout, device id = its kind's index."""
-    from . import envs
-    from .hal.group import DeviceGroup
-    from .hal.safety import SafeDevice, SafetyConfig
-    from .hal.wire.protocol import DeviceInfo
-    from .policy import JaxPolicy
+    from .. import envs
+    from ..hal.group import DeviceGroup
+    from ..hal.safety import SafeDevice, SafetyConfig
+    from ..hal.wire.protocol import DeviceInfo
+    from ..policy import JaxPolicy
 
     layout = envs.layout(config.task)
     devices, ids, tasks, policies, infos = {}, {}, {}, {}, []

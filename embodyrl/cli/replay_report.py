@@ -14,10 +14,10 @@ from pathlib import Path
 
 import numpy as np
 
-from .hal.steps import Source, rows_digest
-from .replay.contents import newest_commit
-from .replay.layout import DATA_FILE, META_FILE, Layout
-from .replay.ring import ChunkRing
+from ..hal.steps import Source, rows_digest
+from ..replay.contents import newest_commit
+from ..replay.layout import DATA_FILE, META_FILE, Layout
+from ..replay.ring import ChunkRing
 
 _IDENTITY = ("actor_id", "device_id", "episode_id", "step_index")
 """The columns of a row's identity, digested as the actor's ledger digests them."""

@@ -22,14 +22,14 @@ from pathlib import Path
 
 import jax
 
-from .algos.ddpg.export import export_ddpg
-from .algos.dqn.export import export_dqn
-from .algos.heads import export_device
-from .algos.ppo.export import export_ppo
-from .algos.sac.export import export_sac
-from .hal import params as flat_params
-from .hal import runtime
-from .hal.layout import DEVICE, FEATURES
+from ..algos.ddpg.export import export_ddpg
+from ..algos.dqn.export import export_dqn
+from ..algos.heads import export_device
+from ..algos.ppo.export import export_ppo
+from ..algos.sac.export import export_sac
+from ..hal import params as flat_params
+from ..hal import runtime
+from ..hal.layout import DEVICE, FEATURES
 
 __all__ = ["export_ddpg", "export_device", "export_dqn", "export_ppo", "export_run", "export_sac",
            "export_saved_policy"]
@@ -39,9 +39,9 @@ def export_saved_policy(policy_dir: str | Path, out: str | Path, config=None) ->
     """Turn a saved ``policy/`` directory (see :mod:`embodyrl.policy`) into an export; its ``policy.json``
     names the algorithm and holds its settings (``config``, of the same type, overrides them).
     :func:`export_run` does the same from a run directory, for any of its device kinds."""
-    from .algos import registry
-    from .config import from_dict
-    from .policy import POLICY_FILE, load_policy
+    from ..algos import registry
+    from ..config import from_dict
+    from ..policy import POLICY_FILE, load_policy
 
     meta = json.loads((Path(policy_dir) / POLICY_FILE).read_text())
     if {spec["name"] for spec in meta["observation_spec"]} == {FEATURES, DEVICE}:
@@ -59,9 +59,9 @@ def export_saved_policy(policy_dir: str | Path, out: str | Path, config=None) ->
 def export_run(run_dir: str | Path, out: str | Path, device: str | None = None) -> tuple[Path, Path]:
     """Export the saved policy of a run directory (its ``config.json`` and ``policy/``), any algorithm,
     for one device kind: ``device`` names its task (None: the run's only kind)."""
-    from . import envs
-    from .config import load
-    from .policy import read_saved
+    from .. import envs
+    from ..config import load
+    from ..policy import read_saved
 
     run_dir = Path(run_dir)
     config = load(run_dir / "config.json")
