@@ -31,14 +31,9 @@ TASKS = envs.parts(TASK)
 ARM = 1
 
 
-def _specs():
-    from .. import envs
-
-    out = []
-    for task in TASKS:
-        device, _ = envs.make(task)
-        out.append((device.observation_spec, device.action_spec))
-    return out
+def _specs(layout) -> list:
+    """(observation spec, action spec) of each device kind, by device id."""
+    return [(kind.observation_spec, kind.action_spec) for kind in layout.kinds]
 
 
 def _random_observation(rng, spec, lead):
@@ -65,7 +60,7 @@ def learner_side(quick: bool) -> dict:
     k, blocks = (2, 2) if quick else (8, 5)
     config = sac.SACConfig(hidden_sizes=(32, 32) if quick else (256, 256), batch_size=16 if quick else 256)
     layout = envs.layout(TASK)
-    specs = _specs()
+    specs = _specs(layout)
     rng = np.random.default_rng(0)
     algo = over(as_algorithm(config), layout)
     headed, headed_state = algo.init(jax.random.key(0), layout.observation_spec, layout.action_spec)
@@ -93,7 +88,7 @@ def actor_side(quick: bool) -> dict:
     steps = 30 if quick else 300
     config = sac.SACConfig(hidden_sizes=(32, 32) if quick else (256, 256))
     layout = envs.layout(TASK)
-    observation_spec, action_spec = _specs()[ARM]
+    observation_spec, action_spec = _specs(layout)[ARM]
     observation = _random_observation(np.random.default_rng(1), observation_spec, ())
     policies = {"hetero": JaxPolicy(config, layout, ARM),
                 "single": JaxPolicy.for_specs(observation_spec, action_spec, config)}
