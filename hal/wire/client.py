@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -89,6 +90,9 @@ class LearnerLink:
         self._last_heard = self._last_sent = 0.0
         self._backoff = reconnect_s
         self._next_attempt = 0.0
+        self.instance = secrets.token_hex(8)
+        """This link's token in every HELLO: a reconnect of the same link replaces its session at
+        the learner; a second process started with the same actor id is refused."""
 
     # -- lifecycle -------------------------------------------------------
     def connect(self) -> None:
@@ -213,7 +217,7 @@ class LearnerLink:
         self._send(P.HELLO, {
             "actor": self.actor_name, "actor_id": self.actor_id,
             "devices": [d.to_msg() for d in self.devices], "last_acked_seq": self._acked_seq,
-            "held": list(self.held_version), "protocol": PROTOCOL_VERSION,
+            "held": list(self.held_version), "protocol": PROTOCOL_VERSION, "instance": self.instance,
         }, protocol=P.HELLO_PROTOCOL)  # readable by a learner of any version, which then answers
 
     def _disconnect(self) -> None:

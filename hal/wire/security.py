@@ -80,19 +80,58 @@ def check_endpoint(endpoint: str, secured: bool, allow_insecure: bool) -> None:
             f"refusing plain TCP on {endpoint}: give CurveZMQ keys (embodyrl keys) or allow insecure links explicitly")
 
 
-def secure_server(socket: zmq.Socket, keys: ServerKeys) -> ThreadAuthenticator:
-    """Make ``socket`` a CURVE server that admits only the authorised keys.
+def public_keys(directory: str | Path) -> dict[str, str]:
+    """Every public key in ``directory``: z85 key -> its file's name without ``.key``.
+
+    The name is how the rest of the system speaks of a key (which actor
+    indices it may use, whether it is an admin's)."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise SecurityError(f"authorised keys directory {directory} does not exist")
+    found = {}
+    for path in sorted(directory.glob("*.key")):
+        public, _ = load_keys(path)
+        found[public.decode("ascii")] = path.stem
+    return found
+
+
+def peer_key(frame) -> str | None:
+    """The CurveZMQ public key (z85) a received frame was sent with; None on a plain socket.
+
+    ZeroMQ sets it from the handshake, so unlike anything in the message it
+    cannot be forged by the peer."""
+    try:
+        user = frame.get("User-Id")
+    except zmq.ZMQError:  # not a CURVE socket
+        return None
+    return user or None
+
+
+class _KeySet:
+    """A ZAP credentials provider: admits exactly the keys it holds."""
+
+    def __init__(self, keys: set[bytes]):
+        self.keys = keys
+
+    def callback(self, domain: str, key: bytes) -> bool:
+        return key in self.keys
+
+
+def secure_server(socket: zmq.Socket, keys: ServerKeys, *extra_dirs: str | Path) -> ThreadAuthenticator:
+    """Make ``socket`` a CURVE server that admits only the authorised keys
+    (those in ``keys.authorized_dir`` and in any of ``extra_dirs``, e.g. admins').
 
     Call before ``bind``; stop the returned authenticator when closing.
     """
     public, secret = load_keys(keys.secret_key_file)
     if secret is None:
         raise SecurityError(f"{keys.secret_key_file} holds no secret key")
-    if not Path(keys.authorized_dir).is_dir():
-        raise SecurityError(f"authorised keys directory {keys.authorized_dir} does not exist")
+    allowed = set()
+    for directory in (keys.authorized_dir, *extra_dirs):
+        allowed |= {key.encode("ascii") for key in public_keys(directory)}
     auth = ThreadAuthenticator(socket.context)
     auth.start()
-    auth.configure_curve(domain="*", location=str(keys.authorized_dir))
+    auth.configure_curve_callback(domain="*", credentials_provider=_KeySet(allowed))
     socket.curve_secretkey = secret
     socket.curve_publickey = public
     socket.curve_server = True
