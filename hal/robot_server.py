@@ -14,7 +14,7 @@ codec's ``[msgpack header, raw array frames]``). Every request carries a
     RESET  {seq, seed}           -> OBS {seq, health, reason} + observation arrays
     STEP   {seq} + action        -> OBS ...                  | ERROR {seq, reason, detail}
     ESTOP  {seq, reason}         -> OK {seq}   (safe action now; latches until CLEAR)
-    CLEAR  {seq}                 -> OK {seq}
+    CLEAR  {seq}                 -> OK {seq}   (an admin key's CLEAR also releases the session)
     STATUS {seq}                 -> OK {seq, counters...}    (anyone may ask; monitoring)
     BYE    {seq}                 -> OK {seq}   (safe action, session released)
 
@@ -24,33 +24,67 @@ older ones, so an actor whose reply was lost simply sends the same request
 again. Deadlines are the actor's: it waits ``timeout_s`` per attempt and
 retries a bounded number of times.
 
-The watchdog lives here, next to the hardware: once the actor has stepped
-the robot, a gap of more than ``watchdog_s`` without a fresh command (a dead
-actor, a dead link, a stalled learner) commands the driver's safe action and
-refuses further steps until the actor resets. An actor silent for longer
-than ``watchdog_s`` also loses its session, so a restarted actor can take
-over.
+What holds against any peer (docs/safety.md has the table):
+
+* Actions are checked against the action spec's bounds here, next to the
+  hardware: ``on_out_of_bounds="refuse"`` answers ERROR ``out_of_bounds`` and
+  commands the safe action; ``"clip"`` clips. Both are counted.
+* Three threads: the socket thread (this one: ``poll``/``serve``), the
+  watchdog thread, and one driver thread (:class:`~.watchdog.DriverWorker`)
+  that makes every driver call in order. Once the actor has stepped the
+  robot, a gap of more than ``watchdog_s`` without a fresh command commands
+  the safe action whatever arrives on the socket, and steps are refused
+  until the actor resets.
+* Every driver call has a deadline (:class:`DriverDeadlines`). One that
+  overruns latches a ``driver_hung`` e-stop that software cannot clear.
+* With CurveZMQ keys the session belongs to the actor's key: the same key
+  may reconnect and resume; another key is refused until the owner says
+  BYE or an admin key CLEARs. Without keys (loopback, or ``allow_insecure``)
+  a session belongs to a ZeroMQ identity and is lost after ``watchdog_s`` of
+  silence, so a restarted actor can take over.
+* Requests from peers without a session are rate-limited before they are
+  decoded (:class:`~.wire.security.RateLimiter`) and dropped unanswered over
+  the limit; the session's own requests are not.
 """
 
 from __future__ import annotations
 
 import abc
+import logging
 import signal
 import threading
 import time
 from dataclasses import dataclass, field
 from importlib import import_module
+from pathlib import Path
 
 import numpy as np
 import zmq
 
 from .device import Device, Health
 from .specs import ArraySpec, DictSpec, SpecError
-from .wire.codec import DEFAULT_LIMITS, Limits, MessageError, decode, encode
+from .watchdog import DriverHung, DriverWorker
+from .wire.codec import Limits, MessageError, decode, encode
+from .wire.security import (
+    RateLimiter,
+    RateLimits,
+    ServerKeys,
+    check_endpoint,
+    peer_key,
+    public_keys,
+    secure_server,
+)
+
+log = logging.getLogger(__name__)
 
 HELLO, SPECS, REFUSED = "HELLO", "SPECS", "REFUSED"
 RESET, STEP, OBS = "RESET", "STEP", "OBS"
 ESTOP, CLEAR, STATUS, BYE, OK, ERROR = "ESTOP", "CLEAR", "STATUS", "BYE", "OK", "ERROR"
+
+ROBOT_LIMITS = Limits(max_header_bytes=16 * 1024, max_arrays=8, max_ndim=4,
+                      max_frame_bytes=1 << 20, max_message_bytes=1 << 20)
+"""What the server decodes: requests carry one small action, nothing larger."""
+DEFAULT_RATE_LIMITS = RateLimits()
 
 
 class RobotDriver(abc.ABC):
@@ -59,7 +93,9 @@ class RobotDriver(abc.ABC):
     The server calls, for each actor step: ``command(action)``, then (for a
     ``realtime`` robot) waits out ``control_period_s``, then
     ``read_observation()``. ``safe_action()`` is what the watchdog and the
-    e-stop command. All methods run on the server's thread.
+    e-stop command. All methods run on the server's driver thread, one at a
+    time, each against a deadline (:class:`DriverDeadlines`): the driver
+    need not be thread-safe, and ``command`` should not block.
     """
 
     observation_spec: DictSpec
@@ -148,6 +184,30 @@ class Faults:
     """Seed of the drop draws."""
 
 
+@dataclass(frozen=True)
+class DriverDeadlines:
+    """Seconds each driver call may take before the driver counts as hung.
+
+    ``None`` derives one from the control period ``T``: ``command``,
+    ``read_observation`` (with ``health``) and the safe action
+    ``max(10 T, 0.25)``; ``reset`` (and ``open``, ``close``) ``max(100 T, 10)``.
+    """
+
+    command_s: float | None = None
+    read_s: float | None = None
+    safe_s: float | None = None
+    reset_s: float | None = None
+
+    def resolve(self, control_period_s: float) -> DriverDeadlines:
+        short, long = max(10 * control_period_s, 0.25), max(100 * control_period_s, 10.0)
+        out = DriverDeadlines(*(short if v is None else v for v in (self.command_s, self.read_s, self.safe_s)),
+                              long if self.reset_s is None else self.reset_s)
+        for name in ("command_s", "read_s", "safe_s", "reset_s"):
+            if not getattr(out, name) > 0:
+                raise ValueError(f"DriverDeadlines.{name} must be > 0, got {getattr(out, name)}")
+        return out
+
+
 @dataclass
 class ServerStats:
     requests: int = 0
@@ -158,12 +218,23 @@ class ServerStats:
     dropped_replies: int = 0
     watchdog_trips: int = 0
     sessions: int = 0
+    resumed: int = 0
+    """HELLOs of the session's own key from a fresh socket (a restarted actor)."""
+    takeovers_refused: int = 0
+    admin_releases: int = 0
+    out_of_bounds: int = 0
+    """STEPs whose action left the bounds (refused or clipped)."""
+    clipped: int = 0
+    rate_limited: int = 0
+    """Messages from peers without a session dropped unread over the rate limit."""
     rejected: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
 class _Session:
     identity: bytes
+    key: str | None
+    """The CurveZMQ key that owns the session (None without keys: the identity owns it)."""
     last_seq: int
     reply: list | None = None
     last_seen: float = 0.0
@@ -172,61 +243,131 @@ class _Session:
     tripped: bool = False
 
 
+class _Refusal(Exception):
+    def __init__(self, reason: str, detail: str):
+        super().__init__(detail)
+        self.reason, self.detail = reason, detail
+
+
 class RobotServer:
-    """Serves one :class:`RobotDriver` to one controlling actor at a time."""
+    """Serves one :class:`RobotDriver` to one controlling actor at a time.
+
+    ``keys`` (CurveZMQ) encrypt the link and admit only the authorised
+    actors' keys and ``admin_keys`` (a directory of public keys whose CLEAR
+    releases any session); without keys, ``bind`` must be loopback unless
+    ``allow_insecure``.
+    """
 
     def __init__(self, driver: RobotDriver, bind: str = "tcp://127.0.0.1:*", *, watchdog_s: float = 0.5,
-                 faults: Faults = Faults(), limits: Limits = DEFAULT_LIMITS,
+                 faults: Faults = Faults(), limits: Limits = ROBOT_LIMITS, keys: ServerKeys | None = None,
+                 admin_keys: str | Path | None = None, allow_insecure: bool = False,
+                 on_out_of_bounds: str = "refuse", deadlines: DriverDeadlines = DriverDeadlines(),
+                 rate_limits: RateLimits = DEFAULT_RATE_LIMITS, max_messages_per_poll: int = 64,
                  context: zmq.Context | None = None):
         if not watchdog_s > 0:
             raise ValueError(f"watchdog_s must be > 0, got {watchdog_s}")
+        if on_out_of_bounds not in ("refuse", "clip"):
+            raise ValueError(f"on_out_of_bounds must be 'refuse' or 'clip', got {on_out_of_bounds!r}")
+        if admin_keys is not None and keys is None:
+            raise ValueError("admin_keys need keys: an admin is known by its CurveZMQ key")
+        check_endpoint(bind, keys is not None, allow_insecure)
         self.driver = driver
         self.watchdog_s = watchdog_s
         self.faults = faults
         self.limits = limits
+        self.on_out_of_bounds = on_out_of_bounds
+        self.deadlines = deadlines.resolve(driver.control_period_s)
+        self.max_messages_per_poll = max_messages_per_poll
         self.stats = ServerStats()
         self.session: _Session | None = None
         self.estop_reason: str | None = None
+        self.hung: DriverHung | None = None
+        """The driver call that overran its deadline; latched for the server's lifetime."""
         self.safe_action_error: str | None = None
         self.last_action: np.ndarray | None = None
         """The newest action sent to the driver (by the actor or the watchdog)."""
+        self._admins = set(public_keys(admin_keys)) if admin_keys is not None else set()
         self._rng = np.random.default_rng(faults.seed)
-        self._context = context or zmq.Context.instance()
+        self._limiter = RateLimiter(rate_limits, time.monotonic())
+        self._lock = threading.Lock()
+        # CurveZMQ's ZAP handler is one per context: a secured server gets its own.
+        self._own_context = context is None and keys is not None
+        self._context = context or (zmq.Context() if keys is not None else zmq.Context.instance())
         self.socket = self._context.socket(zmq.ROUTER)
         self.socket.linger = 0
-        self.socket.bind(bind)
-        self.endpoint = self.socket.getsockopt(zmq.LAST_ENDPOINT).decode()
-        driver.open()
+        self.socket.setsockopt(zmq.MAXMSGSIZE, limits.max_message_bytes + limits.max_header_bytes)
+        self.socket.setsockopt(zmq.RCVHWM, 1024)
+        self._auth = None
+        self._secured = keys is not None
+        try:
+            if keys is not None:
+                self._auth = secure_server(self.socket, keys, *([admin_keys] if admin_keys is not None else []))
+            self.socket.bind(bind)
+            self.endpoint = self.socket.getsockopt(zmq.LAST_ENDPOINT).decode()
+            self._worker = DriverWorker(name="robot-driver")
+            self._worker.call("open", driver.open, deadline_s=self.deadlines.reset_s)
+        except BaseException:
+            self._close_socket()
+            raise
+        self._closing = threading.Event()
+        self._watchdog = threading.Thread(target=self._watch, name="robot-watchdog", daemon=True)
+        self._watchdog.start()
 
     def close(self) -> None:
-        if not self.socket.closed:
-            self._command_safe()
-            self.socket.close()
-            self.driver.close()
+        """Stop the watchdog, command the safe action, release the socket and the driver."""
+        if self.socket.closed:
+            return
+        self._closing.set()
+        self._watchdog.join(5)
+        for name, fn, deadline in (("safe_action", self._do_safe, self.deadlines.safe_s),
+                                   ("close", self.driver.close, self.deadlines.reset_s)):
+            try:
+                self._worker.call(name, fn, deadline_s=deadline)
+            except DriverHung as err:
+                log.error("robot server closing: %s; the driver thread is left behind", err)
+                break
+            except Exception as err:  # closing anyway
+                log.error("robot server closing: driver %s failed: %s: %s", name, type(err).__name__, err)
+        self._worker.stop(0.5)
+        self._close_socket()
+
+    def _close_socket(self) -> None:
+        self.socket.close()
+        if self._auth is not None:
+            self._auth.stop()
+            self._auth = None
+        if self._own_context:
+            self._context.term()
+            self._own_context = False
 
     def serve(self, stop: threading.Event | None = None, duration_s: float | None = None) -> None:
-        """Handle requests and run the watchdog until ``stop`` is set or time is up."""
+        """Handle requests until ``stop`` is set or time is up (the watchdog runs on its own thread)."""
         end = None if duration_s is None else time.monotonic() + duration_s
-        tick = min(0.05, self.watchdog_s / 4)
         while not (stop is not None and stop.is_set()) and (end is None or time.monotonic() < end):
-            self.poll(tick)
+            self.poll(0.05)
 
     def poll(self, timeout_s: float) -> None:
-        """Handle the requests that arrive within ``timeout_s``, then check the watchdog."""
-        if self.socket.poll(timeout_s * 1000):
-            while True:
-                try:
-                    frames = self.socket.recv_multipart(zmq.NOBLOCK, copy=False)
-                except zmq.Again:
-                    break
-                self._handle(frames[0].bytes, frames[1:])
-        self._check_watchdog()
+        """Handle up to ``max_messages_per_poll`` requests that arrive within ``timeout_s``."""
+        if not self.socket.poll(timeout_s * 1000):
+            return
+        for _ in range(self.max_messages_per_poll):
+            try:
+                frames = self.socket.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                return
+            self._receive(frames)
 
     # -- requests --------------------------------------------------------
-    def _handle(self, identity: bytes, frames: list) -> None:
-        self.stats.requests += 1
+    def _receive(self, frames: list) -> None:
+        identity, body = frames[0].bytes, frames[1:]
+        key = peer_key(body[0]) if self._secured and body else None
+        with self._lock:
+            self.stats.requests += 1
+            if not self._owns(identity, key) and not self._limiter.allow(key, time.monotonic()):
+                self.stats.rate_limited += 1  # before decoding: a flood costs a bucket lookup
+                return
         try:
-            msg = decode(frames, self.limits)
+            msg = decode(body, self.limits)
         except MessageError as err:
             self._reject(identity, None, err.reason, str(err))
             return
@@ -234,27 +375,25 @@ class RobotServer:
         if type(seq) is not int:
             self._reject(identity, None, "bad_seq", f"{msg.kind}: fields lack an integer 'seq'")
             return
-        now = time.monotonic()
         if msg.kind == STATUS:
-            self._send(identity, encode(OK, {"seq": seq, **self.status()}), faulty=False)
+            with self._lock:
+                status = self.status()
+            self._send(identity, encode(OK, {"seq": seq, **status}), faulty=False)
             return
-        session = self.session
         if msg.kind == HELLO:
-            if session is not None and session.identity == identity and seq == session.last_seq:
-                self._replay(session)
-            elif session is not None and session.identity != identity and now - session.last_seen <= self.watchdog_s:
-                self._send(identity, encode(REFUSED, {"seq": seq, "reason": "another actor controls this robot"}))
+            self._hello(identity, key, seq)
+            return
+        with self._lock:
+            session = self.session
+            owner = self._owns(identity, key)
+            if owner:
+                session.last_seen = time.monotonic()
+        if not owner:
+            if key in self._admins and msg.kind in (CLEAR, ESTOP):
+                self._send(identity, self._admin(msg.kind, seq, msg))
             else:
-                if session is not None:
-                    self._command_safe()
-                self.session = _Session(identity, seq, last_seen=now)
-                self.stats.sessions += 1
-                self._reply(self.session, encode(SPECS, {"seq": seq, **self._specs()}))
+                self._reject(identity, seq, "no_session", f"{msg.kind}: send HELLO first (or the session expired)")
             return
-        if session is None or session.identity != identity:
-            self._reject(identity, seq, "no_session", f"{msg.kind}: send HELLO first (or the session expired)")
-            return
-        session.last_seen = now
         if seq == session.last_seq:
             self._replay(session)
             return
@@ -264,57 +403,162 @@ class RobotServer:
         session.last_seq = seq
         try:
             reply = self._execute(session, msg.kind, seq, msg)
-        except Exception as err:  # the SDK failed: stop the arm, tell the actor, keep serving
-            session.armed = False
-            self._try_safe()
-            reply = self._error(seq, "driver_fault", f"{msg.kind}: {type(err).__name__}: {err}")
+        except _Refusal as err:
+            reply = self._error(seq, err.reason, err.detail)
         self._reply(session, reply)
+
+    def _owns(self, identity: bytes, key: str | None) -> bool:
+        session = self.session
+        return session is not None and session.identity == identity and session.key == key
+
+    def _hello(self, identity: bytes, key: str | None, seq: int) -> None:
+        with self._lock:
+            now, session = time.monotonic(), self.session
+            if session is not None and session.identity == identity and seq == session.last_seq:
+                replay = True
+            elif session is not None and self._secured and key == session.key:
+                session.identity, session.last_seq, session.last_seen = identity, seq, now  # resume
+                self.stats.resumed += 1
+                replay = False
+            elif session is not None and (self._secured or (session.identity != identity
+                                                            and now - session.last_seen <= self.watchdog_s)):
+                self.stats.takeovers_refused += 1
+                reason = ("another key controls this robot (until it says BYE or an admin CLEARs)"
+                          if self._secured else "another actor controls this robot")
+                self._send(identity, encode(REFUSED, {"seq": seq, "reason": reason}))
+                return
+            else:
+                if session is not None:  # a silent identity's session (no keys): stop, then hand over
+                    session.armed = False
+                    self._submit_safe()
+                session = self.session = _Session(identity, key, seq, last_seen=now)
+                self.stats.sessions += 1
+                replay = False
+        if replay:
+            self._replay(session)
+        else:
+            self._reply(session, encode(SPECS, {"seq": seq, **self._specs()}))
+
+    def _admin(self, kind: str, seq: int, msg) -> list:
+        """An admin key's ESTOP or CLEAR, from outside the session."""
+        with self._lock:
+            session = self.session
+            if session is not None:
+                session.armed = False
+            if kind == ESTOP:
+                self.estop_reason = str(msg.fields.get("reason", "admin e-stop"))
+            else:  # CLEAR: release the session (safe action first) and clear a software e-stop
+                self.session = None
+                self.stats.admin_releases += session is not None
+                if self.hung is None:
+                    self.estop_reason = None
+            call = self._submit_safe()
+        log.warning("admin %s%s", kind, " released the session" if kind == CLEAR and session else "")
+        try:
+            self._wait(call)
+            if kind == CLEAR and self.hung is not None:
+                raise self._hung_refusal()
+        except _Refusal as err:
+            return self._error(seq, err.reason, err.detail)
+        return encode(OK, {"seq": seq, "released": kind == CLEAR and session is not None})
 
     def _execute(self, session: _Session, kind: str, seq: int, msg) -> list:
         if kind == BYE:
-            self._command_safe()
-            self.session = None
+            with self._lock:
+                if self.session is session:
+                    self.session = None
+                session.armed = False
+                call = self._submit_safe()
+            self._wait(call, quiet=True)
             return encode(OK, {"seq": seq})
         if kind == ESTOP:
-            self.estop_reason = str(msg.fields.get("reason", "remote e-stop"))
-            self._command_safe()
-            session.armed = False
+            with self._lock:
+                self.estop_reason = str(msg.fields.get("reason", "remote e-stop"))
+                session.armed = False
+                call = self._submit_safe()
+            self._wait(call)
             return encode(OK, {"seq": seq})
         if kind == CLEAR:
-            self.estop_reason = None
+            with self._lock:
+                if self.hung is not None:
+                    raise self._hung_refusal()
+                self.estop_reason = None
             return encode(OK, {"seq": seq})
         if kind not in (RESET, STEP):
             return self._error(seq, "unknown_kind", f"unknown request {kind!r}")
-        if self.estop_reason is not None:
-            return self._error(seq, "estopped", f"robot is e-stopped ({self.estop_reason}); CLEAR first")
         if kind == RESET:
             seed = msg.fields.get("seed")
             if seed is not None and type(seed) is not int:
                 return self._error(seq, "bad_seed", f"seed must be an integer or nil, got {seed!r}")
-            observation = self.driver.reset(seed)
-            session.tripped = session.armed = False
-            session.last_command = time.monotonic()
+            with self._lock:
+                self._check_ready()
+                session.armed = False
+                call = self._worker.submit("reset", self.driver.reset, seed, deadline_s=self.deadlines.reset_s)
+            observation = self._driver_result(session, call)
+            with self._lock:
+                session.tripped = False
+                session.last_command = time.monotonic()
+            health = self._driver_result(session, self._worker.submit(
+                "health", self.driver.health, deadline_s=self.deadlines.read_s))
         else:
-            if session.tripped:
-                return self._error(seq, "watchdog", f"the watchdog stopped the robot after {self.watchdog_s} s "
-                                                    "without a command; reset() to continue")
-            try:
-                action = self.driver.action_spec.validate(msg.arrays.get("action"))
-            except SpecError as err:
-                return self._error(seq, "bad_action", str(err))
-            started = time.monotonic()
-            self._command(np.array(action))
+            action = self._checked_action(session, seq, msg)
+            with self._lock:  # checked and queued at once: the watchdog's safe action never precedes it
+                self._check_ready()
+                if session.tripped:
+                    raise _Refusal("watchdog", f"the watchdog stopped the robot after {self.watchdog_s} s "
+                                               "without a command; reset() to continue")
+                started = time.monotonic()
+                call = self._worker.submit("command", self._command, action, deadline_s=self.deadlines.command_s)
+                session.armed, session.last_command = True, started
+            self._driver_result(session, call)
             if self.driver.realtime:
                 time.sleep(max(0.0, started + self.driver.control_period_s - time.monotonic()))
-            observation = self.driver.read_observation()
-            session.armed, session.last_command = True, time.monotonic()
+            observation, health = self._driver_result(session, self._worker.submit(
+                "read_observation", self._read, deadline_s=self.deadlines.read_s))
             self.stats.steps += 1
         try:
             observation = self.driver.observation_spec.validate(observation)
         except SpecError as err:
             return self._error(seq, "driver_fault", str(err))
-        health = self.driver.health()
         return encode(OBS, {"seq": seq, "health": health.status, "reason": health.reason}, observation)
+
+    def _checked_action(self, session: _Session, seq: int, msg) -> np.ndarray:
+        spec = self.driver.action_spec
+        try:
+            action = np.array(spec.validate(msg.arrays.get("action")))
+        except SpecError as err:
+            raise _Refusal("bad_action", str(err)) from None
+        outside = _outside(spec, action)
+        if outside is None:
+            return action
+        with self._lock:
+            self.stats.out_of_bounds += 1
+            if self.on_out_of_bounds == "clip":
+                self.stats.clipped += 1
+                return spec.clip(action)
+            session.armed = False
+            call = self._submit_safe()
+        self._wait(call, quiet=True)
+        raise _Refusal("out_of_bounds", f"{outside}; refused, the safe action was commanded")
+
+    def _check_ready(self) -> None:
+        if self.hung is not None:
+            raise self._hung_refusal()
+        if self.estop_reason is not None:
+            raise _Refusal("estopped", f"robot is e-stopped ({self.estop_reason}); CLEAR first")
+
+    def _driver_result(self, session: _Session, call):
+        """Wait for a driver call; a driver exception stops the arm and becomes ERROR driver_fault."""
+        try:
+            return self._wait(call)
+        except _Refusal:
+            raise
+        except Exception as err:  # the SDK failed: stop the arm, tell the actor, keep serving
+            with self._lock:
+                session.armed = False
+                safe = self._submit_safe()
+            self._wait(safe, quiet=True)
+            raise _Refusal("driver_fault", f"{call.name}: {type(err).__name__}: {err}") from None
 
     def _specs(self) -> dict:
         return {"observation_spec": self.driver.observation_spec.to_msg(),
@@ -322,41 +566,102 @@ class RobotServer:
                 "control_period_s": float(self.driver.control_period_s), "watchdog_s": self.watchdog_s}
 
     def status(self) -> dict:
-        s = self.stats
+        s, hung = self.stats, self.hung
         return {"requests": s.requests, "steps": s.steps, "replays": s.replays, "stale": s.stale,
                 "dropped_replies": s.dropped_replies, "watchdog_trips": s.watchdog_trips,
-                "sessions": s.sessions, "rejected": dict(s.rejected), "estop": self.estop_reason,
-                "controlled": self.session is not None,
+                "sessions": s.sessions, "resumed": s.resumed, "takeovers_refused": s.takeovers_refused,
+                "admin_releases": s.admin_releases, "out_of_bounds": s.out_of_bounds, "clipped": s.clipped,
+                "on_out_of_bounds": self.on_out_of_bounds, "rate_limited": s.rate_limited,
+                "rejected": dict(s.rejected), "estop": self.estop_reason,
+                "driver_hung": None if hung is None else hung.call,
+                "driver_hung_s": None if hung is None else round(hung.seconds, 4),
+                "safe_action_error": self.safe_action_error,
+                "controlled": self.session is not None, "secured": self._secured,
                 "last_action": None if self.last_action is None else np.asarray(self.last_action).tolist()}
 
-    # -- watchdog --------------------------------------------------------
-    def _check_watchdog(self) -> None:
-        session = self.session
-        if session is None:
-            return
-        now = time.monotonic()
-        if session.armed and now - session.last_command > self.watchdog_s:
-            session.armed, session.tripped = False, True
-            self.stats.watchdog_trips += 1
-            self._try_safe()
-
-    def _command_safe(self) -> None:
-        self._command(self.driver.safe_action())
-
-    def _try_safe(self) -> None:
-        try:
-            self._command_safe()
-        except Exception as err:  # nothing more this side can do; count it and keep serving
-            self.stats.rejected["safe_action_failed"] = self.stats.rejected.get("safe_action_failed", 0) + 1
-            self.safe_action_error = f"{type(err).__name__}: {err}"
-
+    # -- the driver thread ---------------------------------------------------
     def _command(self, action: np.ndarray) -> None:
         self.last_action = action
         self.driver.command(action)
 
+    def _read(self) -> tuple[dict, Health]:
+        return self.driver.read_observation(), self.driver.health()
+
+    def _do_safe(self) -> None:
+        try:
+            self._command(self.driver.safe_action())
+        except Exception as err:  # nothing more this side can do; count it and keep serving
+            with self._lock:
+                self.stats.rejected["safe_action_failed"] = self.stats.rejected.get("safe_action_failed", 0) + 1
+                self.safe_action_error = f"{type(err).__name__}: {err}"
+            log.error("robot server: the safe action failed: %s", self.safe_action_error)
+
+    def _submit_safe(self):
+        """Queue the safe action (call with the lock held, so it keeps its place among commands)."""
+        return self._worker.submit("safe_action", self._do_safe, deadline_s=self.deadlines.safe_s)
+
+    def _wait(self, call, quiet: bool = False):
+        """A driver call's result; an overrun latches the hung-driver e-stop and refuses the request."""
+        try:
+            return self._worker.wait(call)
+        except DriverHung as hung:
+            with self._lock:
+                self._latch_hung(hung)
+            if quiet:
+                return None
+            raise self._hung_refusal() from None
+
+    def _latch_hung(self, hung: DriverHung) -> None:
+        """With the lock held: latch the e-stop no software clears, drop queued calls, queue a safe action."""
+        if self.hung is not None:
+            return
+        self.hung = hung
+        self.estop_reason = f"driver hung in {hung.call}"
+        if self.session is not None:
+            self.session.armed = False
+        self._worker.cancel_pending()
+        self._submit_safe()  # runs if the driver ever returns
+        log.error("robot server: driver call %r overran its %.3g s deadline; e-stop latched. Software cannot "
+                  "move the robot through a hung driver: use the hardware e-stop, then restart this server.",
+                  hung.call, hung.deadline_s)
+
+    def _hung_refusal(self) -> _Refusal:
+        hung = self.hung
+        return _Refusal("driver_hung", f"driver call {hung.call!r} overran its {hung.deadline_s:.3g} s deadline "
+                                       f"({hung.seconds:.3g} s so far); e-stop latched, not clearable by "
+                                       "software: check the robot, use its hardware e-stop, restart the server")
+
+    # -- watchdog --------------------------------------------------------
+    def _watch(self) -> None:
+        """The watchdog thread: trips a silent session and notices an overrunning driver call."""
+        tick = min(0.05, self.watchdog_s / 4)
+        while True:
+            with self._lock:
+                now = time.monotonic()
+                wake = now + tick
+                hung = self._worker.overrun()
+                if hung is not None:
+                    self._latch_hung(hung)
+                due = self._worker.due()
+                if due is not None and hung is None:
+                    wake = min(wake, due + 1e-4)
+                session = self.session
+                if session is not None and session.armed:
+                    if now - session.last_command > self.watchdog_s:
+                        session.armed, session.tripped = False, True
+                        self.stats.watchdog_trips += 1
+                        self._submit_safe()
+                        log.warning("robot server: no command for %.3g s: watchdog commanded the safe action",
+                                    now - session.last_command)
+                    else:
+                        wake = min(wake, session.last_command + self.watchdog_s + 1e-4)
+            if self._closing.wait(max(0.0, wake - time.monotonic())):
+                return
+
     # -- replies ---------------------------------------------------------
     def _error(self, seq: int, reason: str, detail: str) -> list:
-        self.stats.rejected[reason] = self.stats.rejected.get(reason, 0) + 1
+        with self._lock:
+            self.stats.rejected[reason] = self.stats.rejected.get(reason, 0) + 1
         return encode(ERROR, {"seq": seq, "reason": reason, "detail": detail})
 
     def _reject(self, identity: bytes, seq, reason: str, detail: str) -> None:
@@ -380,6 +685,20 @@ class RobotServer:
         self.socket.send_multipart([identity, *frames])
 
 
+def _outside(spec: ArraySpec, action: np.ndarray) -> str | None:
+    """Where ``action`` leaves the spec's bounds (compared in the action's dtype), or None."""
+    for bound, name, beyond in ((spec.minimum, "minimum", np.less), (spec.maximum, "maximum", np.greater)):
+        if bound is None:
+            continue
+        limit = bound.astype(spec.dtype) if spec.dtype.kind == "f" else bound
+        bad = np.flatnonzero(beyond(action, limit).reshape(-1))
+        if bad.size:
+            i = int(bad[0])
+            return (f"{spec.name}: value {action.reshape(-1)[i]} beyond its {name} {limit.reshape(-1)[i]} "
+                    f"at flat index {i} ({bad.size} of {action.size} values out of bounds)")
+    return None
+
+
 def load_factory(spec: str):
     """``"package.module:callable"`` -> the callable (how a server names its driver)."""
     module, _, attr = spec.partition(":")
@@ -389,19 +708,20 @@ def load_factory(spec: str):
 
 
 def serve_process(factory: str, bind: str, endpoint_queue=None, watchdog_s: float = 0.5,
-                  faults: Faults = Faults()) -> None:
+                  faults: Faults = Faults(), **options) -> None:
     """Build the driver from ``factory`` and serve until SIGTERM or SIGINT (a process entry point).
 
     The factory returns a :class:`RobotDriver` or a :class:`Device` (wrapped in
     :class:`DeviceDriver`); ``"embodyrl.envs.arm:make_device"`` is the
     simulated arm. The bound endpoint is put on ``endpoint_queue``.
+    ``options`` go to :class:`RobotServer` (``keys``, ``admin_keys``, ...).
     """
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     built = load_factory(factory)()
     driver = DeviceDriver(built) if isinstance(built, Device) else built
-    server = RobotServer(driver, bind, watchdog_s=watchdog_s, faults=faults)
+    server = RobotServer(driver, bind, watchdog_s=watchdog_s, faults=faults, **options)
     try:
         if endpoint_queue is not None:
             endpoint_queue.put(server.endpoint)
@@ -412,20 +732,49 @@ def serve_process(factory: str, bind: str, endpoint_queue=None, watchdog_s: floa
         server.close()
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> int:
+    """``python -m embodyrl.hal.robot_server FACTORY [options]``; exit code 2 on a bad option."""
     import argparse
+
+    from ..cli.security import SecurityOptionError, check_address, server_keys
 
     parser = argparse.ArgumentParser(description="Serve a robot driver to a remote actor.")
     parser.add_argument("factory", help="package.module:callable returning a RobotDriver or a Device, "
                                         "e.g. embodyrl.envs.arm:make_device (the simulated arm)")
     parser.add_argument("--bind", default="tcp://127.0.0.1:5556")
     parser.add_argument("--watchdog-s", type=float, default=0.5)
+    parser.add_argument("--on-out-of-bounds", choices=("refuse", "clip"), default="refuse",
+                        help="an action outside the spec's bounds: refuse it (ERROR, safe action) or clip it")
+    parser.add_argument("--command-deadline-s", type=float, help="driver command/read deadline "
+                                                                 "(default max(10 control periods, 0.25 s))")
+    parser.add_argument("--reset-deadline-s", type=float, help="driver reset deadline (default max(100 periods, 10 s))")
     parser.add_argument("--latency-s", type=float, default=0.0, help="injected reply latency (testing)")
     parser.add_argument("--drop", type=float, default=0.0, help="injected reply-drop probability (testing)")
+    group = parser.add_argument_group("security (CurveZMQ; keys from: embodyrl keys DIR NAME)")
+    group.add_argument("--secret-key", metavar="FILE", help="this robot server's NAME.key_secret")
+    group.add_argument("--authorized-keys", metavar="DIR", help="directory of the actors' public NAME.key files")
+    group.add_argument("--admin-keys", metavar="DIR", help="directory of admins' public keys: their CLEAR "
+                                                           "releases the session of any actor")
+    group.add_argument("--insecure", action="store_true",
+                       help="allow plain TCP on a non-loopback address: anyone who reaches the port can "
+                            "drive the robot (default: refused without keys)")
     args = parser.parse_args(argv)
-    serve_process(args.factory, args.bind, watchdog_s=args.watchdog_s,
-                  faults=Faults(args.latency_s, args.drop))
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    try:
+        keys = server_keys(args)
+        check_address(args.bind, keys, args.insecure, "--bind")
+        if args.admin_keys is not None and (keys is None or not Path(args.admin_keys).is_dir()):
+            raise SecurityOptionError("--admin-keys: needs --secret-key and --authorized-keys, and a directory")
+    except SecurityOptionError as err:
+        print(f"robot server: {err}", file=__import__("sys").stderr)
+        return 2
+    deadlines = DriverDeadlines(args.command_deadline_s, args.command_deadline_s, args.command_deadline_s,
+                                args.reset_deadline_s)
+    serve_process(args.factory, args.bind, watchdog_s=args.watchdog_s, faults=Faults(args.latency_s, args.drop),
+                  keys=keys, admin_keys=args.admin_keys, allow_insecure=args.insecure,
+                  on_out_of_bounds=args.on_out_of_bounds, deadlines=deadlines)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -6,6 +6,10 @@ directory of the public keys of the actors it accepts; an actor holds its own
 secret key and the learner's public key. A peer without an authorised key
 never completes the handshake. Plain TCP is refused on anything but loopback
 unless explicitly allowed.
+
+:class:`RateLimiter` caps what peers without a session may cost a server:
+token buckets per authenticated key and one for everyone, checked before a
+message is decoded.
 """
 
 from __future__ import annotations
@@ -147,3 +151,54 @@ def secure_client(socket: zmq.Socket, keys: ClientKeys) -> None:
     socket.curve_secretkey = secret
     socket.curve_publickey = public
     socket.curve_serverkey = server_public
+
+
+@dataclass(frozen=True)
+class RateLimits:
+    """Requests per second a server answers from peers that hold no session."""
+
+    per_key_per_s: float = 20.0
+    """Each CurveZMQ key (unused without keys: a fresh ZeroMQ identity is free to make)."""
+    per_key_burst: float = 20.0
+    global_per_s: float = 100.0
+    """All such peers together."""
+    global_burst: float = 100.0
+
+
+class TokenBucket:
+    """``rate`` tokens a second, at most ``capacity`` saved up; ``take`` spends one."""
+
+    __slots__ = ("rate", "capacity", "tokens", "stamp")
+
+    def __init__(self, rate: float, capacity: float, now: float):
+        if not rate > 0 or not capacity >= 1:
+            raise ValueError(f"need rate > 0 and capacity >= 1, got {rate}, {capacity}")
+        self.rate, self.capacity, self.tokens, self.stamp = rate, capacity, capacity, now
+
+    def take(self, now: float) -> bool:
+        self.tokens = min(self.capacity, self.tokens + (now - self.stamp) * self.rate)
+        self.stamp = now
+        if self.tokens < 1:
+            return False
+        self.tokens -= 1
+        return True
+
+
+class RateLimiter:
+    """Per key (when CURVE authenticated one), then global; a key over its rate spends nothing global.
+
+    Keys are authenticated, so there are at most as many buckets as authorised keys."""
+
+    def __init__(self, limits: RateLimits, now: float):
+        self.limits = limits
+        self._global = TokenBucket(limits.global_per_s, limits.global_burst, now)
+        self._keys: dict[str, TokenBucket] = {}
+
+    def allow(self, key: str | None, now: float) -> bool:
+        if key is not None:
+            bucket = self._keys.get(key)
+            if bucket is None:
+                bucket = self._keys[key] = TokenBucket(self.limits.per_key_per_s, self.limits.per_key_burst, now)
+            if not bucket.take(now):
+                return False
+        return self._global.take(now)
