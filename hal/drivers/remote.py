@@ -8,6 +8,12 @@ under the same sequence number, which the server answers from its cache, so
 a lost reply neither wedges the socket (DEALER, not REQ) nor steps the robot
 twice. When every attempt fails the call raises :class:`RemoteTimeout`; by
 then the server's watchdog has stopped the robot on its own.
+
+Off this machine the link takes CurveZMQ keys (``keys=ClientKeys(own secret
+key, the server's public key)``, made with ``embodyrl keys DIR NAME``); plain
+TCP to a non-loopback address is refused unless ``allow_insecure``. With
+keys the server binds the session to this actor's key: a restarted actor
+with the same key resumes it, and no other key can take it over.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from ..device import Device, EStopError, Health
 from ..robot_server import BYE, CLEAR, ERROR, ESTOP, HELLO, OBS, REFUSED, RESET, SPECS, STATUS, STEP
 from ..specs import ArraySpec, DictSpec, SpecError
 from ..wire.codec import DEFAULT_LIMITS, Limits, Message, decode, encode
+from ..wire.security import ClientKeys, check_endpoint, secure_client
 
 
 class RemoteError(RuntimeError):
@@ -39,12 +46,16 @@ class RemoteDevice(Device):
     """The actor's side of a remote robot."""
 
     def __init__(self, endpoint: str, *, timeout_s: float = 0.5, retries: int = 3, backoff: float = 2.0,
-                 limits: Limits = DEFAULT_LIMITS, context: zmq.Context | None = None):
+                 limits: Limits = DEFAULT_LIMITS, keys: ClientKeys | None = None, allow_insecure: bool = False,
+                 context: zmq.Context | None = None):
         """``timeout_s``: deadline of the first attempt; each retry (same seq) waits
-        ``backoff`` times longer than the one before, so a slow link is not flooded."""
+        ``backoff`` times longer than the one before, so a slow link is not flooded.
+        ``keys``: this actor's CurveZMQ keys (needed off loopback unless ``allow_insecure``)."""
         super().__init__()
         if not timeout_s > 0 or retries < 0 or backoff < 1:
             raise ValueError(f"need timeout_s > 0, retries >= 0, backoff >= 1; got {timeout_s}, {retries}, {backoff}")
+        check_endpoint(endpoint, keys is not None, allow_insecure)
+        self.keys = keys
         self.backoff = backoff
         self.endpoint = endpoint
         self.timeout_s = timeout_s
@@ -64,6 +75,8 @@ class RemoteDevice(Device):
     def _connect(self) -> None:
         self._socket = self._context.socket(zmq.DEALER)
         self._socket.linger = 0
+        if self.keys is not None:
+            secure_client(self._socket, self.keys)
         self._socket.connect(self.endpoint)
         try:
             reply = self._request(HELLO, expect=SPECS)
@@ -148,8 +161,9 @@ class RemoteDevice(Device):
                 return self._check(kind, reply, expect)
         self._last_health = Health("degraded", f"{kind}: no reply from {self.endpoint}")
         waited = sum(self.timeout_s * self.backoff**a for a in range(attempts))
+        hint = " (is this actor's key authorised there?)" if self.keys is not None else ""
         raise RemoteTimeout("timeout", f"{kind} seq {seq}: no reply from {self.endpoint} "
-                                       f"in {attempts} attempts ({waited:.3g} s)")
+                                       f"in {attempts} attempts ({waited:.3g} s){hint}")
 
     def _await(self, seq: int, timeout_s: float) -> Message | None:
         deadline = time.monotonic() + timeout_s
@@ -167,8 +181,8 @@ class RemoteDevice(Device):
             reason, detail = str(reply.fields.get("reason")), str(reply.fields.get("detail"))
             if reason == "estopped":
                 raise EStopError(f"robot server: {detail}")
-            if reason == "bad_action":
-                raise SpecError(f"robot server refused the action: {detail}")
+            if reason in ("bad_action", "out_of_bounds"):
+                raise SpecError(f"robot server refused the action ({reason}): {detail}")
             raise RemoteError(reason, f"{kind} refused by {self.endpoint}: {detail}")
         if reply.kind == REFUSED:
             raise RemoteError("refused", f"{self.endpoint}: {reply.fields.get('reason')}")
