@@ -1,33 +1,53 @@
 """Template: put a real arm behind embodyrl's robot server.
 
 Copy this file to the robot's controller box, replace ``VendorArm`` (a
-stand-in so the file runs as it is) with your vendor's SDK, and run::
+stand-in so the file runs as it is) with your vendor's SDK, and run it. On
+one machine (loopback) it needs nothing more::
 
-    python remote_robot_driver.py --bind tcp://0.0.0.0:5556
+    python remote_robot_driver.py
 
-The learner side then drives the arm as an ordinary device::
+Across a network the link takes CurveZMQ keys (plain TCP off loopback is
+refused). One pair for the robot, one per actor (and per admin); each side
+gets the other's public ``NAME.key``, never a ``NAME.key_secret``::
+
+    embodyrl keys keys/robot robot          # on the robot box
+    embodyrl keys keys/actor actor          # on the actor's machine; copy actor.key to the robot box
+    mkdir -p keys/authorized && cp actor.key keys/authorized/
+    python remote_robot_driver.py --bind tcp://0.0.0.0:5556 \
+        --secret-key keys/robot/robot.key_secret --authorized-keys keys/authorized
+
+(``--admin-keys DIR``: keys whose CLEAR releases the session of an actor
+that holds the robot and is gone.) The actor then drives the arm as an
+ordinary device, with its secret key and the robot's public key::
 
     from embodyrl.hal.drivers.remote import RemoteDevice
-    with RemoteDevice("tcp://robot-box:5556") as arm:
+    from embodyrl.hal.wire.security import ClientKeys
+    keys = ClientKeys("keys/actor/actor.key_secret", "keys/robot/robot.key")
+    with RemoteDevice("tcp://robot-box:5556", keys=keys) as arm:
         obs = arm.reset(seed=0)
         obs = arm.step(action)
 
 What you write is one class with five methods (``RobotDriver``): the specs,
 ``reset``, ``command``, ``read_observation`` and ``safe_action``. The server
-does the rest: the protocol, retries, and the watchdog that commands
-``safe_action()`` when no fresh command arrives within ``--watchdog-s``
-(a dead actor or a dead link stops the arm).
+does the rest: the protocol, retries, the action bounds, a deadline on every
+driver call, and the watchdog that commands ``safe_action()`` when no fresh
+command arrives within ``--watchdog-s`` (a dead actor or a dead link stops
+the arm). A driver call that hangs latches an e-stop only a restart clears:
+software cannot move the arm through a hung SDK, so keep the arm's hardware
+e-stop within reach.
 """
 
 from __future__ import annotations
 
 import argparse
 import time
+from pathlib import Path
 
 import numpy as np
 
 from embodyrl.hal.robot_server import RobotDriver, RobotServer
 from embodyrl.hal.specs import ArraySpec, DictSpec
+from embodyrl.hal.wire.security import ServerKeys
 
 
 class VendorArm:
@@ -87,12 +107,29 @@ class MyArmDriver(RobotDriver):
         return np.zeros(self.action_spec.shape, np.float32)  # stop every joint
 
 
-def main() -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bind", default="tcp://127.0.0.1:5556")
     parser.add_argument("--watchdog-s", type=float, default=0.2)
-    args = parser.parse_args()
-    server = RobotServer(MyArmDriver(VendorArm()), args.bind, watchdog_s=args.watchdog_s)
+    parser.add_argument("--secret-key", help="the robot's NAME.key_secret")
+    parser.add_argument("--authorized-keys", help="directory of the actors' public .key files")
+    parser.add_argument("--admin-keys", help="directory of the admins' public .key files")
+    parser.add_argument("--insecure", action="store_true", help="allow plain TCP off loopback (anyone can drive)")
+    return parser.parse_args(argv)
+
+
+def make_server(args: argparse.Namespace) -> RobotServer:
+    keys = None
+    if args.secret_key or args.authorized_keys:
+        if not (args.secret_key and args.authorized_keys):
+            raise SystemExit("--secret-key and --authorized-keys go together")
+        keys = ServerKeys(Path(args.secret_key), Path(args.authorized_keys))
+    return RobotServer(MyArmDriver(VendorArm()), args.bind, watchdog_s=args.watchdog_s, keys=keys,
+                       admin_keys=args.admin_keys, allow_insecure=args.insecure)
+
+
+def main() -> None:
+    server = make_server(parse_args())
     print(f"serving on {server.endpoint}; Ctrl-C stops the arm and exits", flush=True)
     try:
         server.serve()

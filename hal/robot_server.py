@@ -190,7 +190,8 @@ class DriverDeadlines:
 
     ``None`` derives one from the control period ``T``: ``command``,
     ``read_observation`` (with ``health``) and the safe action
-    ``max(10 T, 0.25)``; ``reset`` (and ``open``, ``close``) ``max(100 T, 10)``.
+    ``max(10 T, 0.5)``; ``reset`` (and ``open``, ``close``) ``max(100 T, 10)``.
+    A false alarm is dear (the latch needs a restart), so they are generous.
     """
 
     command_s: float | None = None
@@ -199,7 +200,7 @@ class DriverDeadlines:
     reset_s: float | None = None
 
     def resolve(self, control_period_s: float) -> DriverDeadlines:
-        short, long = max(10 * control_period_s, 0.25), max(100 * control_period_s, 10.0)
+        short, long = max(10 * control_period_s, 0.5), max(100 * control_period_s, 10.0)
         out = DriverDeadlines(*(short if v is None else v for v in (self.command_s, self.read_s, self.safe_s)),
                               long if self.reset_s is None else self.reset_s)
         for name in ("command_s", "read_s", "safe_s", "reset_s"):
@@ -554,6 +555,8 @@ class RobotServer:
         except _Refusal:
             raise
         except Exception as err:  # the SDK failed: stop the arm, tell the actor, keep serving
+            if self.hung is not None:  # cancelled behind a hung call
+                raise self._hung_refusal() from None
             with self._lock:
                 session.armed = False
                 safe = self._submit_safe()
@@ -746,7 +749,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--on-out-of-bounds", choices=("refuse", "clip"), default="refuse",
                         help="an action outside the spec's bounds: refuse it (ERROR, safe action) or clip it")
     parser.add_argument("--command-deadline-s", type=float, help="driver command/read deadline "
-                                                                 "(default max(10 control periods, 0.25 s))")
+                                                                 "(default max(10 control periods, 0.5 s))")
     parser.add_argument("--reset-deadline-s", type=float, help="driver reset deadline (default max(100 periods, 10 s))")
     parser.add_argument("--latency-s", type=float, default=0.0, help="injected reply latency (testing)")
     parser.add_argument("--drop", type=float, default=0.0, help="injected reply-drop probability (testing)")

@@ -290,6 +290,34 @@ class TestTemplateDriverConformance(DeviceConformance):
         assert (obs["qpos"] > start + 0.01).all() and np.allclose(obs["qvel"], 0.5)
 
 
+def test_the_template_serves_with_keys_and_refuses_plain_tcp_off_loopback(tmp_path):
+    from embodyrl.hal.wire.security import ClientKeys, SecurityError, generate_keys
+
+    template = _load_template()
+    with pytest.raises(SecurityError, match="plain TCP"):
+        template.make_server(template.parse_args(["--bind", "tcp://0.0.0.0:*"]))
+    _, robot_secret = generate_keys(tmp_path / "robot", "robot")
+    actor_public, actor_secret = generate_keys(tmp_path / "actor", "actor")
+    (tmp_path / "authorized").mkdir()
+    actor_public.rename(tmp_path / "authorized" / actor_public.name)
+    server = template.make_server(template.parse_args(
+        ["--bind", "tcp://127.0.0.1:*", "--secret-key", str(robot_secret),
+         "--authorized-keys", str(tmp_path / "authorized")]))
+    stop = threading.Event()
+    thread = threading.Thread(target=server.serve, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        keys = ClientKeys(actor_secret, tmp_path / "robot" / "robot.key")
+        with RemoteDevice(server.endpoint, keys=keys, timeout_s=2.0) as arm:
+            arm.reset(seed=0)
+            arm.step(np.full(6, 0.5, np.float32))
+            assert arm.server_status()["secured"] is True
+    finally:
+        stop.set()
+        thread.join(5)
+        server.close()
+
+
 class _FlakySDKDriver(DeviceDriver):
     """The pendulum, but the 'SDK' raises on the third command."""
 

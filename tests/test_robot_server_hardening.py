@@ -218,6 +218,22 @@ def test_a_hung_driver_call_latches_an_estop_that_software_cannot_clear(serve):
         monitor.close()
 
 
+def test_the_watchdog_thread_notices_a_hung_safe_action_that_nobody_waits_for(serve):
+    driver = TwoJoints()
+    server = serve(driver, watchdog_s=0.1, deadlines=DriverDeadlines(safe_s=0.1))
+    with RemoteDevice(server.endpoint, timeout_s=2.0) as arm:
+        arm.reset(seed=0)
+        arm.step(GO)
+        driver.hang_next = True  # the next command is the watchdog's safe action
+        time.sleep(0.5)
+        status = arm.server_status()
+        assert status["watchdog_trips"] == 1 and status["driver_hung"] == "safe_action"
+        with pytest.raises(RemoteError, match="'safe_action'") as err:
+            arm.reset(seed=0)
+        assert err.value.reason == "driver_hung"
+        driver.release.set()
+
+
 # -- keys: who may drive the robot -----------------------------------------
 @pytest.fixture(scope="module")
 def keyring(tmp_path_factory):
