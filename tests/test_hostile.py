@@ -10,8 +10,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from embodyrl import envs
-from embodyrl.bench.chaos_parts import logged_rows, row_keys
-from embodyrl.bench.chaos_parts import logging_actor as run_logging_actor
+from embodyrl.bench import chaos_hostile, chaos_link
+from embodyrl.bench.chaos_parts import ledger_actor
+from embodyrl.hal.ledger import ledger_totals
+from embodyrl.hal.steps import rows_digest
 from embodyrl.hal.wire import protocol as P
 from embodyrl.hal.wire.codec import PROTOCOL_VERSION, encode
 from embodyrl.transport import LearnerServer
@@ -92,17 +94,16 @@ def test_honest_actor_keeps_streaming_under_attack(tmp_path):
             rec.add(obs, np.zeros(1, np.float32), np.zeros(1, np.float32), 0.0, False, False, PolicyVersion(1, 1))
     template = rec.flush().arrays()
     server = LearnerServer(run_id="r", incarnation=1, peer_timeout_s=10)
-    log = tmp_path / "rows.jsonl"
+    ledger = tmp_path / "ledger.jsonl"
     ctx = mp.get_context("spawn")
-    honest = ctx.Process(target=run_logging_actor,
-                         args=(server.endpoint, 1, str(tmp_path / "spool"), str(log), 2000),
+    honest = ctx.Process(target=ledger_actor, args=(server.endpoint, 1, str(tmp_path / "spool"), str(ledger), 2000),
                          kwargs={"peer_timeout_s": 10.0})
     honest.start()
     attacker = zmq.Context.instance().socket(zmq.DEALER)
     attacker.setsockopt(zmq.LINGER, 0)
     attacker.connect(server.endpoint)
     rng = np.random.default_rng(0)
-    rows, attacks = [], 0
+    rows, digest, attacks = 0, 0, 0
     try:
         deadline = time.monotonic() + 120
         while honest.is_alive() and time.monotonic() < deadline:
@@ -110,7 +111,8 @@ def test_honest_actor_keeps_streaming_under_attack(tmp_path):
                 attacker.send_multipart(frames)
                 attacks += 1
             for b in server.poll(5):
-                rows += row_keys(b.steps)
+                rows += len(b.steps)
+                digest = (digest + rows_digest(b.steps)) % (1 << 64)
                 server.ack(b.session, b.seq, credits=len(b.steps))
             for s in server.sessions.values():
                 if s.actor_id == 1 and not getattr(s, "granted", False):
@@ -123,9 +125,22 @@ def test_honest_actor_keeps_streaming_under_attack(tmp_path):
         attacker.close(0)
         server.close()
     assert honest.exitcode == 0
-    produced = logged_rows(log)
-    assert sorted(rows) == sorted(produced) and len(rows) == len(set(rows))
+    assert (rows, digest) == ledger_totals(ledger)  # every row the link took, taken once
     rejected = server.stats.rejected
     assert sum(rejected.values()) >= attacks - 5  # every attack refused (the last few may be in flight)
     assert {"header_malformed", "frame_size", "frame_count"} <= set(rejected)
     assert set(server.sessions) == set() or all(s.actor_id == 1 for s in server.sessions.values())
+
+
+def test_attackers_in_their_own_processes_are_refused_by_reason_and_the_honest_actor_loses_nothing():
+    record = chaos_link.hostile(True, pairs=1, window_s=0.5)
+    assert record["lost"] == record["duplicated"] == 0 and record["digest_match"], record
+    assert record["produced"] == record["stored"] > 0
+    for name, reason in chaos_hostile.REFUSED_AS.items():
+        probe = record["probes"][name]
+        assert probe["sent"] > 0, name
+        if reason is not None:  # each attack class counted under its reason
+            assert probe["refused"].get(reason, 0) > 0, (name, probe)
+    assert record["honest_index_kept"]
+    assert record["bomb_rss_growth_mb"] < 64  # bounded by the limits, not by the 1 GiB the bombs declare
+    assert record["honest_ratio_under_attack"] > 0 and record["hostile_reject_cpu_us_median"] is not None

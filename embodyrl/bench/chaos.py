@@ -1,21 +1,28 @@
 """``embodyrl bench chaos``: break the system on purpose and count what was lost.
 
-Scenarios, in order: actor killed and restarted, learner side killed and
-restarted (the link with a durable learner side), the real JAX learner
-SIGKILLed and resumed while real ``embodyrl actor`` processes reconnect by
-themselves (one of them killed too), network partition (a proxy drops every connection), hostile
-traffic beside an honest actor, slow learner (backpressure, memory), disk
-full under the replay (a small tmpfs; skipped with the reason when it cannot
-be mounted), bad config and bad device data. Each reports ``name``,
-``injected`` (faults), ``produced``, ``stored``, ``lost``, ``duplicated`` and
+Scenarios, in order: actor killed and restarted, learner side crashed and
+restarted on its persistent replay, the real JAX learner SIGKILLed and
+resumed while real ``embodyrl actor`` processes reconnect by themselves (one
+of them killed too), network partition (a proxy drops every connection),
+attackers in their own processes beside an honest actor, slow learner
+(backpressure, memory), disk full under the replay (a small tmpfs; skipped
+with the reason when it cannot be mounted), bad config and bad data injected
+into a running learner server and a running robot server, and the robot
+server's watchdog while its socket is flooded. Each reports ``name``,
+``injected`` (faults), ``produced`` (rows the actors' links took, from their
+ledgers), ``stored`` (rows the replay holds), ``lost``, ``duplicated`` and
 ``recovery_s`` (median seconds from the fault's end until every row produced
-before it was stored), plus what it measured. ``--quick`` makes each small.
+before it was durable), plus what it measured. ``--quick`` makes each small.
 ``EMBODYRL_CHAOS_SOAK_S=3600`` adds a soak of that many seconds with the
 real processes, one SIGKILL a minute (not for CI).
 
 The baseline is built in: the hostile scenario measures the honest actor's
-throughput unattacked and attacked in the same run and reports the ratio; the
-slow learner compares the actor's memory in the first and second half.
+throughput and the learner's CPU unattacked and attacked in alternating
+windows of the same run; the slow learner compares the actor's memory in the
+first and second half. The top level of the result lifts the headline
+figures: ``hostile_reject_cpu_us_median``, ``honest_ratio_under_attack``,
+``bomb_rss_growth_mb`` and ``robot_watchdog_delay_ms_under_flood`` (None for
+a scenario that did not run).
 """
 
 from __future__ import annotations
@@ -24,8 +31,23 @@ import os
 
 from . import chaos_faults, chaos_link, chaos_process
 
+
+def _robot_scenarios() -> tuple:
+    """The robot server's scenario, where this installation has it."""
+    try:
+        from . import chaos_robot
+    except ImportError:
+        return ()
+    scenario = getattr(chaos_robot, "watchdog_under_flood", None)
+    return (scenario,) if scenario is not None else ()
+
+
 SCENARIOS = (chaos_link.actor_kill, chaos_link.learner_kill, chaos_process.learner_sigkill, chaos_link.partition,
-             chaos_link.hostile, chaos_link.slow_learner, chaos_faults.disk_full, chaos_faults.bad_input)
+             chaos_link.hostile, chaos_link.slow_learner, chaos_faults.disk_full, chaos_faults.bad_input,
+             *_robot_scenarios())
+FIGURES = ("hostile_reject_cpu_us_median", "honest_ratio_under_attack", "bomb_rss_growth_mb",
+           "robot_watchdog_delay_ms_under_flood")
+"""Lifted to the top level from the scenario that measures each."""
 
 
 def run(quick: bool = False, only: tuple[str, ...] | None = None) -> dict:
@@ -37,5 +59,6 @@ def run(quick: bool = False, only: tuple[str, ...] | None = None) -> dict:
     soak_s = float(os.environ.get("EMBODYRL_CHAOS_SOAK_S", "0"))
     if soak_s > 0 and (only is None or "soak" in only):
         scenarios.append(chaos_process.soak(soak_s))
-    return {"quick": quick, "scenarios": scenarios,
+    figures = {key: next((s[key] for s in scenarios if key in s), None) for key in FIGURES}
+    return {"quick": quick, **figures, "scenarios": scenarios,
             "lost": sum(s["lost"] for s in scenarios), "duplicated": sum(s["duplicated"] for s in scenarios)}

@@ -1,18 +1,18 @@
-"""The moving parts the chaos benchmark breaks: a logging actor process, a durable learner side,
-and a loopback TCP proxy it can partition.
+"""The moving parts the chaos benchmark breaks: an actor process with a ledger, a learner side
+over the persistent replay, and a loopback TCP proxy it can partition.
 
-The actor logs the key (episode id, step index) of every row it hands to its
-link, so the benchmark can compare what was produced with what the learner
-stored, row by row. Process targets live here (importable) because children
-are started with ``spawn``.
+Rows are counted at both ends without trusting either side's counters: the
+actor's link enters every batch it takes in its ledger (seq, rows, a digest
+of the rows' identities; :mod:`embodyrl.hal.ledger`), and the replay on disk
+holds what the learner side committed. :func:`exact_once` compares the two,
+row by row. Process targets live here (importable) because children are
+started with ``spawn``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
-import hashlib
-import json
 import os
 import shutil
 import socket
@@ -47,126 +47,262 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def row_keys(steps) -> list[tuple[int, int]]:
-    return list(zip(steps.episode_id.tolist(), steps.step_index.tolist(), strict=True))
+def ledgered(path) -> tuple[int, int]:
+    """(rows, newest seq) an actor's ledger names: every batch its link took (0, 0 before any)."""
+    from embodyrl.hal.ledger import read_ledger
+
+    entries = read_ledger(path)
+    return sum(rows for rows, _ in entries.values()), max(entries, default=0)
 
 
-def logged_rows(path) -> list[tuple[int, int]]:
-    """The row keys a :func:`logging_actor` handed to its link (a torn last line is skipped)."""
-    rows = []
-    try:
-        with open(path) as f:
-            for line in f:
-                try:
-                    rows += [tuple(k) for k in json.loads(line)]
-                except json.JSONDecodeError:
-                    continue  # killed mid-write: that batch was never handed over completely
-    except FileNotFoundError:
-        pass
-    return rows
+class RandomPolicyTakingWeights:
+    """Uniform random actions; takes the learner's weights only to act "under" their version,
+    so its rows name versions the learner published (as a real policy's do)."""
+
+    def __init__(self, action_spec, seed: int):
+        from embodyrl.hal.policy import UniformRandomPolicy
+
+        self._random = UniformRandomPolicy(action_spec, seed=seed)
+        self.version = self._random.version
+
+    def act(self, observation, *, explore: bool = True):
+        return self._random.act(observation, explore=explore)
+
+    def load_weights(self, version, arrays) -> None:
+        self.version = version
 
 
-def checksum(rows) -> str:
-    """Order-independent digest of a multiset of row keys."""
-    return hashlib.sha256(np.asarray(sorted(rows), np.int64).tobytes()).hexdigest()[:16]
-
-
-def logging_actor(endpoint: str, actor_id: int, spool_dir: str, log_path: str, max_steps: int,
-                  stop=None, peer_timeout_s: float = 2.0, realtime: bool = False) -> None:
-    """A pendulum actor logging every row it hands to the link; drains its spool before exiting."""
+def ledger_actor(endpoint: str, actor_id: int, spool_dir: str, ledger_path: str, max_steps: int,
+                 stop=None, peer_timeout_s: float = 2.0, realtime: bool = False,
+                 key_files: tuple[str, str] | None = None, go=None) -> None:
+    """A pendulum actor whose link enters every batch it takes in a :class:`BatchLedger` (the
+    link's ``on_sent`` hook, as ``embodyrl actor`` does); a restart on the same spool first adds
+    the batches a kill left spooled but not ledgered. Drains its spool before exiting.
+    ``key_files``: (own secret key, the learner's public key) for a CurveZMQ link; ``go``: an
+    event to wait for (set by the parent) before dialling."""
     from embodyrl import envs
     from embodyrl.hal.actor import ActorConfig, ActorLoop
-    from embodyrl.hal.policy import UniformRandomPolicy
+    from embodyrl.hal.ledger import BatchLedger
     from embodyrl.hal.wire.client import LearnerLink
     from embodyrl.hal.wire.protocol import DeviceInfo
+    from embodyrl.hal.wire.security import ClientKeys
     from embodyrl.hal.wire.spool import Spool
 
     device, task = envs.make("pendulum")
     info = DeviceInfo(0, "pendulum", device.observation_spec, device.action_spec)
+    spool, ledger = Spool(spool_dir), BatchLedger(ledger_path)
+    ledger.reconcile(spool)
+    keys = ClientKeys(*(Path(f) for f in key_files)) if key_files else None
     link = LearnerLink(endpoint, actor_name=f"chaos-{actor_id}", actor_id=actor_id, devices=[info],
                        handshake_timeout_s=30, peer_timeout_s=peer_timeout_s, reconnect_s=0.2,
-                       reconnect_max_s=0.5, spool=Spool(spool_dir))
-    original = link.send_steps
-    log = open(log_path, "a")  # noqa: SIM115 (open for the life of the process)
-
-    def logged(device_id, steps):
-        seq = original(device_id, steps)
-        log.write(json.dumps(row_keys(steps)) + "\n")
-        log.flush()
-        return seq
-
-    link.send_steps = logged
+                       reconnect_max_s=0.5, spool=spool, keys=keys, on_sent=ledger.record)
+    if go is not None:
+        go.wait()
     with device:
         link.connect()
-        loop = ActorLoop(device, task, UniformRandomPolicy(device.action_spec, seed=actor_id), link,
+        loop = ActorLoop(device, task, RandomPolicyTakingWeights(device.action_spec, actor_id), link,
                          ActorConfig(actor_id=actor_id, send_every=16, random_steps=10**9, seed=actor_id,
                                      credit_timeout_s=60, realtime=realtime))
         loop.run(max_steps=max_steps, should_stop=(stop.is_set if stop is not None else lambda: False))
         if not link.flush(60):
             raise SystemExit("spool never drained")
         link.close()
+    ledger.close()
+
+
+def stored_rows(directory) -> dict[int, np.ndarray]:
+    """actor id -> identity columns (device id, episode id, step index) of every row the replay's
+    newest commit holds, read through a read-only mapping (as ``embodyrl replay`` reads it)."""
+    from embodyrl.replay.contents import newest_commit
+    from embodyrl.replay.layout import DATA_FILE, META_FILE, Layout
+    from embodyrl.replay.ring import ChunkRing
+
+    directory = Path(directory)
+    layout = Layout.from_json((directory / META_FILE).read_text(), str(directory / META_FILE))
+    ring = ChunkRing(layout.chunks, layout.chunk_rows)
+    body = newest_commit(directory)
+    if body is None:
+        return {}
+    ring.load(body["ring"])
+    data = np.memmap(directory / DATA_FILE, layout.dtype, mode="r", shape=(layout.capacity,))
+    parts = [np.array(data[int(c) * layout.chunk_rows:int(c) * layout.chunk_rows + int(ring.fill[c])]
+                      [["actor_id", "device_id", "episode_id", "step_index"]]) for c in np.flatnonzero(ring.fill)]
+    del data
+    if not parts:
+        return {}
+    rows = np.concatenate(parts)
+    ident = np.stack([rows["device_id"].astype(np.int64), rows["episode_id"].astype(np.int64),
+                      rows["step_index"].astype(np.int64)], axis=1)
+    return {int(a): ident[rows["actor_id"] == a] for a in np.unique(rows["actor_id"])}
+
+
+def exact_once(ledgers: dict[int, Path], directory) -> dict:
+    """Each actor's ledger against the rows the replay holds for it: ``produced`` (ledger rows),
+    ``stored``, ``lost`` (produced, never stored), ``duplicated`` (stored more than once),
+    ``digest_match`` (the ledger's digest equals the stored rows', per actor)."""
+    from embodyrl.hal.ledger import ledger_totals
+    from embodyrl.hal.steps import rows_digest
+
+    stored = stored_rows(directory)
+    out = {"produced": 0, "stored": 0, "lost": 0, "duplicated": 0, "stored_not_produced": 0, "digest_match": True}
+    for actor, path in ledgers.items():
+        rows, digest = ledger_totals(path)
+        mine = stored.get(actor, np.empty((0, 3), np.int64))
+        distinct = len(np.unique(mine, axis=0))
+        got = rows_digest({"actor_id": np.full(len(mine), actor), "device_id": mine[:, 0],
+                           "episode_id": mine[:, 1], "step_index": mine[:, 2]}) % (1 << 64)
+        out["produced"] += rows
+        out["stored"] += len(mine)
+        out["lost"] += max(rows - distinct, 0)
+        out["duplicated"] += len(mine) - distinct
+        out["stored_not_produced"] += max(distinct - rows, 0)
+        out["digest_match"] &= got == digest
+    if not out["digest_match"] and out["lost"] == out["duplicated"] == 0:
+        out["lost"] = 1  # equal counts, other rows: some row never arrived and another stands in for it
+    return out
+
+
+CREDIT_QUANTUM = 256
 
 
 class LearnerSide:
-    """What a learner keeps across restarts: the rows it committed and each actor's last seq.
+    """A learner's receiving half, as the learner service runs it, over the persistent replay.
 
-    ``delay_s`` makes it a slow learner (it sleeps that long per batch)."""
+    ``step()`` takes each new batch into the replay (a resend of a batch already taken is dropped),
+    starts a group commit when due, acknowledges only what a commit made durable, grants credit in
+    turn, heartbeats each second and, with ``publish_every_s``, publishes new weights of
+    ``weights_bytes``. What survives :meth:`crash` is the replay directory alone: :meth:`start`
+    reopens it and the server resumes each actor's sequence from its last commit. ``delay_s``
+    makes it a slow learner (it sleeps that long per batch).
+    """
 
-    def __init__(self, port: int, delay_s: float = 0.0):
-        self.port = port
-        self.delay_s = delay_s
-        self.rows: list[tuple[int, int]] = []
-        self.committed: dict[int, int] = {}
-        self.incarnation = 0
-        self.server = None
-        self.max_backlog = 0
-        self.resends_dropped = 0
+    def __init__(self, port: int, directory: Path, *, delay_s: float = 0.0, keys=None,
+                 publish_every_s: float | None = None, weights_bytes: int = 256 << 10,
+                 capacity: int = 1 << 20, peer_timeout_s: float = 5.0, commit_interval_s: float = 0.005):
+        from embodyrl import envs
 
-    def start(self):
+        device, _ = envs.make("pendulum")
+        self.specs = (device.observation_spec, device.action_spec)
+        self.port, self.directory, self.delay_s, self.keys = port, Path(directory), delay_s, keys
+        self.publish_every_s, self.weights_bytes, self.capacity = publish_every_s, weights_bytes, capacity
+        self.peer_timeout_s, self.commit_interval_s = peer_timeout_s, commit_interval_s
+        self.server = self.replay = None
+        self.taken: dict[int, int] = {}
+        """actor id -> rows taken into the replay by this object (committed or not; lost in a crash)."""
+        self.max_backlog = self.resends_dropped = self.publications = 0
+
+    @property
+    def endpoint(self) -> str:
+        return f"tcp://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        from embodyrl.replay import PersistentReplay
         from embodyrl.transport import LearnerServer
 
-        self.incarnation += 1
-        self.server = LearnerServer(f"tcp://127.0.0.1:{self.port}", run_id="chaos", incarnation=self.incarnation,
-                                    committed_seq=lambda actor: self.committed.get(actor, 0), peer_timeout_s=5)
+        self.replay = PersistentReplay(self.directory, *self.specs, capacity=self.capacity, chunk_rows=4096,
+                                       write_behind_bytes=256 << 10)
+        self.incarnation = time.time_ns() // 1_000_000 % (1 << 40)  # each start is a new learner
+        self.server = LearnerServer(self.endpoint, run_id="chaos", incarnation=self.incarnation,
+                                    committed_seq=lambda actor: self.replay.committed_seqs.get(actor, 0),
+                                    peer_timeout_s=self.peer_timeout_s, keys=self.keys)
+        self._received = self.replay.committed_seqs  # actor id -> newest seq taken
+        self._unacked: list = []
+        self._beat = self._published = time.monotonic()
+        self.publications = 0
+        if self.publish_every_s is not None:
+            self.publish()
 
-    def crash(self):
-        self.server.close()  # no BYE: whatever was in flight is lost
-        self.server = None
+    def committed(self) -> dict[int, int]:
+        """actor id -> the newest seq the replay holds durably."""
+        return self.replay.committed_seqs
 
-    def serve(self, seconds: float, accept: bool = True):
-        """Receive, store and acknowledge for ``seconds``; ``accept=False`` drops what arrives
-        (as if lost in flight): it stays in the actor's spool."""
+    def crash(self) -> None:
+        """Stop as a SIGKILL would: no BYE, no final commit; in-flight and uncommitted rows lost."""
+        self.server.close()
+        self.replay.close(commit=False)
+        self.server = self.replay = None
+
+    def publish(self) -> None:
+        from embodyrl.hal.steps import PolicyVersion
+
+        self.publications += 1
+        weights = {"w": np.random.default_rng(self.publications).standard_normal(self.weights_bytes // 4, np.float32)}
+        self.server.publish(PolicyVersion(self.incarnation, self.publications), weights)
+        self._published = time.monotonic()
+
+    def step(self, accept: bool = True, timeout_ms: int = 20) -> None:
+        """One turn of the loop; ``accept=False`` drops what arrives (as if lost in flight): it
+        stays in the actor's spool."""
+        from embodyrl.transport.credits import grant_in_turn
+
+        batches = self.server.poll(timeout_ms)
+        self.max_backlog = max(self.max_backlog, len(batches))
+        for batch in batches if accept else ():
+            self._take(batch)
+        if self.replay.maybe_commit(self.commit_interval_s):
+            self._ack()
+        grant_in_turn(self.server, CREDIT_QUANTUM, lambda outstanding: True)
+        now = time.monotonic()
+        if now - self._beat >= 1.0:
+            self.server.heartbeat()
+            self._beat = now
+        if self.publish_every_s is not None and now - self._published >= self.publish_every_s:
+            self.publish()
+
+    def _take(self, batch) -> None:
+        session, actor = batch.session, batch.session.actor_id
+        self._unacked.append((session, batch.seq))
+        if batch.seq <= self._received.get(actor, 0):
+            # a resend racing a reconnect (the server checked the seq at HELLO, before this
+            # batch was taken): dropped, as the learner service does
+            self.resends_dropped += 1
+            return
+        self._received[actor] = batch.seq
+        self.server.credits.spent(session.identity, len(batch.steps))
+        self.replay.add(batch.steps, seq=batch.seq)
+        self.taken[actor] = self.taken.get(actor, 0) + len(batch.steps)
+        if self.delay_s:
+            time.sleep(self.delay_s)
+
+    def _ack(self) -> None:
+        """One cumulative ACK per live session for what the replay holds durably."""
+        durable, waiting, newest = self.replay.committed_seqs, [], {}
+        for session, seq in self._unacked:
+            if seq > durable.get(session.actor_id, 0):
+                waiting.append((session, seq))
+            elif self.server.sessions.get(session.identity) is session:
+                newest[session.identity] = (session, max(seq, newest.get(session.identity, (None, 0))[1]))
+        for session, seq in newest.values():
+            self.server.ack(session, seq)
+        self._unacked = waiting
+
+    def serve(self, seconds: float, accept: bool = True) -> None:
         end = time.monotonic() + seconds
         while time.monotonic() < end:
-            batches = self.server.poll(20)
-            self.max_backlog = max(self.max_backlog, len(batches))
-            for b in batches if accept else ():
-                if b.seq <= self.committed.get(b.session.actor_id, 0):
-                    # a resend racing a reconnect: the server checked the seq at HELLO, before this
-                    # poll's batches were stored; drop it as the learner service does
-                    self.resends_dropped += 1
-                    self.server.ack(b.session, b.seq, credits=len(b.steps))
-                    continue
-                self.rows += row_keys(b.steps)
-                self.committed[b.session.actor_id] = b.seq
-                self.server.ack(b.session, b.seq, credits=len(b.steps))
-                if self.delay_s:
-                    time.sleep(self.delay_s)
-            for session in self.server.sessions.values():
-                if not getattr(session, "granted", False):
-                    self.server.grant(session, 256)
-                    session.granted = True
+            self.step(accept)
 
     def serve_until(self, done, timeout_s: float) -> bool:
         deadline = time.monotonic() + timeout_s
         while not done() and time.monotonic() < deadline:
-            self.serve(0.2)
+            self.step()
         return done()
 
-    def close(self):
-        if self.server is not None:
-            self.server.close()
-            self.server = None
+    def wait_durable(self, target: dict[int, int], timeout_s: float = 60) -> float:
+        """Serve until the replay holds, for every actor, the batches up to ``target[actor]``;
+        the seconds it took."""
+        start = time.monotonic()
+        self.serve_until(lambda: all(self.committed().get(a, 0) >= s for a, s in target.items()), timeout_s)
+        return time.monotonic() - start
+
+    def close(self) -> None:
+        """Commit and acknowledge what is left, then close (the replay stays on disk)."""
+        if self.server is None:
+            return
+        self.replay.commit()
+        self._ack()
+        self.server.close()
+        self.replay.close()
+        self.server = self.replay = None
 
 
 def _pipe(src: socket.socket, dst: socket.socket, partitioned) -> None:
@@ -222,6 +358,24 @@ def rss_bytes(pid: int) -> int:
             return int(f.read().split()[1]) * 4096
     except (FileNotFoundError, ProcessLookupError):
         return 0
+
+
+def own_memory_mb() -> tuple[float, float]:
+    """(resident, peak resident) MiB of this process, from /proc/self/status."""
+    rss = peak = 0.0
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            rss = int(line.split()[1]) / 1024
+        elif line.startswith("VmHWM:"):
+            peak = int(line.split()[1]) / 1024
+    return rss, peak
+
+
+def reset_peak_memory() -> float:
+    """Start a new peak-RSS window for this process (Linux: ``/proc/self/clear_refs``); the RSS now."""
+    with contextlib.suppress(OSError):
+        Path("/proc/self/clear_refs").write_text("5")
+    return own_memory_mb()[0]
 
 
 def spool_bytes(directory) -> int:
