@@ -13,6 +13,7 @@ t is row t+1: an index, never a copy, so an image is stored once.
 from __future__ import annotations
 
 import functools
+import math
 import secrets
 from dataclasses import dataclass, fields
 from enum import IntEnum
@@ -177,6 +178,13 @@ def _column_table(observation_spec: DictSpec, action_spec: ArraySpec, proposed: 
     specs += [(OBSERVATION_PREFIX + name, spec) for name, spec in observation_spec.items()]
     specs += [("action", action_spec)] + ([("proposed_action", action_spec)] if proposed else [])
     return tuple((name, spec.dtype, tuple(spec.shape), is_float(spec.dtype)) for name, spec in specs)
+
+
+def row_nbytes(observation_spec: DictSpec, action_spec: ArraySpec) -> tuple[int, int]:
+    """(bytes, columns) of one row on the wire, ``proposed_action`` included: what a receiver
+    bounds a batch by before it decodes one."""
+    table = _column_table(observation_spec, action_spec)
+    return sum(dtype.itemsize * math.prod(shape) for _, dtype, shape, _ in table), len(table)
 
 
 def _columns_fit(arrays: dict, table: tuple, length: int) -> bool:

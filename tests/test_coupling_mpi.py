@@ -88,7 +88,8 @@ class LearnerThread:
     def __init__(self, peer_timeout_s: float = 30.0):
         from embodyrl.transport.server import LearnerServer
 
-        self.server = LearnerServer(run_id="coupling-test", incarnation=7, peer_timeout_s=peer_timeout_s)
+        self.server = LearnerServer(run_id="coupling-test", incarnation=17,  # policy files: 7, an earlier one
+                                    peer_timeout_s=peer_timeout_s)
         self.endpoint = self.server.endpoint
         self.rows: dict[tuple[int, int], int] = {}
         self.batches = 0

@@ -82,3 +82,31 @@ def test_early_rounds_wait_stale_rounds_are_dropped():
     finally:
         a.close()
         b.close()
+
+
+def test_a_peer_round_is_judged_by_its_header_before_any_array_is_read():
+    import msgpack
+    import zmq
+
+    from embodyrl.hal.wire.codec import PROTOCOL_VERSION
+
+    b = PeerLink(1)
+    rogue = zmq.Context.instance().socket(zmq.DEALER)
+    rogue.setsockopt(zmq.LINGER, 0)
+    rogue.connect(b.endpoint)
+
+    def send(round_, shape, frame):
+        header = {"p": PROTOCOL_VERSION, "k": "PEER", "f": {"sender": 0, "round": round_},
+                  "a": [["x", "float32", shape, "zstd"]]}
+        rogue.send_multipart([msgpack.packb(header), frame])
+
+    try:
+        b.exchange(3, {"x": np.ones(4, np.float32)}, expect=set(), timeout_s=0)  # sets the expected size
+        send(2, [4], b"not zstd at all")  # a stale round: dropped on its header, never inflated
+        send(5, [1 << 28], b"\0" * 64)  # a GiB declared where 16 bytes are expected
+        b.exchange(4, {"x": np.ones(4, np.float32)}, expect={0}, timeout_s=1.0)
+        assert b.stats.stale == 1 and "compression" not in b.stats.rejected
+        assert b.stats.rejected.get("frame_size", 0) + b.stats.rejected.get("message_size", 0) == 1
+    finally:
+        rogue.close(0)
+        b.close()

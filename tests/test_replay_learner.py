@@ -43,7 +43,7 @@ def test_learner_commits_before_acking_and_a_restart_reopens_the_replay(tmp_path
         if actor.is_alive():
             actor.kill()
             actor.join(5)
-    assert counters.env_steps >= 300 and counters.updates > 0 and acked
+    assert counters.env_steps >= 300 and counters.updates > 0 and acked, learner.server.stats
     replay = PersistentReplay(tmp_path / "replay")
     assert replay.size == counters.rows and replay.committed_seqs[0] == max(acked)
     batch = replay.sample(np.random.default_rng(0), 16, 0.98, n_step=3)

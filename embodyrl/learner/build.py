@@ -11,6 +11,7 @@ from ..hal.wire.protocol import DeviceInfo
 from ..hal.wire.security import ServerKeys
 from ..policy import save_policy
 from ..transport import LearnerServer
+from ..transport.server import MAX_BATCH_ROWS, session_limits
 from .checkpoint import Checkpointer
 from .metrics import MetricsLog
 from .replay_side import ReplayData
@@ -52,9 +53,12 @@ def build_learner(config, layout: Layout, run_dir: Path, *, keys: ServerKeys | N
         data = ReplayData(run_dir / "replay", observation_spec, action_spec, lc, batch_size=algorithm.batch_size,
                           discount=algorithm.discount, seed=config.seed, pad=layout.pad_steps)
         committed_seq = data.committed_seq
+    max_batch_rows = max(MAX_BATCH_ROWS, 2 * (config.actor.send_every + 2))
+    kinds = [DeviceInfo(i, k.name, k.observation_spec, k.action_spec) for i, k in enumerate(layout.kinds)]
     server = LearnerServer(lc.bind, run_id=run_dir.name, incarnation=incarnation, admit=_admission(layout),
+                           limits=session_limits(kinds, max_batch_rows), max_batch_rows=max_batch_rows,
                            peer_timeout_s=lc.peer_timeout_s, keys=keys, allow_insecure=allow_insecure,
-                           committed_seq=committed_seq)
+                           bindings_path=run_dir / "key_bindings.json", committed_seq=committed_seq)
 
     def save(version: PolicyVersion, weights) -> None:
         save_policy(run_dir / "policy", version, weights, observation_spec, action_spec, algorithm)

@@ -21,7 +21,14 @@ import numpy as np
 import zmq
 
 from ..hal.wire import protocol as P
-from ..hal.wire.codec import DEFAULT_LIMITS, Limits, MessageError, decode, encode
+from ..hal.wire.codec import (
+    DEFAULT_LIMITS,
+    Limits,
+    MessageError,
+    decode_arrays,
+    encode,
+    parse_header,
+)
 
 PEER = "PEER"
 
@@ -52,6 +59,8 @@ class PeerLink:
         self._out: dict[int, zmq.Socket] = {}
         self._pending: dict[int, dict[int, dict[str, np.ndarray]]] = defaultdict(dict)  # round -> sender -> arrays
         self._round = -1
+        self._expected: Limits | None = None
+        """Once this learner has sent a round: the most a peer's round can be (its arrays, a margin)."""
         self.stats = PeerStats()
 
     def connect(self, neighbours: dict[int, str]) -> None:
@@ -80,6 +89,12 @@ class PeerLink:
         self._round = round_
         frames = encode(PEER, {"sender": self.peer_id, "round": round_}, arrays)
         size = sum(memoryview(f).nbytes for f in frames)
+        if self._expected is None and arrays:  # every learner exchanges the same pytree: its size bounds theirs
+            declared = sum(np.asarray(a).nbytes for a in arrays.values())
+            most = min(self.limits.max_message_bytes, int(1.25 * declared) + 4096)
+            self._expected = Limits(self.limits.max_header_bytes, min(self.limits.max_arrays, len(arrays)),
+                                    self.limits.max_ndim, self.limits.max_name_chars,
+                                    min(self.limits.max_frame_bytes, most), most)
         for sock in self._out.values():
             try:
                 sock.send_multipart(frames, zmq.NOBLOCK, copy=False)
@@ -117,18 +132,18 @@ class PeerLink:
                 return
             self.stats.messages_in += 1
             self.stats.bytes_in += sum(len(f) for f in frames[1:])
-            try:
-                msg = decode(frames[1:], self.limits)
-                if msg.kind != PEER:
-                    raise MessageError("kind", f"unexpected {msg.kind!r} on a peer link")
-                sender = P.field(msg.fields, "sender", int)
-                round_ = P.field(msg.fields, "round", int)
+            try:  # the header decides first: stale and duplicate rounds are never decoded
+                header = parse_header(frames[1:], self._expected or self.limits)
+                if header.kind != PEER:
+                    raise MessageError("kind", f"unexpected {header.kind!r} on a peer link")
+                sender = P.field(header.fields, "sender", int)
+                round_ = P.field(header.fields, "round", int)
+                if round_ < self._round:
+                    self.stats.stale += 1
+                elif sender in self._pending.get(round_, {}):
+                    self.stats.duplicates += 1
+                else:
+                    msg = decode_arrays(header, frames[1:])
+                    self._pending[round_][sender] = {k: np.array(v) for k, v in msg.arrays.items()}
             except MessageError as err:
                 self.stats.rejected[err.reason] = self.stats.rejected.get(err.reason, 0) + 1
-                continue
-            if round_ < self._round:
-                self.stats.stale += 1
-            elif sender in self._pending[round_]:
-                self.stats.duplicates += 1
-            else:
-                self._pending[round_][sender] = {k: np.array(v) for k, v in msg.arrays.items()}

@@ -1,10 +1,20 @@
 """The learner's ROUTER socket: handshakes, step ingest, acks, credits, weights.
 
-The server never blocks on one actor. It decodes and validates everything it
-receives (against the limits and the specs each actor declared), counts what
-it refuses by reason, drops batches it has already committed, and sends each
+The server never blocks on one actor. It validates everything it receives
+and counts what it refuses by reason, in an order that keeps a hostile peer
+cheap: the header first (a peer without a session costs one header parse),
+then the declared sizes against the session's limits (derived from the
+specs its HELLO declared: the largest valid batch with a margin), and only
+then the arrays, decompressed at most to their declared size. It drops
+batches it has already committed without decoding them, and sends each
 actor the newest weights once the actor has caught up with the last ones it
 was sent, so a slow actor never queues a backlog of stale weights.
+
+Identity: with CurveZMQ keys, an actor index belongs to a key
+(:class:`~.identity.IndexClaims`); a HELLO from the owning key replaces its
+session (every reconnect opens a fresh socket), any other key is refused.
+Without keys, a HELLO for an index another link instance was heard on within
+``duplicate_window_s`` is refused: two actors started with one ``--index``.
 """
 
 from __future__ import annotations
@@ -17,12 +27,27 @@ import numpy as np
 import zmq
 
 from ..hal.specs import SpecError
-from ..hal.steps import PolicyVersion, Steps
+from ..hal.steps import PolicyVersion, Steps, row_nbytes
 from ..hal.wire import protocol as P
-from ..hal.wire.codec import DEFAULT_LIMITS, PROTOCOL_VERSION, Limits, MessageError, decode, encode
-from ..hal.wire.security import ServerKeys, check_endpoint, secure_server
+from ..hal.wire.codec import (
+    DEFAULT_LIMITS,
+    PROTOCOL_VERSION,
+    Header,
+    Limits,
+    MessageError,
+    decode_arrays,
+    encode,
+    parse_header,
+)
+from ..hal.wire.security import ServerKeys, check_endpoint, peer_key, secure_server
 from .credits import CreditBook
+from .identity import IndexClaims, RateLimit
 from .publisher import WeightPublisher, WeightsConfig
+
+MAX_BATCH_ROWS = 4096
+"""Rows in the largest batch an actor sends, unless the learner says otherwise."""
+LIMIT_MARGIN = 1.25
+WEIGHTS_RESEND_MAX_S = 60.0
 
 # Decides whether to admit an actor: returns None to accept or the reason to refuse.
 AdmitFn = Callable[[list[P.DeviceInfo]], str | None]
@@ -34,12 +59,22 @@ class ActorSession:
     name: str
     actor_id: int
     devices: dict[int, P.DeviceInfo]
+    limits: Limits = DEFAULT_LIMITS
+    """What one of its messages may declare: the largest valid batch of its devices, with a margin."""
+    key: str | None = None
+    """Its CurveZMQ public key (z85), None on a plain link."""
+    instance: str | None = None
+    """Its link's token: the same on every reconnect of one actor process."""
     committed_seq: int = 0
+    received_seq: int = 0
+    """The newest seq handed to the learner on this connection (committed or not yet)."""
     last_heard: float = 0.0
     held: PolicyVersion | None = None
     weights_sent: PolicyVersion | None = None
     weights_sent_at: float = 0.0
     weights_bytes: int = 0
+    weights_resend_s: float = 0.0
+    """Wait before sending unacknowledged weights again; doubles each time (a reader that never drains)."""
     downlink_bps: float | None = None
     """Measured: weight bytes over the time until the actor reported holding them."""
     rows: int = 0
@@ -60,28 +95,53 @@ class ServerStats:
     messages_out: int = 0
     bytes_out: int = 0
     duplicates: int = 0
+    seq_gaps: int = 0
     rejected: dict[str, int] = field(default_factory=dict)
 
     def reject(self, reason: str) -> None:
         self.rejected[reason] = self.rejected.get(reason, 0) + 1
 
 
+def session_limits(devices: list[P.DeviceInfo], max_batch_rows: int, cap: Limits = DEFAULT_LIMITS) -> Limits:
+    """The most a STEPS message for ``devices`` can declare: ``max_batch_rows`` of its widest row,
+    with a margin, never beyond ``cap``."""
+    widths = [row_nbytes(d.observation_spec, d.action_spec) for d in devices] or [(0, 0)]
+    row, columns = max(w[0] for w in widths), max(w[1] for w in widths)
+    most = min(cap.max_message_bytes, int(row * max_batch_rows * LIMIT_MARGIN) + 4096)
+    return Limits(max_header_bytes=cap.max_header_bytes, max_arrays=min(cap.max_arrays, columns),
+                  max_ndim=cap.max_ndim, max_name_chars=cap.max_name_chars,
+                  max_frame_bytes=min(cap.max_frame_bytes, most), max_message_bytes=most)
+
+
 class LearnerServer:
     def __init__(self, bind: str = "tcp://127.0.0.1:*", *, run_id: str, incarnation: int,
                  admit: AdmitFn | None = None, limits: Limits = DEFAULT_LIMITS,
+                 max_batch_rows: int = MAX_BATCH_ROWS,
                  peer_timeout_s: float = 30.0, weights_resend_s: float = 5.0,
+                 duplicate_window_s: float = 1.0, hellos_per_s: float = 5.0, hellos_total_per_s: float = 200.0,
                  keys: ServerKeys | None = None, allow_insecure: bool = False,
+                 bindings_path=None,
                  committed_seq: Callable[[int], int] | None = None,
                  weights: WeightsConfig | None = None,
                  context: zmq.Context | None = None):
+        """``limits``: the most any message may be (the socket refuses larger frames);
+        each session gets tighter ones from its specs and ``max_batch_rows``.
+        ``duplicate_window_s``: without keys, how recently an index must have been heard
+        for a HELLO from another link instance to be refused (one heartbeat interval).
+        ``hellos_per_s``: HELLOs each key (or, without keys, each instance) may send, under a
+        global ``hellos_total_per_s``. ``bindings_path``: where the key -> index bindings persist."""
         self.run_id = run_id
         self.incarnation = incarnation
         self.admit = admit
         self.committed_seq = committed_seq
         """actor id -> last seq the replay holds (durable across learner restarts)."""
         self.limits = limits
+        self.max_batch_rows = max_batch_rows
         self.peer_timeout_s = peer_timeout_s
         self.weights_resend_s = weights_resend_s
+        self.duplicate_window_s = duplicate_window_s
+        self.claims = IndexClaims(keys.authorized_dir, bindings_path) if keys is not None else None
+        self.hello_rate = RateLimit(hellos_per_s, hellos_total_per_s)
         # CurveZMQ's ZAP handler is one per context: a secured server gets its own.
         self._own_context = context is None and keys is not None
         self._context = context or (zmq.Context() if keys is not None else zmq.Context.instance())
@@ -129,7 +189,7 @@ class LearnerServer:
             self.stats.bytes_in += sum(len(f) for f in frames)
             identity, body = frames[0].bytes, frames[1:]
             try:
-                batch = self._handle(identity, decode(body, self.limits))
+                batch = self._handle(identity, body)
             except MessageError as err:
                 self.stats.reject(err.reason)
                 continue
@@ -138,72 +198,118 @@ class LearnerServer:
         self._expire_sessions()
         return received
 
-    def _handle(self, identity: bytes, msg) -> ReceivedSteps | None:
+    def _handle(self, identity: bytes, body: list) -> ReceivedSteps | None:
         session = self.sessions.get(identity)
-        if msg.kind == P.HELLO:
-            self._hello(identity, msg.fields, msg.protocol)
+        header = parse_header(body, self.limits if session is None else session.limits)
+        if header.kind == P.HELLO:
+            if header.arrays:
+                raise MessageError("header_malformed", "HELLO carries no arrays")
+            self._hello(identity, peer_key(body[0]), header.fields, header.protocol)
             return None
         if session is None:
-            raise MessageError("unknown_peer", f"{msg.kind} before HELLO")
+            raise MessageError("unknown_peer", f"{header.kind} before HELLO")
         session.last_heard = time.monotonic()
-        if msg.kind == P.STEPS:
-            return self._steps(session, msg)
-        if msg.kind == P.BYE:
+        if header.kind == P.STEPS:
+            return self._steps(session, header, body)
+        if header.kind == P.BYE:
             self._end_session(identity)
-        elif msg.kind == P.HEARTBEAT:
-            if "held" in msg.fields:
-                self._note_held(session, P.version_field(msg.fields, "held"))
+        elif header.kind == P.HEARTBEAT:
+            if "held" in header.fields:
+                self._note_held(session, self._held(header.fields))
                 self._maybe_send_weights(session)
         else:
-            raise MessageError("kind", f"unexpected {msg.kind!r} from an actor")
+            raise MessageError("kind", f"unexpected {header.kind!r} from an actor")
         return None
 
-    def _hello(self, identity: bytes, f: dict, written_in: int) -> None:
+    def _hello(self, identity: bytes, key: str | None, f: dict, written_in: int) -> None:
+        instance = f.get("instance") if type(f.get("instance")) is str else None
         peer = f.get("protocol", written_in)  # actors before protocol 2 send no field: their header's
         refusal = P.version_mismatch(peer, "actor", "learner")
         if refusal is not None:  # answered in a version it reads, so it stops with this reason
+            if not self.hello_rate.allow(key if key is not None else instance):
+                raise MessageError("hello_rate", "too many HELLOs: dropped unanswered")
             self._send(identity, P.REFUSED, {"reason": refusal}, protocol=P.reply_protocol(peer))
             self.stats.reject("protocol")
             return
         devices = [P.DeviceInfo.from_msg(d) for d in P.field(f, "devices", list)]
         name, actor_id = P.field(f, "actor", str), P.field(f, "actor_id", int)
+        if not self.hello_rate.allow(key if key is not None else instance):  # before any reply or session
+            raise MessageError("hello_rate", "too many HELLOs: dropped unanswered")
         reason = self.admit(devices) if self.admit else None
         if reason is not None:
-            self._send(identity, P.REFUSED, {"reason": reason})
-            self.stats.reject("refused")
+            self._refuse(identity, "refused", reason)
             return
         previous = next((s for s in self.sessions.values() if s.actor_id == actor_id), None)
+        now = time.monotonic()
+        if key is not None and self.claims is not None:
+            reason = self.claims.claim(key, actor_id)
+            if reason is not None:
+                self._refuse(identity, "index_taken", reason)
+                return
+        elif (previous is not None and previous.identity != identity and instance != previous.instance
+              and now - previous.last_heard < self.duplicate_window_s):
+            self._refuse(identity, "index_in_use",
+                         f"actor index {actor_id} is in use by another actor ({previous.name!r}, heard "
+                         f"{now - previous.last_heard:.2f} s ago): give each actor its own --index")
+            return
         session = ActorSession(identity, name, actor_id, {d.device_id: d for d in devices},
-                               last_heard=time.monotonic(), held=P.version_field(f, "held"))
+                               limits=session_limits(devices, self.max_batch_rows, self.limits),
+                               key=key, instance=instance, last_heard=now, held=self._held(f))
         if previous is not None:  # a reconnect: keep its place in the sequence
             session.committed_seq = previous.committed_seq
             self._end_session(previous.identity)
         if self.committed_seq is not None:
             session.committed_seq = max(session.committed_seq, self.committed_seq(actor_id))
+        session.received_seq = session.committed_seq
         self.sessions[identity] = session
         self._send(identity, P.WELCOME, {"protocol": PROTOCOL_VERSION, "run_id": self.run_id,
                                          "incarnation": self.incarnation, "credits": 0,
                                          "committed_seq": session.committed_seq})
         self._maybe_send_weights(session)
 
-    def _steps(self, session: ActorSession, msg) -> ReceivedSteps | None:
-        seq = P.field(msg.fields, "seq", int)
-        device_id = P.field(msg.fields, "device_id", int)
-        self._note_held(session, P.version_field(msg.fields, "held"))
+    def _refuse(self, identity: bytes, tag: str, reason: str) -> None:
+        self._send(identity, P.REFUSED, {"reason": reason})
+        self.stats.reject(tag)
+
+    def _held(self, fields: dict) -> PolicyVersion:
+        """The version a message says its actor holds; one this learner never published is forged."""
+        held = P.version_field(fields, "held")
+        if held.incarnation == self.incarnation and held.count > self._published_count():
+            raise MessageError("policy_version", f"holds {tuple(held)}, newer than any published")
+        return held
+
+    def _published_count(self) -> int:
+        version = self.publisher.version
+        return -1 if version is None or version.incarnation != self.incarnation else version.count
+
+    def _steps(self, session: ActorSession, header: Header, body: list) -> ReceivedSteps | None:
+        seq = P.field(header.fields, "seq", int)
+        device_id = P.field(header.fields, "device_id", int)
+        self._note_held(session, self._held(header.fields))
         self._maybe_send_weights(session)
         device = session.devices.get(device_id)
         if device is None:
             raise MessageError("device", f"device {device_id} was not declared in HELLO")
-        if seq <= session.committed_seq:
+        if seq <= session.committed_seq:  # a resend after a reconnect: acknowledged, never decoded
             self.stats.duplicates += 1
             self.ack(session, seq)
             return None
+        if seq <= session.received_seq:  # on its way to the replay already
+            self.stats.duplicates += 1
+            return None
+        msg = decode_arrays(header, body)
         try:
             steps = Steps.from_arrays(msg.arrays, device.observation_spec, device.action_spec)
         except SpecError as err:
             raise MessageError("steps_invalid", str(err)) from None
         if (steps.actor_id != session.actor_id).any() or (steps.device_id != device_id).any():
             raise MessageError("steps_invalid", "actor or device ids differ from the session's")
+        forged = (steps.policy_incarnation == self.incarnation) & (steps.policy_count > self._published_count())
+        if forged.any():
+            raise MessageError("policy_version", f"{int(forged.sum())} rows name a policy version never published")
+        if seq > session.received_seq + 1:  # its spool dropped batches (drop_oldest): counted, not refused
+            self.stats.seq_gaps += 1
+        session.received_seq = seq
         return ReceivedSteps(session, seq, device_id, steps)
 
     def _expire_sessions(self) -> None:
@@ -251,10 +357,11 @@ class LearnerServer:
         if version is None or session.held == version:
             return
         now = time.monotonic()
-        in_flight = (session.weights_sent is not None and session.held != session.weights_sent
-                     and now - session.weights_sent_at < self.weights_resend_s)
-        if in_flight:
+        unacknowledged = session.weights_sent is not None and session.held != session.weights_sent
+        if unacknowledged and now - session.weights_sent_at < session.weights_resend_s:
             return
+        session.weights_resend_s = (min(2 * session.weights_resend_s, WEIGHTS_RESEND_MAX_S) if unacknowledged
+                                    else self.weights_resend_s)
         update = self.publisher.update_for(session.held, session.downlink_bps)
         session.weights_sent = version
         session.weights_sent_at = now
@@ -273,7 +380,7 @@ class LearnerServer:
         self._io_last.update(counts, time=now)
         return {"actors": len(self.sessions), "rejected": sum(st.rejected.values()),
                 "rejected_by_reason": dict(st.rejected), **counts, **rates,
-                "duplicates_dropped": st.duplicates, "weights_sent": dict(self.publisher.sent)}
+                "duplicates_dropped": st.duplicates, "seq_gaps": st.seq_gaps, "weights_sent": dict(self.publisher.sent)}
 
     def bye(self, reason: str) -> None:
         for session in list(self.sessions.values()):

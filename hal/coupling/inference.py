@@ -26,7 +26,7 @@ import zmq
 from ..runtime import NumpyPolicy
 from ..steps import NO_POLICY, PolicyVersion
 from ..wire.client import LearnerLink, LinkError
-from ..wire.codec import MessageError, decode, encode
+from ..wire.codec import Limits, MessageError, decode, decode_arrays, encode, parse_header
 
 INFER = "INFER"
 CORRECTION = "CORRECTION"
@@ -36,7 +36,8 @@ class InferenceServer:
     """Answers INFER requests with ``policy``'s deterministic per-level corrections."""
 
     def __init__(self, policy: NumpyPolicy, radius: int, bind: str = "tcp://127.0.0.1:*",
-                 learner: str | None = None, explore: bool = False):
+                 learner: str | None = None, explore: bool = False, max_request_bytes: int = 64 << 20):
+        """``max_request_bytes``: the largest request (a rank's columns) read; the socket drops larger."""
         from .link import level_inputs
 
         self._level_inputs = level_inputs
@@ -46,8 +47,10 @@ class InferenceServer:
         self._context = zmq.Context.instance()
         self._socket = self._context.socket(zmq.ROUTER)
         self._socket.setsockopt(zmq.LINGER, 0)
+        self._socket.setsockopt(zmq.MAXMSGSIZE, max_request_bytes)
         self._socket.bind(bind)
         self.endpoint = self._socket.getsockopt_string(zmq.LAST_ENDPOINT)
+        self.limits = Limits(max_arrays=2, max_frame_bytes=max_request_bytes, max_message_bytes=max_request_bytes)
         self.answered = 0
         self.rejected = 0
         self._link = None
@@ -77,9 +80,12 @@ class InferenceServer:
             except zmq.Again:
                 return
             try:
-                msg = decode(frames)
-                if msg.kind != INFER or "profile" not in msg.arrays:
-                    raise MessageError("kind", f"expected INFER with a profile, got {msg.kind!r}")
+                header = parse_header(frames, self.limits)
+                if header.kind != INFER:  # decided before any array is read
+                    raise MessageError("kind", f"expected INFER, got {header.kind!r}")
+                msg = decode_arrays(header, frames)
+                if "profile" not in msg.arrays:
+                    raise MessageError("kind", "INFER without a profile")
                 profile = np.asarray(msg.arrays["profile"], np.float32)
                 context = msg.arrays.get("context")
                 windows = self._level_inputs(profile, None if context is None else np.asarray(context, np.float32),

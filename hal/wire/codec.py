@@ -153,8 +153,30 @@ def _buffer(frame) -> memoryview:
     return buf if buf is not None else memoryview(frame)
 
 
-def decode(frames: list, limits: Limits = DEFAULT_LIMITS) -> Message:
-    """Parse and validate one multipart message; raise :class:`MessageError`."""
+@dataclass(frozen=True)
+class Header:
+    """A message's parsed header: what it is and what its frames declare, nothing decoded yet.
+
+    A receiver reads this first and decides (a known peer? sizes within its
+    limits?) before :func:`decode_arrays` touches a byte of the arrays or
+    inflates a compressed frame."""
+
+    kind: str
+    fields: dict
+    protocol: int
+    arrays: tuple
+    """(name, dtype, shape, codec) per array, checked against the limits."""
+    declared_bytes: int
+    """What the arrays take once decoded: checked against ``max_message_bytes``."""
+
+
+def parse_header(frames: list, limits: Limits = DEFAULT_LIMITS) -> Header:
+    """Parse and check the header of one multipart message; raise :class:`MessageError`.
+
+    Every declared size is checked here, before anything is decompressed:
+    each array against ``max_frame_bytes``, their sum against
+    ``max_message_bytes``, and each frame's length against what it declares
+    (a compressed frame is never larger than its arrays)."""
     if not frames:
         raise MessageError("empty", "message has no frames")
     header_buf = _buffer(frames[0])
@@ -175,7 +197,7 @@ def decode(frames: list, limits: Limits = DEFAULT_LIMITS) -> Message:
         raise MessageError("header_malformed", "kind must be a string, fields a map, arrays a list")
     if len(descriptors) > limits.max_arrays:
         raise MessageError("too_many_arrays", f"{len(descriptors)} arrays exceed {limits.max_arrays}")
-    checked = [_check_descriptor(d, limits) for d in descriptors]
+    checked = tuple(_check_descriptor(d, limits) for d in descriptors)
     packed = sum(1 for c in checked if c[3] == PACKED)
     if packed and protocol < PACKED_SINCE:
         raise MessageError("protocol", f"packed arrays in a protocol {protocol} message (packing is {PACKED_SINCE})")
@@ -183,30 +205,41 @@ def decode(frames: list, limits: Limits = DEFAULT_LIMITS) -> Message:
     if expected_frames != len(frames) - 1:
         raise MessageError("frame_count", f"header describes {expected_frames} frames "
                            f"({len(descriptors)} arrays, {packed} packed), message has {len(frames) - 1}")
+    total = 0
+    for name, dtype, shape, _ in checked:
+        nbytes = math.prod(shape) * dtype.itemsize
+        if nbytes > limits.max_frame_bytes:
+            raise MessageError("frame_size", f"{name}: {nbytes} bytes exceed {limits.max_frame_bytes}")
+        total += nbytes
+    if total > limits.max_message_bytes:
+        raise MessageError("message_size", f"arrays declare {total} bytes, more than {limits.max_message_bytes}")
+    return Header(kind, fields, protocol, checked, total)
+
+
+def decode_arrays(header: Header, frames: list) -> Message:
+    """The arrays of a message whose :class:`Header` was accepted, as read-only views
+    (compressed frames inflate to at most their declared size)."""
+    packed = any(c[3] == PACKED for c in header.arrays)
     shared = _buffer(frames[-1]) if packed else None
     shared_end = 0
     own = iter(frames[1:])
     arrays: dict[str, np.ndarray] = {}
-    total = 0
-    for name, dtype, shape, codec in checked:
+    for name, dtype, shape, codec in header.arrays:
         if name in arrays:
             raise MessageError("array_malformed", f"array {name!r} appears twice")
         nbytes = math.prod(shape) * dtype.itemsize
-        if nbytes > limits.max_frame_bytes:
-            raise MessageError("frame_size", f"{name}: {nbytes} bytes exceed {limits.max_frame_bytes}")
         if codec == PACKED:
             start = _aligned(shared_end)
             shared_end = start + nbytes
             if shared_end > shared.nbytes:
                 raise MessageError("frame_size", f"{name}: packed frame of {shared.nbytes} bytes ends "
                                    f"before its {nbytes} bytes at offset {start}")
-            total += nbytes
-            if total > limits.max_message_bytes:
-                raise MessageError("message_size", f"message exceeds {limits.max_message_bytes} bytes")
             arrays[name] = _view(shared[start:shared_end], dtype, shape, name)
             continue
         buf = _buffer(next(own))
         if codec is not None:
+            if buf.nbytes > nbytes:  # the sender compresses only what shrinks
+                raise MessageError("compression", f"{name}: {codec} frame of {buf.nbytes} bytes for {nbytes}")
             try:
                 buf = memoryview(decompress(buf, codec, nbytes))
             except (ValueError, CompressionUnavailable) as err:
@@ -215,13 +248,15 @@ def decode(frames: list, limits: Limits = DEFAULT_LIMITS) -> Message:
                 raise MessageError("compression", f"{name}: corrupt {codec} frame ({type(err).__name__})") from None
         if buf.nbytes != nbytes:
             raise MessageError("frame_size", f"{name}: frame has {buf.nbytes} bytes, {dtype_name(dtype)}{list(shape)} needs {nbytes}")
-        total += nbytes
-        if total > limits.max_message_bytes:
-            raise MessageError("message_size", f"message exceeds {limits.max_message_bytes} bytes")
         arrays[name] = _view(buf, dtype, shape, name)
     if shared is not None and shared_end != shared.nbytes:
         raise MessageError("frame_size", f"packed frame has {shared.nbytes} bytes, its arrays need {shared_end}")
-    return Message(kind, fields, arrays, protocol)
+    return Message(header.kind, header.fields, arrays, header.protocol)
+
+
+def decode(frames: list, limits: Limits = DEFAULT_LIMITS) -> Message:
+    """Parse and validate one multipart message; raise :class:`MessageError`."""
+    return decode_arrays(parse_header(frames, limits), frames)
 
 
 def _view(buf, dtype: np.dtype, shape: tuple, name: str) -> np.ndarray:
