@@ -509,13 +509,14 @@ class RobotServer:
                     raise _Refusal("watchdog", f"the watchdog stopped the robot after {self.watchdog_s} s "
                                                "without a command; reset() to continue")
                 started = time.monotonic()
-                call = self._worker.submit("command", self._command, action, deadline_s=self.deadlines.command_s)
+                run = self._command if self.driver.realtime else self._command_and_read
+                call = self._worker.submit("command", run, action, deadline_s=self.deadlines.command_s)
                 session.armed, session.last_command = True, started
-            self._driver_result(session, call)
-            if self.driver.realtime:
+            if self.driver.realtime:  # the control period passes off the driver thread
+                self._driver_result(session, call)
                 time.sleep(max(0.0, started + self.driver.control_period_s - time.monotonic()))
-            observation, health = self._driver_result(session, self._worker.submit(
-                "read_observation", self._read, deadline_s=self.deadlines.read_s))
+                call = self._worker.submit("read_observation", self._read, deadline_s=self.deadlines.read_s)
+            observation, health = self._driver_result(session, call)
             self.stats.steps += 1
         try:
             observation = self.driver.observation_spec.validate(observation)
@@ -589,6 +590,12 @@ class RobotServer:
 
     def _read(self) -> tuple[dict, Health]:
         return self.driver.read_observation(), self.driver.health()
+
+    def _command_and_read(self, action: np.ndarray) -> tuple[dict, Health]:
+        """A simulator's step in one hand-over to the driver thread (no control period to wait out)."""
+        self._command(action)
+        self._worker.phase("read_observation", self.deadlines.read_s)
+        return self._read()
 
     def _do_safe(self) -> None:
         try:

@@ -20,9 +20,11 @@ interpreter's switch interval (``sys.getswitchinterval()``, 5 ms by default).
 
 from __future__ import annotations
 
+import _thread
+import itertools
+import queue
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -125,15 +127,24 @@ class DriverHung(RuntimeError):
 
 
 class _Call:
-    __slots__ = ("name", "fn", "args", "deadline_s", "done", "result", "error", "started", "finished")
+    __slots__ = ("name", "fn", "args", "deadline_s", "number", "cancelled", "result", "error", "started",
+                 "finished", "_done")
 
-    def __init__(self, name: str, fn: Callable, args: tuple, deadline_s: float):
-        self.name, self.fn, self.args, self.deadline_s = name, fn, args, deadline_s
-        self.done = threading.Event()
+    def __init__(self, name: str, fn: Callable, args: tuple, deadline_s: float, number: int):
+        self.name, self.fn, self.args, self.deadline_s, self.number = name, fn, args, deadline_s, number
+        self.cancelled = False
         self.result: Any = None
         self.error: BaseException | None = None
         self.started: float | None = None
         self.finished: float | None = None
+        self._done = _thread.allocate_lock()  # held until the call is over: the cheapest hand-back
+        self._done.acquire()
+
+    def wait_done(self, timeout_s: float) -> bool:
+        if self._done.acquire(timeout=max(timeout_s, 0.0)):
+            self._done.release()
+            return True
+        return False
 
 
 class DriverWorker:
@@ -152,34 +163,31 @@ class DriverWorker:
     """
 
     def __init__(self, name: str = "driver"):
-        self._cond = threading.Condition()
-        self._queue: deque[_Call] = deque()
+        self._queue: queue.SimpleQueue[_Call | None] = queue.SimpleQueue()
+        self._numbers = itertools.count()  # next() is atomic: submitters need no lock
+        self._cancel_below = 0
         self._current: _Call | None = None
-        self._stop = False
+        self._stopped = False
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
     def submit(self, name: str, fn: Callable, *args, deadline_s: float) -> _Call:
-        call = _Call(name, fn, args, deadline_s)
-        with self._cond:
-            if self._stop:
-                raise RuntimeError("the driver worker is stopped")
-            self._queue.append(call)
-            self._cond.notify()
+        if self._stopped:
+            raise RuntimeError("the driver worker is stopped")
+        call = _Call(name, fn, args, deadline_s, next(self._numbers))
+        self._queue.put(call)
         return call
 
     def wait(self, call: _Call) -> Any:
-        while not call.done.is_set():
+        while True:
             current = self._current
             due = None if current is None or current.started is None else current.started + current.deadline_s
-            timeout = 0.005 if due is None else max(0.0, due - time.monotonic()) + 1e-4
-            if call.done.wait(timeout):
+            timeout = 0.005 if due is None else due - time.monotonic() + 1e-4
+            if call.wait_done(timeout):
                 break
             hung = self.overrun()
             if hung is not None:
-                with self._cond:
-                    if call in self._queue:
-                        self._queue.remove(call)  # never run it after the caller gave up on it
+                call.cancelled = True  # never run it after its caller gave up on it
                 raise hung
         if call.error is not None:
             raise call.error
@@ -187,6 +195,11 @@ class DriverWorker:
 
     def call(self, name: str, fn: Callable, *args, deadline_s: float) -> Any:
         return self.wait(self.submit(name, fn, *args, deadline_s=deadline_s))
+
+    def phase(self, name: str, deadline_s: float) -> None:
+        """From inside a running call: the rest of it is ``name``, due ``deadline_s`` from now."""
+        current = self._current
+        current.name, current.deadline_s, current.started = name, deadline_s, time.monotonic()
 
     def overrun(self) -> DriverHung | None:
         """The running call, if it has passed its deadline."""
@@ -201,41 +214,30 @@ class DriverWorker:
         current = self._current
         return None if current is None or current.started is None else current.started + current.deadline_s
 
-    def cancel_pending(self) -> int:
-        """Drop every call not yet started (their waiters get ``RuntimeError``); returns how many."""
-        with self._cond:
-            dropped = list(self._queue)
-            self._queue.clear()
-        for call in dropped:
-            call.error = RuntimeError(f"driver call {call.name!r} cancelled: the driver is hung")
-            call.done.set()
-        return len(dropped)
+    def cancel_pending(self) -> None:
+        """Never run the calls submitted so far and not yet started (their waiters get ``RuntimeError``)."""
+        self._cancel_below = next(self._numbers)
 
     def stop(self, timeout_s: float = 1.0) -> bool:
         """Stop after the running call; returns whether the thread ended within ``timeout_s``."""
-        with self._cond:
-            self._stop = True
-            self._cond.notify()
+        self._stopped = True
         self.cancel_pending()
+        self._queue.put(None)
         self._thread.join(timeout_s)
         return not self._thread.is_alive()
 
     def _run(self) -> None:
-        while True:
-            with self._cond:
-                while not self._queue and not self._stop:
-                    self._cond.wait()
-                if self._stop:
-                    return
-                call = self._queue.popleft()
+        while (call := self._queue.get()) is not None:
+            if call.cancelled or call.number < self._cancel_below:
+                call.error = RuntimeError(f"driver call {call.name!r} cancelled: the driver was hung")
+            else:
                 call.started = time.monotonic()
                 self._current = call
-            try:
-                call.result = call.fn(*call.args)
-            except BaseException as err:  # handed to the waiter
-                call.error = err
-            finally:
-                call.finished = time.monotonic()
-                with self._cond:
+                try:
+                    call.result = call.fn(*call.args)
+                except BaseException as err:  # handed to the waiter
+                    call.error = err
+                finally:
+                    call.finished = time.monotonic()
                     self._current = None
-                call.done.set()
+            call._done.release()
