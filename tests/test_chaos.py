@@ -56,7 +56,10 @@ def test_quick_fault_scenarios_give_clear_errors_and_keep_the_buffer_consistent(
     disk, bad = result["scenarios"]
     for record in (disk, bad):
         check_record(record)
-    assert bad["errors"] == bad["injected"] == bad["clear_errors"]
+    assert bad["errors"] == bad["injected"]  # every bad input refused ...
+    assert bad["clear_errors"] == bad["with_messages"]  # ... naming the field, where an answer comes back
+    assert bad["learner_kept_serving"] and bad["robot_kept_serving"]
+    assert bad["learner_refused_by_reason"] == {"steps_invalid": len(bad["learner_rows_injected"])}
     if "skipped" not in disk:  # needs root to mount a tmpfs
         assert disk["consistent"] and disk["clear_errors"] == disk["injected"]
         assert disk["stored"] == disk["produced"] > 0

@@ -1,4 +1,5 @@
-"""Chaos scenarios without a live link: disk full under the replay, bad config, bad device data.
+"""Chaos scenarios beside the link: disk full under the replay; bad config, and bad device data
+and actions injected into a running learner server and a running robot server.
 
 Each returns the same record as the link scenarios (``name``, ``injected``,
 ``produced``, ``stored``, ``lost``, ``duplicated``, ``recovery_s``) plus what
@@ -162,20 +163,19 @@ def _too_big_error(mount: Path) -> str | None:
     return None
 
 
-def bad_input(quick: bool) -> dict:
-    """Bad config values and bad device data: each refused with an error naming the field."""
-    from embodyrl import envs
+def _config_cases() -> tuple[int, int, int, list[str]]:
+    """Bad config values through the path every command reads its config by: (cases, refused,
+    refused naming the field, messages)."""
     from embodyrl.algos import registry
     from embodyrl.config import TrainConfig, from_dict, to_dict
-    from embodyrl.hal.specs import SpecError
 
     section = registry.get(TrainConfig().algorithm).section  # the default algorithm's settings
-    config_cases = [({"stpes": 3}, "stpes"), ({section: {"lr": 1.0}}, f"{section}.lr"),
-                    ({"algorithm": "a2c"}, "algorithm"), ({"steps": "many"}, "steps"),
-                    ({section: {"hidden_sizes": 64}}, f"{section}.hidden_sizes"),
-                    ({section: {"discount": "high"}}, f"{section}.discount")]
+    cases = [({"stpes": 3}, "stpes"), ({section: {"lr": 1.0}}, f"{section}.lr"),
+             ({"algorithm": "a2c"}, "algorithm"), ({"steps": "many"}, "steps"),
+             ({section: {"hidden_sizes": 64}}, f"{section}.hidden_sizes"),
+             ({section: {"discount": "high"}}, f"{section}.discount")]
     errors, clear, messages = 0, 0, []
-    for change, field in config_cases:
+    for change, field in cases:
         data = to_dict(TrainConfig())
         for key, value in change.items():
             if isinstance(value, dict):
@@ -188,31 +188,179 @@ def bad_input(quick: bool) -> dict:
             errors += 1
             clear += field in str(err)
             messages.append(str(err))
-    device, _ = envs.make("pendulum")
-    with device:
-        good = device.reset(seed=0)
-        bad_observations = []
-        for key, value in good.items():
-            nan = np.array(value, copy=True)
-            nan.reshape(-1)[0] = np.nan
-            bad_observations += [(key, {**good, key: nan}),
-                                 (key, {**good, key: np.zeros(np.shape(value) + (2,), np.asarray(value).dtype)}),
-                                 (key, {k: v for k, v in good.items() if k != key})]
-        for key, observation in bad_observations:
-            try:
-                device.observation_spec.validate(observation)
-            except (SpecError, KeyError, ValueError) as err:
-                errors += 1
-                clear += key in str(err)
-                messages.append(str(err))
-        for action in (np.array([np.nan], np.float32), np.zeros(3, np.float32)):
-            try:
-                device.step(action)
-            except (SpecError, ValueError) as err:
-                errors += 1
-                clear += device.action_spec.name in str(err)
-                messages.append(str(err))
-    injected = len(config_cases) + len(bad_observations) + 2
-    return {"name": "bad_config_and_device_data", "injected": injected, "produced": 0, "stored": 0, "lost": 0,
-            "duplicated": 0, "recovery_s": 0.0, "errors": errors, "clear_errors": clear,
-            "examples": messages[:: max(1, len(messages) // 5)]}
+    return len(cases), errors, clear, messages
+
+
+FAULTY_SEEDS = {1001: "nan", 1002: "shape", 1003: "missing"}
+"""RESET seeds on which :class:`FaultyPendulum` reports a bad observation."""
+
+
+def faulty_pendulum():
+    """Robot server factory (``embodyrl.bench.chaos_faults:faulty_pendulum``): the pendulum, whose
+    sensors misreport on the RESET seeds of :data:`FAULTY_SEEDS` (bad device data)."""
+    from embodyrl import envs
+    from embodyrl.hal.robot_server import DeviceDriver
+
+    class FaultyPendulum(DeviceDriver):
+        def reset(self, seed):
+            observation = dict(super().reset(seed))
+            fault, key = FAULTY_SEEDS.get(seed), next(iter(observation))
+            if fault == "nan":
+                observation[key] = np.full_like(observation[key], np.nan)
+            elif fault == "shape":
+                observation[key] = np.zeros(np.shape(observation[key]) + (2,), np.asarray(observation[key]).dtype)
+            elif fault == "missing":
+                del observation[key]
+            return observation
+
+    return FaultyPendulum(envs.make("pendulum")[0])
+
+
+def serve_learner(endpoint_queue, stop, results) -> None:
+    """Process target: a learner server that acknowledges every valid batch until ``stop``; then
+    puts its counters (refused by reason, messages, batches taken) on ``results``."""
+    from embodyrl.transport import LearnerServer
+
+    server = LearnerServer("tcp://127.0.0.1:*", run_id="bad-input", incarnation=1)
+    endpoint_queue.put(server.endpoint)
+    taken = 0
+    try:
+        while not stop.is_set():
+            for batch in server.poll(20):
+                taken += 1
+                server.ack(batch.session, batch.seq, credits=len(batch.steps))
+    finally:
+        results.put({"rejected": dict(server.stats.rejected), "messages_in": server.stats.messages_in,
+                     "taken": taken})
+        server.close()
+
+
+def _request(sock, kind: str, fields: dict, arrays=None, timeout_s: float = 10.0):
+    """Send one request and wait for its reply (decoded), or None."""
+    import zmq
+
+    from embodyrl.hal.wire.codec import decode, encode
+
+    sock.send_multipart(encode(kind, fields, arrays))
+    if not sock.poll(int(timeout_s * 1000), zmq.POLLIN):
+        return None
+    return decode(sock.recv_multipart())
+
+
+def _learner_injection(endpoint: str) -> tuple[int, bool, list[str]]:
+    """Bad device data (rows) into a running learner server from an actor with a session:
+    (injected, a valid batch acknowledged after them, what was injected)."""
+    import zmq
+
+    from embodyrl.hal.wire import protocol as P
+    from embodyrl.hal.wire.codec import decode, encode
+
+    from .chaos_hostile import Rows, hello_frames
+
+    rows, actor = Rows(7), 7
+    good = rows.arrays
+    cases = []
+    for key in [k for k in good if k.startswith("observation/")]:
+        column = good[key]
+        cases += [(f"{key}: nan", {**good, key: np.full_like(column, np.nan)}),
+                  (f"{key}: shape", {**good, key: np.zeros(column.shape + (2,), column.dtype)}),
+                  (f"{key}: missing", {k: v for k, v in good.items() if k != key})]
+    cases += [("action: nan", {**good, "action": np.full_like(good["action"], np.nan)}),
+              ("action: shape", {**good, "action": np.zeros((len(good["action"]), 3), good["action"].dtype)})]
+    sock = zmq.Context.instance().socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.connect(endpoint)
+    try:
+        sock.send_multipart(hello_frames(rows.info, actor, "bad-input"))
+        welcome = decode(sock.recv_multipart()) if sock.poll(30000, zmq.POLLIN) else None
+        if welcome is None or welcome.kind != P.WELCOME:
+            raise RuntimeError(f"the learner server did not welcome the injector: {welcome}")
+        for _, arrays in cases:
+            sock.send_multipart(encode(P.STEPS, {"seq": 1, "device_id": 0, "held": [0, -1]}, arrays))
+        sock.send_multipart(encode(P.STEPS, {"seq": 1, "device_id": 0, "held": [0, -1]}, good))
+        deadline, acked = time.monotonic() + 30, False
+        while not acked and time.monotonic() < deadline and sock.poll(1000, zmq.POLLIN):
+            msg = decode(sock.recv_multipart())
+            acked = msg.kind == P.ACK and msg.fields["seq"] >= 1
+    finally:
+        sock.close(0)
+    return len(cases), acked, [name for name, _ in cases]
+
+
+def _robot_injection(endpoint: str) -> tuple[int, int, bool, list[str], dict]:
+    """Bad actions and bad device data into a running robot server:
+    (injected, refused naming the field, still serving afterwards, messages, STATUS counters)."""
+    import zmq
+
+    from embodyrl.hal import robot_server as R
+
+    sock = zmq.Context.instance().socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.connect(endpoint)
+    seq, refused, clear, messages = iter(range(1, 10**6)), 0, 0, []
+    try:
+        specs = _request(sock, R.HELLO, {"seq": next(seq)}, timeout_s=30)
+        if specs is None or specs.kind != R.SPECS:
+            raise RuntimeError(f"the robot server did not answer HELLO: {specs}")
+        fields = [spec["name"] for spec in specs.fields["observation_spec"]]
+        _request(sock, R.RESET, {"seq": next(seq), "seed": 0})
+        action_cases = [("action", np.array([np.nan], np.float32)), ("action", np.zeros(3, np.float32)),
+                        ("action", np.array([1e3], np.float32)), ("action", None)]
+        for field, action in action_cases:
+            reply = _request(sock, R.STEP, {"seq": next(seq)}, None if action is None else {"action": action})
+            refused += reply is not None and reply.kind == R.ERROR
+            clear += reply is not None and field in str(reply.fields.get("detail", ""))
+            messages.append(f"{reply.fields.get('reason')}: {reply.fields.get('detail')}" if reply else "no reply")
+        for seed in FAULTY_SEEDS:  # the device misreports: the server refuses to pass it on
+            reply = _request(sock, R.RESET, {"seq": next(seq), "seed": seed})
+            detail = str(reply.fields.get("detail", "")) if reply is not None else ""
+            refused += reply is not None and reply.kind == R.ERROR
+            clear += any(field in detail for field in fields)
+            messages.append(f"{reply.fields.get('reason')}: {reply.fields.get('detail')}" if reply else "no reply")
+        obs = _request(sock, R.RESET, {"seq": next(seq), "seed": 0})
+        step = _request(sock, R.STEP, {"seq": next(seq)}, {"action": np.zeros(1, np.float32)})
+        serving = obs is not None and obs.kind == R.OBS and step is not None and step.kind == R.OBS
+        status = _request(sock, R.STATUS, {"seq": next(seq)})
+        _request(sock, R.BYE, {"seq": next(seq)})
+    finally:
+        sock.close(0)
+    return len(action_cases) + len(FAULTY_SEEDS), refused, clear, serving, messages, \
+        dict(status.fields.get("rejected", {})) if status is not None else {}
+
+
+def bad_input(quick: bool) -> dict:
+    """Bad config values, and bad device data and actions injected over real sockets into a running
+    learner server and a running robot server: each refused and counted by reason, each process
+    still serving afterwards (a valid batch acknowledged, a valid RESET and STEP answered)."""
+    from embodyrl.hal.robot_server import serve_process
+
+    ctx = mp.get_context("spawn")
+    stop, results, learner_at, robot_at = ctx.Event(), ctx.Queue(), ctx.Queue(), ctx.Queue()
+    learner = ctx.Process(target=serve_learner, args=(learner_at, stop, results))
+    robot = ctx.Process(target=serve_process, args=("embodyrl.bench.chaos_faults:faulty_pendulum",
+                                                    "tcp://127.0.0.1:*", robot_at))
+    learner.start()
+    robot.start()
+    try:
+        n_config, config_errors, config_clear, messages = _config_cases()
+        n_rows, acked, row_cases = _learner_injection(learner_at.get(timeout=120))
+        n_robot, robot_refused, robot_clear, robot_serving, robot_messages, robot_rejected = \
+            _robot_injection(robot_at.get(timeout=120))
+        learner_alive, robot_alive = learner.is_alive(), robot.is_alive()
+        stop.set()
+        counters = results.get(timeout=30)
+        robot.terminate()
+    finally:
+        for p in (learner, robot):
+            p.join(10)
+            if p.is_alive():
+                p.kill()
+    rows_refused = counters["rejected"].get("steps_invalid", 0)
+    return {"name": "bad_config_and_device_data", "injected": n_config + n_rows + n_robot, "produced": 0,
+            "stored": 0, "lost": 0, "duplicated": 0, "recovery_s": 0.0,
+            "errors": config_errors + rows_refused + robot_refused,
+            "clear_errors": config_clear + robot_clear, "with_messages": n_config + n_robot,
+            "learner_refused_by_reason": counters["rejected"], "robot_refused_by_reason": robot_rejected,
+            "learner_kept_serving": learner_alive and acked and counters["taken"] == 1,
+            "robot_kept_serving": robot_alive and robot_serving, "learner_rows_injected": row_cases,
+            "examples": (messages + robot_messages)[::2]}
