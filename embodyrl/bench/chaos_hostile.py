@@ -44,14 +44,16 @@ REFUSED_AS = {
     "nan_rows": "steps_invalid", "inf_rows": "steps_invalid", "action_out_of_bounds": "steps_invalid",
     "wrong_shape": "steps_invalid", "wrong_dtype": "steps_invalid", "replayed_seq": "duplicate",
     "future_seq": "seq_gap", "forged_held": "policy_version", "forged_row_version": "policy_version",
-    "oversized_shape": "message_size", "half_sent": "frame_count", "garbage": "header_malformed",
+    "oversized_shape": "frame_size", "half_sent": "frame_count", "garbage": "header_malformed",
     "no_session": "unknown_peer", "index_claim": "index_taken", "bomb_before_hello": "unknown_peer",
-    "bomb_after_hello": "message_size", "hello_flood": "hello_rate", "fat_hello_flood": "hello_rate",
+    "bomb_after_hello": "frame_size", "hello_flood": "hello_rate", "fat_hello_flood": "hello_rate",
     "slow_reader": None, "zmtp_cut_greeting": None, "zmtp_cut_frame": None,
 }
-"""Attack class -> the reason the learner is meant to count it under (``duplicate``: acknowledged
-and dropped; None: never a message the server refuses: the slow reader is a session it keeps, raw
-TCP never completes a handshake)."""
+"""Attack class -> the reason the learner counts it under. Two are taken, not refused:
+``duplicate`` (acknowledged and dropped) and ``seq_gap`` (a batch past a gap is stored and counted:
+a spool set to drop its oldest batches skips seqs; the attacker only skips its own). None: never a
+message the server refuses: the slow reader is a session it keeps (its weights resends back off),
+raw TCP never completes a handshake."""
 BOMB_BYTES = 1 << 30
 RAW_HOLD = 12
 RAW_PAYLOAD = 4 << 20
@@ -80,14 +82,12 @@ def attacker(role: str, endpoint: str, key_files: tuple[str, str] | None, actor_
         kit.close()
 
 
-def _bomb(nbytes: int = BOMB_BYTES) -> bytes:
-    """zstd of ``nbytes`` zeros (32 KiB for 1 GiB), compressed a chunk at a time."""
-    import zstandard
-
-    out = zstandard.ZstdCompressor(level=1).compressobj(size=nbytes)
-    chunk = bytes(4 << 20)
-    parts = [out.compress(chunk) for _ in range(nbytes // len(chunk))]
-    return b"".join([*parts, out.flush()])
+def _bomb(nbytes: int = BOMB_BYTES, block: int = 128 << 10) -> bytes:
+    """A zstd frame of ``nbytes`` zeros written by hand: run-length blocks of 128 KiB, each 4 bytes
+    (32 KiB for 1 GiB), with the content size in the frame header."""
+    header = struct.pack("<IB", 0xFD2FB528, 0xE0) + struct.pack("<Q", nbytes)  # single segment, 8-byte size
+    rle, last = ((struct.pack("<I", (block << 3) | 2 | final)[:3] + b"\0") for final in (0, 1))
+    return header + rle * (nbytes // block - 1) + last
 
 
 class Rows:
@@ -176,7 +176,7 @@ class Session:
         self.rows = Rows(actor_id)
         self.sock = _dealer(self.context, endpoint, key_files)
         self.instance = secrets.token_hex(8)
-        self.incarnation = self.committed = 0
+        self.incarnation = self.committed = self.highest = 0
         self.refused: str | None = None
 
     def hello(self, actor_id: int | None = None) -> list:
@@ -274,8 +274,9 @@ class SessionAttacks(Session):
             return _send(self.sock, self.steps(nxt, self.rows.spoiled(name, self.incarnation)))
         if name == "replayed_seq":
             return _send(self.sock, self.steps(1))
-        if name == "future_seq":
-            return _send(self.sock, self.steps(nxt + 1000))
+        if name == "future_seq":  # beyond anything sent yet
+            self.highest = max(self.highest, nxt) + 1000
+            return _send(self.sock, self.steps(self.highest))
         if name == "forged_held":
             return _send(self.sock, self.steps(nxt, held=(self.incarnation, 10**9)))
         if name == "oversized_shape":  # 1 GiB declared, 16 bytes sent

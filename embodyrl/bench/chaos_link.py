@@ -210,9 +210,11 @@ def _keys(work: Path):
 
 
 def _refusals(server) -> dict[str, int]:
-    """Messages refused so far, by reason (a replayed batch, acknowledged and dropped: ``duplicate``)."""
+    """Messages refused so far, by reason; with two the server takes without refusing: a replayed
+    batch, acknowledged and dropped (``duplicate``), and a batch past a gap in the sequence,
+    taken and counted (``seq_gap``: a spool set to drop its oldest batches skips some)."""
     out = {k: v for k, v in server.stats.rejected.items() if k not in NOT_REFUSED}
-    return {**out, "duplicate": server.stats.duplicates}
+    return {**out, "duplicate": server.stats.duplicates, "seq_gap": getattr(server.stats, "seq_gaps", 0)}
 
 
 def _honest_session(server) -> bool:
@@ -320,7 +322,7 @@ def hostile(quick: bool, work: Path, pairs: int | None = None, window_s: float |
     go, stop_honest, attack, stop = CTX.Event(), CTX.Event(), CTX.Event(), CTX.Event()
     honest = start_actor(learner.endpoint, work, HONEST, 10**9, stop_honest, peer_timeout_s=10.0,
                          key_files=key_files["honest"], go=go)
-    attackers, pipes, classes = [], {}, {}
+    attackers, pipes, classes, phases, t0 = [], {}, {}, {}, time.monotonic()
     for role, (key, index) in ATTACKERS.items():
         ours, theirs = CTX.Pipe()
         keys = (key_files["flooder"], key_files["sloth"]) if role == "flood" else key_files.get(key)
@@ -333,25 +335,29 @@ def hostile(quick: bool, work: Path, pairs: int | None = None, window_s: float |
         for role, pipe in pipes.items():
             _, names = _answer(learner, pipe, 180)
             classes.update(dict.fromkeys(names, role))
+        phases["attackers_ready"] = time.monotonic() - t0
         idle = _cpu_rate(learner, 0.5)
         probes = {name: _probe(learner, pipes[role], name, _probe_size(name, quick), idle)
                   for name, role in classes.items() if name != "index_claim"}
+        phases["probes"] = time.monotonic() - t0
         go.set()
         learner.serve_until(lambda: learner.taken.get(HONEST, 0) > 0, 60)
+        phases["honest_streaming"] = time.monotonic() - t0
         probes["index_claim"] = _probe(learner, pipes["session"], "index_claim", _probe_size("index_claim", quick),
                                        _cpu_rate(learner, 0.5))
-        rss_before = own_memory_mb()[0]
-        quiet, attacked = [], []
+        rss_before, quiet, attacked = own_memory_mb()[0], [], []
         for _ in range(pairs):
             quiet.append(_window(learner, window_s))
             attacked.append(_window(learner, window_s, attack))
         rss_after = own_memory_mb()[0]
+        phases["windows"] = time.monotonic() - t0
         stop.set()
         sent = {}
         for pipe in pipes.values():
             sent.update(_answer(learner, pipe, 60)[1])
         stop_honest.set()
         finish(learner, honest)
+        phases["finished"] = time.monotonic() - t0
         refused = _refusals(learner.server)
         send_failed = learner.server.stats.rejected.get("send_failed", 0)
     except BaseException:
@@ -374,7 +380,8 @@ def hostile(quick: bool, work: Path, pairs: int | None = None, window_s: float |
                     learner_cpu_quiet=quiet_cpu,
                     bomb_rss_growth_mb=max(p["peak_rss_growth_mb"] for n, p in probes.items() if "bomb" in n),
                     attacked_peak_rss_growth_mb=max(w["peak_rss_growth_mb"] for w in attacked),
-                    learner_rss_growth_mb=rss_after - rss_before, windows={"quiet": quiet, "attacked": attacked})
+                    learner_rss_growth_mb=rss_after - rss_before, seconds_since_start=phases,
+                    windows={"quiet": quiet, "attacked": attacked})
     result["attacker_rows_stored"] = _attacker_rows(learner.directory)
     return result
 
