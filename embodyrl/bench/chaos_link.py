@@ -350,6 +350,9 @@ def hostile(quick: bool, work: Path, pairs: int | None = None, window_s: float |
             quiet.append(_window(learner, window_s))
             attacked.append(_window(learner, window_s, attack))
         rss_after = own_memory_mb()[0]
+        sloth = next((x for x in learner.server.sessions.values() if x.actor_id == ATTACKERS["flood"][1] + 1), None)
+        slow_reader = {"session_kept": sloth is not None,
+                       "weights_resend_s": getattr(sloth, "weights_resend_s", None)}  # backs off while it never reads
         phases["windows"] = time.monotonic() - t0
         stop.set()
         sent = {}
@@ -372,7 +375,7 @@ def hostile(quick: bool, work: Path, pairs: int | None = None, window_s: float |
     injected = sum(p["sent"] for p in probes.values()) + sum(sent.values())
     result = record("hostile_traffic", injected, {HONEST: work / f"ledger-{HONEST}.jsonl"}, learner, [],
                     rejected=sum(refused.values()), rejected_by_reason=refused, send_failed=send_failed,
-                    sent_by_attack=sent, probes=probes,
+                    sent_by_attack=sent, probes=probes, slow_reader=slow_reader,
                     honest_index_kept=all(p["honest_session_kept"] for p in probes.values()),
                     honest_rows_per_s_quiet=quiet_rows, honest_rows_per_s_attacked=attacked_rows,
                     honest_ratio_under_attack=attacked_rows / quiet_rows if quiet_rows else 0.0,
