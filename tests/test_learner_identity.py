@@ -6,6 +6,7 @@ writes whatever it likes, the honest actor a real LearnerLink.
 
 import json
 import shutil
+import threading
 import time
 
 import msgpack
@@ -16,7 +17,7 @@ import zmq
 from embodyrl import envs
 from embodyrl.hal.steps import NO_POLICY, PolicyVersion, StepRecorder
 from embodyrl.hal.wire import protocol as P
-from embodyrl.hal.wire.client import LearnerLink
+from embodyrl.hal.wire.client import LearnerLink, LinkError
 from embodyrl.hal.wire.codec import PROTOCOL_VERSION, encode
 from embodyrl.hal.wire.security import ClientKeys, ServerKeys, generate_keys, secure_client
 from embodyrl.transport import LearnerServer
@@ -52,18 +53,47 @@ def _status_mb(field: str) -> float:
         return next(int(line.split()[1]) for line in f if line.startswith(field + ":")) / 1024
 
 
-def _serve(server, until, timeout_s=10.0):
-    """Poll until ``until()``; return the batches received (acked, with credit)."""
-    got, deadline = [], time.monotonic() + timeout_s
-    while not until() and time.monotonic() < deadline:
-        for b in server.poll(10):
-            got.append(b)
-            server.ack(b.session, b.seq, credits=len(b.steps))
-        for s in server.sessions.values():
-            if not getattr(s, "granted", False):
-                server.grant(s, 1024)
-                s.granted = True
-    return got
+class Served:
+    """A server polled in its own thread (acking every batch, granting credit), as a learner would;
+    the test reads it under the same lock, between polls."""
+
+    def __init__(self, server):
+        self.server, self.batches = server, []
+        self._lock, self._stop = threading.Lock(), threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+
+    def _loop(self):
+        while not self._stop.is_set():
+            with self._lock:
+                for b in self.server.poll(5):
+                    self.batches.append(b)
+                    self.server.ack(b.session, b.seq, credits=len(b.steps))
+                for s in self.server.sessions.values():
+                    if not getattr(s, "granted", False):
+                        self.server.grant(s, 1024)
+                        s.granted = True
+            time.sleep(0.001)
+
+    def read(self, fn):
+        with self._lock:
+            return fn(self.server)
+
+    def wait(self, fn, timeout_s=15.0):
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.read(fn):
+                return True
+            time.sleep(0.01)
+        return False
+
+    def rejected(self, reason):
+        return self.read(lambda s: s.stats.rejected.get(reason, 0))
+
+    def close(self):
+        self._stop.set()
+        self._thread.join(5)
+        self.server.close()
 
 
 def _raw(endpoint, keys: ClientKeys | None = None):
@@ -107,145 +137,154 @@ def keyring(tmp_path):
 
 
 def test_a_decompression_bomb_costs_a_header_parse_without_a_session_and_the_limits_with_one():
-    server = LearnerServer(run_id="r", incarnation=1)
+    served = Served(LearnerServer(run_id="r", incarnation=1))
     _, info = _device_info()
-    attacker = _raw(server.endpoint)
+    attacker = _raw(served.server.endpoint)
     try:
         bomb = _bomb()
         assert len(bomb[1]) < 64 * 1024
         before = _reset_peak_rss()
         attacker.send_multipart(bomb)  # no session yet
-        _serve(server, lambda: server.stats.rejected.get("unknown_peer"))
+        assert served.wait(lambda s: s.stats.rejected.get("unknown_peer"))
         attacker.send_multipart(_hello(3, info))
-        _serve(server, lambda: server.sessions)
+        assert served.wait(lambda s: s.sessions)
         attacker.send_multipart(bomb)  # a session whose specs make a pendulum batch a few hundred KB
-        _serve(server, lambda: server.stats.rejected.get("message_size") or server.stats.rejected.get("frame_size"))
+        assert served.wait(lambda s: s.stats.messages_in >= 3 and sum(s.stats.rejected.values()) >= 2)
         growth = _status_mb("VmHWM") - before  # the peak: a freed GiB leaves RSS, not the peak
     finally:
         attacker.close(0)
-        server.close()
+        served.close()
     assert growth < 64, f"RSS grew {growth:.0f} MB for a 1 GiB bomb"
-    assert server.stats.rejected["unknown_peer"] == 1
-    assert server.stats.rejected.get("message_size", 0) + server.stats.rejected.get("frame_size", 0) == 1
+    rejected = served.server.stats.rejected
+    assert rejected["unknown_peer"] == 1
+    assert rejected.get("message_size", 0) + rejected.get("frame_size", 0) == 1
 
 
 def test_session_limits_come_from_the_declared_specs():
-    server = LearnerServer(run_id="r", incarnation=1, max_batch_rows=64)
+    served = Served(LearnerServer(run_id="r", incarnation=1, max_batch_rows=64))
     _, info = _device_info()
-    link = LearnerLink(server.endpoint, actor_name="a", actor_id=0, devices=[info], handshake_timeout_s=5)
+    link = LearnerLink(served.server.endpoint, actor_name="a", actor_id=0, devices=[info], handshake_timeout_s=10)
     try:
-        link._dial()
-        _serve(server, lambda: server.sessions)
-        limits = next(iter(server.sessions.values())).limits
-        steps = _steps(0, n=64)
-        wire = sum(a.nbytes for a in steps.arrays().values())
+        link.connect()
+        limits = served.read(lambda s: next(iter(s.sessions.values())).limits)
+        wire = sum(a.nbytes for a in _steps(0, n=64).arrays().values())
         assert wire <= limits.max_message_bytes < 2 * wire + 8192  # the largest valid batch, with a margin
     finally:
-        link.close(send_bye=False)
-        server.close()
+        link.close()
+        served.close()
+
+
+def _link(served, actor_id, keys=None, **kwargs):
+    _, info = _device_info()
+    return LearnerLink(served.server.endpoint, actor_name=f"actor-{actor_id}", actor_id=actor_id, devices=[info],
+                       keys=keys, handshake_timeout_s=10, **kwargs)
 
 
 def test_a_hello_claiming_another_keys_index_is_refused_and_the_owner_reconnects(keyring, tmp_path):
     server_keys, clients = keyring
-    server = LearnerServer(run_id="r", incarnation=1, keys=server_keys,
-                           bindings_path=tmp_path / "bindings.json")
+    served = Served(LearnerServer(run_id="r", incarnation=1, keys=server_keys,
+                                  bindings_path=tmp_path / "bindings.json"))
     _, info = _device_info()
-    honest = LearnerLink(server.endpoint, actor_name="h", actor_id=0, devices=[info], keys=clients["honest"],
-                         handshake_timeout_s=5)
-    attacker = _raw(server.endpoint, clients["attacker"])
+    honest = _link(served, 0, clients["honest"])
+    attacker = _raw(served.server.endpoint, clients["attacker"])
     try:
-        honest._dial()
-        _serve(server, lambda: honest.connected or honest._receive(0))
+        honest.connect()
         honest.send_steps(0, _steps(0))
-        _serve(server, lambda: (honest.poll(0) or honest.acked_seq >= 1))
-        assert honest.acked_seq == 1
+        assert honest.flush(10) and honest.acked_seq == 1
         # the attacker claims index 0 and, if it could, would push committed_seq far ahead
         attacker.send_multipart(_hello(0, info, instance="evil"))
-        attacker.send_multipart(encode(P.STEPS, {"seq": 10**6, "device_id": 0, "held": [0, -1]},
-                                       _steps(0).arrays()))
-        _serve(server, lambda: server.stats.rejected.get("index_taken") and server.stats.rejected.get("unknown_peer"))
-        assert server.stats.rejected["index_taken"] == 1
+        assert attacker.poll(10_000)
         reply = attacker.recv_multipart()
         assert b"REFUSED" in reply[0] and b"belongs to another key" in reply[0]
-        assert [s.key is not None and s.actor_id for s in server.sessions.values()] == [0]
-        # the honest actor still gets its batches stored and acknowledged
+        attacker.send_multipart(encode(P.STEPS, {"seq": 10**6, "device_id": 0, "held": [0, -1]},
+                                       _steps(0).arrays()))
+        assert served.wait(lambda s: s.stats.rejected.get("unknown_peer"))
+        assert served.rejected("index_taken") == 1
+        assert served.read(lambda s: [x.actor_id for x in s.sessions.values()]) == [0]
+        # the honest actor's next batch is stored and acknowledged as if nothing happened
         honest.send_steps(0, _steps(0))
-        more = _serve(server, lambda: (honest.poll(0) or honest.acked_seq >= 2))
-        assert [b.seq for b in more] == [2] and honest.acked_seq == 2
-        # the owner reconnects on a fresh socket (a new ZeroMQ identity): its session and seq carry on
-        old = next(iter(server.sessions))
-        honest._disconnect()
-        honest._dial()
-        _serve(server, lambda: (honest._receive(0) or honest.connected))
-        assert honest.connected and old not in server.sessions
-        assert next(iter(server.sessions.values())).committed_seq == 2
+        assert honest.flush(10) and honest.acked_seq == 2
+        # the actor restarts (a new link, a fresh socket, the same key): its index and seq carry on
+        honest.close(send_bye=False)
+        honest = _link(served, 0, clients["honest"])
+        honest.connect()
+        assert honest.acked_seq == 2 and served.rejected("index_taken") == 1
         assert json.loads((tmp_path / "bindings.json").read_text()) == {"honest": 0}
     finally:
-        honest.close(send_bye=False)
+        honest.close()
         attacker.close(0)
-        server.close()
+        served.close()
+    assert [b.seq for b in served.batches] == [1, 2]
     # a restarted learner keeps the binding: the attacker cannot take index 0 in the window before
     # the honest actor reconnects
-    server = LearnerServer(run_id="r", incarnation=2, keys=server_keys, bindings_path=tmp_path / "bindings.json")
-    attacker = _raw(server.endpoint, clients["attacker"])
+    served = Served(LearnerServer(run_id="r", incarnation=2, keys=server_keys, bindings_path=tmp_path / "bindings.json"))
+    attacker = _raw(served.server.endpoint, clients["attacker"])
     try:
         attacker.send_multipart(_hello(0, info, instance="evil"))
-        _serve(server, lambda: server.stats.rejected.get("index_taken"))
-        assert server.stats.rejected["index_taken"] == 1 and not server.sessions
+        assert served.wait(lambda s: s.stats.rejected.get("index_taken"))
+        assert not served.read(lambda s: s.sessions)
     finally:
         attacker.close(0)
-        server.close()
+        served.close()
 
 
 def test_indices_json_names_the_indices_a_key_may_use(keyring):
     server_keys, clients = keyring
     (server_keys.authorized_dir / "indices.json").write_text(json.dumps({"honest": [0, 1], "attacker": [5]}))
-    server = LearnerServer(run_id="r", incarnation=1, keys=server_keys)
+    served = Served(LearnerServer(run_id="r", incarnation=1, keys=server_keys))
     _, info = _device_info()
-    socks = {name: _raw(server.endpoint, clients[name]) for name in ("honest", "attacker")}
+    socks = {name: _raw(served.server.endpoint, clients[name]) for name in ("honest", "attacker")}
     try:
         socks["honest"].send_multipart(_hello(1, info))
         socks["attacker"].send_multipart(_hello(0, info))
-        _serve(server, lambda: server.sessions and server.stats.rejected.get("index_taken"))
-        assert [s.actor_id for s in server.sessions.values()] == [1]
-        assert server.stats.rejected["index_taken"] == 1
+        assert served.wait(lambda s: s.sessions and s.stats.rejected.get("index_taken"))
+        assert served.read(lambda s: [x.actor_id for x in s.sessions.values()]) == [1]
     finally:
-        for s in socks.values():
-            s.close(0)
-        server.close()
+        for sock in socks.values():
+            sock.close(0)
+        served.close()
 
 
 def test_without_keys_a_second_actor_with_a_live_index_is_refused_by_name():
-    server = LearnerServer(run_id="r", incarnation=1)
-    _, info = _device_info()
-    first = LearnerLink(server.endpoint, actor_name="a", actor_id=7, devices=[info], handshake_timeout_s=5)
-    second = LearnerLink(server.endpoint, actor_name="b", actor_id=7, devices=[info], handshake_timeout_s=5)
+    served = Served(LearnerServer(run_id="r", incarnation=1, duplicate_window_s=5.0))
+    first = _link(served, 7)
     try:
-        first._dial()
-        _serve(server, lambda: (first._receive(0) or first.connected))
-        second._dial()
-        _serve(server, lambda: (second._receive(0) or second.bye_reason))
-        assert "actor index 7 is in use" in second.bye_reason
-        assert server.stats.rejected["index_in_use"] == 1
-        # the first actor's own reconnect (same link, a fresh socket) is never refused
-        first._disconnect()
-        first._dial()
-        _serve(server, lambda: (first._receive(0) or first.connected))
-        assert first.connected and first.bye_reason is None
+        first.connect()
+        with pytest.raises(LinkError, match="actor index 7 is in use"):
+            _link(served, 7).connect()
+        assert served.rejected("index_in_use") == 1
     finally:
         first.close(send_bye=False)
-        second.close(send_bye=False)
-        server.close()
+        served.close()
+
+
+def test_without_keys_the_same_link_instance_reconnects_at_once_and_another_waits_out_the_window():
+    served = Served(LearnerServer(run_id="r", incarnation=1, duplicate_window_s=5.0))
+    _, info = _device_info()
+    socks = [_raw(served.server.endpoint) for _ in range(3)]
+    try:
+        socks[0].send_multipart(_hello(4, info, instance="same"))
+        assert served.wait(lambda s: s.sessions)
+        socks[1].send_multipart(_hello(4, info, instance="same"))  # its reconnect: a new connection
+        socks[2].send_multipart(_hello(4, info, instance="other"))  # a second actor with index 4
+        assert served.wait(lambda s: s.stats.rejected.get("index_in_use"))
+        assert b"WELCOME" in socks[1].recv_multipart()[0]
+        assert b"in use" in socks[2].recv_multipart()[0]
+        assert served.read(lambda s: [x.instance for x in s.sessions.values()]) == ["same"]
+    finally:
+        for sock in socks:
+            sock.close(0)
+        served.close()
 
 
 def test_forged_policy_versions_and_oversized_shapes_are_refused_by_reason():
-    server = LearnerServer(run_id="r", incarnation=11)
+    served = Served(LearnerServer(run_id="r", incarnation=11))
     _, info = _device_info()
-    attacker = _raw(server.endpoint)
+    attacker = _raw(served.server.endpoint)
     try:
         attacker.send_multipart(_hello(2, info))
-        _serve(server, lambda: server.sessions)
-        server.publish(PolicyVersion(11, 3), {"w": np.zeros(3, np.float32)})
+        assert served.wait(lambda s: s.sessions)
+        served.read(lambda s: s.publish(PolicyVersion(11, 3), {"w": np.zeros(3, np.float32)}))
         attacker.send_multipart(encode(P.STEPS, {"seq": 1, "device_id": 0, "held": [11, 99]}, _steps(2).arrays()))
         attacker.send_multipart(encode(P.STEPS, {"seq": 1, "device_id": 0, "held": [0, -1]},
                                        _steps(2, version=PolicyVersion(11, 50)).arrays()))
@@ -253,10 +292,11 @@ def test_forged_policy_versions_and_oversized_shapes_are_refused_by_reason():
                 "a": [["reward", "float32", [1 << 28]]]}
         attacker.send_multipart([msgpack.packb(huge), b"\0" * 16])
         attacker.send_multipart(encode(P.STEPS, {"seq": 1, "device_id": 0, "held": [11, 3]}, _steps(2).arrays()))
-        got = _serve(server, lambda: sum(server.stats.rejected.values()) >= 3 and server.stats.messages_in >= 5)
+        assert served.wait(lambda s: s.stats.messages_in >= 5)
     finally:
         attacker.close(0)
-        server.close()
-    assert server.stats.rejected["policy_version"] == 2
-    assert server.stats.rejected.get("message_size", 0) + server.stats.rejected.get("frame_size", 0) == 1
-    assert [b.seq for b in got] == [1]  # the honest-looking batch after them still goes through
+        served.close()
+    rejected = served.server.stats.rejected
+    assert rejected["policy_version"] == 2
+    assert rejected.get("message_size", 0) + rejected.get("frame_size", 0) == 1
+    assert [b.seq for b in served.batches] == [1]  # the honest-looking batch after them still goes through

@@ -1,4 +1,4 @@
-"""Who may speak as which actor, and how often a stranger may knock.
+"""Who may speak as which actor.
 
 With CurveZMQ keys on, a peer's public key is fixed by the handshake and
 cannot be forged, so an actor index is bound to a key: :class:`IndexClaims`
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from pathlib import Path
 
 from ..hal.wire.security import SecurityError, public_keys
@@ -92,35 +91,3 @@ def _read_indices(path: Path, known: set[str]) -> dict[str, frozenset[int]]:
             seen[i] = name
         allowed[name] = frozenset(indices)
     return allowed
-
-
-class RateLimit:
-    """Token buckets: ``per_key_per_s`` for each key (burst twice that) under a global
-    ``total_per_s`` cap. :meth:`allow` costs a dict lookup and some arithmetic."""
-
-    def __init__(self, per_key_per_s: float, total_per_s: float, max_keys: int = 4096):
-        self.per_key = per_key_per_s
-        self.total = total_per_s
-        self.max_keys = max_keys
-        self._buckets: dict[str, tuple[float, float]] = {}  # key -> (tokens, time)
-        self._global = (2 * total_per_s, time.monotonic())
-
-    def allow(self, key: str | None) -> bool:
-        now = time.monotonic()
-        tokens, then = self._global
-        tokens = min(2 * self.total, tokens + (now - then) * self.total)
-        if tokens < 1:
-            self._global = (tokens, now)
-            return False
-        if key is not None:
-            mine, mine_then = self._buckets.get(key, (2 * self.per_key, now))
-            mine = min(2 * self.per_key, mine + (now - mine_then) * self.per_key)
-            if mine < 1:
-                self._buckets[key] = (mine, now)
-                self._global = (tokens, now)
-                return False
-            if len(self._buckets) >= self.max_keys and key not in self._buckets:
-                self._buckets.clear()  # only authenticated keys get here: a bounded set in practice
-            self._buckets[key] = (mine - 1, now)
-        self._global = (tokens - 1, now)
-        return True

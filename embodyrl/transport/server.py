@@ -39,9 +39,16 @@ from ..hal.wire.codec import (
     encode,
     parse_header,
 )
-from ..hal.wire.security import ServerKeys, check_endpoint, peer_key, secure_server
+from ..hal.wire.security import (
+    RateLimiter,
+    RateLimits,
+    ServerKeys,
+    check_endpoint,
+    peer_key,
+    secure_server,
+)
 from .credits import CreditBook
-from .identity import IndexClaims, RateLimit
+from .identity import IndexClaims
 from .publisher import WeightPublisher, WeightsConfig
 
 MAX_BATCH_ROWS = 4096
@@ -128,8 +135,8 @@ class LearnerServer:
         each session gets tighter ones from its specs and ``max_batch_rows``.
         ``duplicate_window_s``: without keys, how recently an index must have been heard
         for a HELLO from another link instance to be refused (one heartbeat interval).
-        ``hellos_per_s``: HELLOs each key (or, without keys, each instance) may send, under a
-        global ``hellos_total_per_s``. ``bindings_path``: where the key -> index bindings persist."""
+        ``hellos_per_s``: HELLOs each key may send, under a global ``hellos_total_per_s``
+        (without keys only the global cap: a fresh instance token is free to make). ``bindings_path``: where the key -> index bindings persist."""
         self.run_id = run_id
         self.incarnation = incarnation
         self.admit = admit
@@ -141,7 +148,8 @@ class LearnerServer:
         self.weights_resend_s = weights_resend_s
         self.duplicate_window_s = duplicate_window_s
         self.claims = IndexClaims(keys.authorized_dir, bindings_path) if keys is not None else None
-        self.hello_rate = RateLimit(hellos_per_s, hellos_total_per_s)
+        self.hello_rate = RateLimiter(RateLimits(hellos_per_s, 2 * hellos_per_s, hellos_total_per_s,
+                                                 2 * hellos_total_per_s), time.monotonic())
         # CurveZMQ's ZAP handler is one per context: a secured server gets its own.
         self._own_context = context is None and keys is not None
         self._context = context or (zmq.Context() if keys is not None else zmq.Context.instance())
@@ -226,14 +234,14 @@ class LearnerServer:
         peer = f.get("protocol", written_in)  # actors before protocol 2 send no field: their header's
         refusal = P.version_mismatch(peer, "actor", "learner")
         if refusal is not None:  # answered in a version it reads, so it stops with this reason
-            if not self.hello_rate.allow(key if key is not None else instance):
+            if not self.hello_rate.allow(key, time.monotonic()):
                 raise MessageError("hello_rate", "too many HELLOs: dropped unanswered")
             self._send(identity, P.REFUSED, {"reason": refusal}, protocol=P.reply_protocol(peer))
             self.stats.reject("protocol")
             return
         devices = [P.DeviceInfo.from_msg(d) for d in P.field(f, "devices", list)]
         name, actor_id = P.field(f, "actor", str), P.field(f, "actor_id", int)
-        if not self.hello_rate.allow(key if key is not None else instance):  # before any reply or session
+        if not self.hello_rate.allow(key, time.monotonic()):  # before any reply or session
             raise MessageError("hello_rate", "too many HELLOs: dropped unanswered")
         reason = self.admit(devices) if self.admit else None
         if reason is not None:
