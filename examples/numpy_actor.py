@@ -7,10 +7,13 @@ Export a trained policy once on the learner's machine::
 then, where only the base install is present::
 
     python examples/numpy_actor.py pendulum_policy --task pendulum --episodes 3
-    python examples/numpy_actor.py arm_policy --task arm_reach --remote tcp://robot-box:5556
+    python examples/numpy_actor.py arm_policy --task arm_reach --remote tcp://robot-box:5556 \
+        --secret-key keys/actor.key_secret --server-key keys/robot.key
 
 With ``--remote`` the device is the robot server's (the task still computes
-the reward here); otherwise the task's own simulated device.
+the reward here); otherwise the task's own simulated device. Off loopback
+the robot server takes CurveZMQ keys (``embodyrl keys``; see
+``examples/remote_robot_driver.py``); ``--insecure`` allows plain TCP.
 """
 
 from __future__ import annotations
@@ -43,6 +46,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("export", help="path of the export (.json + .npz, suffix optional)")
     parser.add_argument("--task", default="pendulum", choices=envs.names())
     parser.add_argument("--remote", help="endpoint of a robot server to drive instead of the simulator")
+    parser.add_argument("--secret-key", help="this actor's .key_secret (CurveZMQ) for --remote")
+    parser.add_argument("--server-key", help="the robot server's public .key for --remote")
+    parser.add_argument("--insecure", action="store_true", help="allow plain TCP off loopback for --remote")
     parser.add_argument("--episodes", type=int, default=1)
     parser.add_argument("--max-steps", type=int, default=None)
     parser.add_argument("--explore", action="store_true", help="add the policy's exploration noise")
@@ -52,8 +58,12 @@ def main(argv: list[str] | None = None) -> None:
     device, task = envs.make(args.task)
     if args.remote:
         from embodyrl.hal.drivers.remote import RemoteDevice
+        from embodyrl.hal.wire.security import ClientKeys
 
-        device = RemoteDevice(args.remote)
+        if (args.secret_key is None) != (args.server_key is None):
+            sys.exit("--secret-key and --server-key go together")
+        keys = ClientKeys(args.secret_key, args.server_key) if args.secret_key else None
+        device = RemoteDevice(args.remote, keys=keys, allow_insecure=args.insecure)
     max_steps = args.max_steps or task.max_episode_steps or 1000
     with device:
         if device.observation_spec != policy.observation_spec:
