@@ -47,7 +47,10 @@ def test_quick_bench_prints_the_headline_figures():
     for key in chaos.FIGURES:
         assert key in result
     for record in result["scenarios"]:
-        check_record(record)
+        assert record["lost"] == record["duplicated"] == 0, record
+    hostile = next(r for r in result["scenarios"] if r["name"] == "hostile_traffic")
+    check_record(hostile)
+    assert result["honest_ratio_under_attack"] == hostile["honest_ratio_under_attack"]
     json.dumps(result)
 
 

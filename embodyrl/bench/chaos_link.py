@@ -214,7 +214,7 @@ def _refusals(server) -> dict[str, int]:
     batch, acknowledged and dropped (``duplicate``), and a batch past a gap in the sequence,
     taken and counted (``seq_gap``: a spool set to drop its oldest batches skips some)."""
     out = {k: v for k, v in server.stats.rejected.items() if k not in NOT_REFUSED}
-    return {**out, "duplicate": server.stats.duplicates, "seq_gap": getattr(server.stats, "seq_gaps", 0)}
+    return {**out, "duplicate": server.stats.duplicates, "seq_gap": server.stats.seq_gaps}
 
 
 def _honest_session(server) -> bool:
