@@ -45,7 +45,7 @@ REFUSED_AS = {
     "wrong_shape": "steps_invalid", "wrong_dtype": "steps_invalid", "replayed_seq": "duplicate",
     "future_seq": "seq_gap", "forged_held": "policy_version", "forged_row_version": "policy_version",
     "oversized_shape": "frame_size", "half_sent": "frame_count", "garbage": "header_malformed",
-    "no_session": "unknown_peer", "index_claim": "index_taken", "bomb_before_hello": "unknown_peer",
+    "no_session": "unknown_peer", "index_claim": "index_taken", "bomb_before_hello": "frame_size",
     "bomb_after_hello": "frame_size", "hello_flood": "hello_rate", "fat_hello_flood": "hello_rate",
     "slow_reader": None, "zmtp_cut_greeting": None, "zmtp_cut_frame": None,
 }
@@ -399,6 +399,8 @@ class RawAttacks:
         self.address = (host, int(port))
         self.open: collections.deque = collections.deque()
         self.payload = b"\x05HELLO" + bytes(RAW_PAYLOAD)
+        self.cut = 0
+        """Connections the server closed before it took the whole payload."""
 
     def setup(self, stop) -> None:
         pass
@@ -408,13 +410,16 @@ class RawAttacks:
             self.open.popleft().close()
         try:
             conn = socket.create_connection(self.address, timeout=1.0)
+        except OSError:
+            return 0
+        try:
             if name == "zmtp_cut_greeting":
                 conn.sendall(self.GREETING[:13])
             else:
                 conn.sendall(self.GREETING + b"\x06" + struct.pack(">Q", 1 << 30))
                 conn.sendall(self.payload)
-        except OSError:
-            return 0
+        except OSError:  # the server cut it (a frame past its size cap): the attack was made, and failed
+            self.cut += 1
         self.open.append(conn)
         return 1
 

@@ -196,13 +196,17 @@ class LearnerSide:
         return f"tcp://127.0.0.1:{self.port}"
 
     def start(self) -> None:
+        from embodyrl.hal.wire.protocol import DeviceInfo
         from embodyrl.replay import PersistentReplay
         from embodyrl.transport import LearnerServer
+        from embodyrl.transport.server import MAX_BATCH_ROWS, session_limits
 
         self.replay = PersistentReplay(self.directory, *self.specs, capacity=self.capacity, chunk_rows=4096,
                                        write_behind_bytes=256 << 10)
         self.incarnation = time.time_ns() // 1_000_000 % (1 << 40)  # each start is a new learner
+        kind = DeviceInfo(0, "pendulum", *self.specs)  # the socket's cap from the specs, as the learner's
         self.server = LearnerServer(self.endpoint, run_id="chaos", incarnation=self.incarnation,
+                                    limits=session_limits([kind], MAX_BATCH_ROWS),
                                     committed_seq=lambda actor: self.replay.committed_seqs.get(actor, 0),
                                     peer_timeout_s=self.peer_timeout_s, keys=self.keys)
         self._received = self.replay.committed_seqs  # actor id -> newest seq taken

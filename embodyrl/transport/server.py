@@ -55,6 +55,7 @@ MAX_BATCH_ROWS = 4096
 """Rows in the largest batch an actor sends, unless the learner says otherwise."""
 LIMIT_MARGIN = 1.25
 WEIGHTS_RESEND_MAX_S = 60.0
+HANDSHAKE_MS = 10_000
 
 # Decides whether to admit an actor: returns None to accept or the reason to refuse.
 AdmitFn = Callable[[list[P.DeviceInfo]], str | None]
@@ -125,7 +126,8 @@ class LearnerServer:
                  admit: AdmitFn | None = None, limits: Limits = DEFAULT_LIMITS,
                  max_batch_rows: int = MAX_BATCH_ROWS,
                  peer_timeout_s: float = 30.0, weights_resend_s: float = 5.0,
-                 duplicate_window_s: float = 1.0, hellos_per_s: float = 5.0, hellos_total_per_s: float = 200.0,
+                 duplicate_window_s: float = 1.0, hellos_per_s: float = 5.0, hellos_total_per_s: float = 50.0,
+                 max_devices: int = 64,
                  keys: ServerKeys | None = None, allow_insecure: bool = False,
                  bindings_path=None,
                  committed_seq: Callable[[int], int] | None = None,
@@ -135,8 +137,8 @@ class LearnerServer:
         each session gets tighter ones from its specs and ``max_batch_rows``.
         ``duplicate_window_s``: without keys, how recently an index must have been heard
         for a HELLO from another link instance to be refused (one heartbeat interval).
-        ``hellos_per_s``: HELLOs each key may send, under a global ``hellos_total_per_s``
-        (without keys only the global cap: a fresh instance token is free to make). ``bindings_path``: where the key -> index bindings persist."""
+        ``hellos_per_s``: HELLOs each key (without keys: each connection) may send, under a
+        global ``hellos_total_per_s``; ``max_devices``: the most one HELLO may declare. ``bindings_path``: where the key -> index bindings persist."""
         self.run_id = run_id
         self.incarnation = incarnation
         self.admit = admit
@@ -147,6 +149,7 @@ class LearnerServer:
         self.peer_timeout_s = peer_timeout_s
         self.weights_resend_s = weights_resend_s
         self.duplicate_window_s = duplicate_window_s
+        self.max_devices = max_devices
         self.claims = IndexClaims(keys.authorized_dir, bindings_path) if keys is not None else None
         self.hello_rate = RateLimiter(RateLimits(hellos_per_s, 2 * hellos_per_s, hellos_total_per_s,
                                                  2 * hellos_total_per_s), time.monotonic())
@@ -159,6 +162,7 @@ class LearnerServer:
         sock.setsockopt(zmq.MAXMSGSIZE, limits.max_message_bytes + limits.max_header_bytes)
         sock.setsockopt(zmq.RCVHWM, 1024)
         sock.setsockopt(zmq.SNDHWM, 1024)
+        sock.setsockopt(zmq.HANDSHAKE_IVL, HANDSHAKE_MS)  # a peer that never finishes CURVE holds little, briefly
         check_endpoint(bind, keys is not None, allow_insecure)
         self._auth = secure_server(sock, keys) if keys is not None else None
         sock.bind(bind)
@@ -230,19 +234,21 @@ class LearnerServer:
         return None
 
     def _hello(self, identity: bytes, key: str | None, f: dict, written_in: int) -> None:
+        # the rate first, by key (or, without keys, by connection): a flood spends a dict lookup each
+        if not self.hello_rate.allow(key if key is not None else identity, time.monotonic()):
+            raise MessageError("hello_rate", "too many HELLOs: dropped unanswered")
         instance = f.get("instance") if type(f.get("instance")) is str else None
         peer = f.get("protocol", written_in)  # actors before protocol 2 send no field: their header's
         refusal = P.version_mismatch(peer, "actor", "learner")
         if refusal is not None:  # answered in a version it reads, so it stops with this reason
-            if not self.hello_rate.allow(key, time.monotonic()):
-                raise MessageError("hello_rate", "too many HELLOs: dropped unanswered")
             self._send(identity, P.REFUSED, {"reason": refusal}, protocol=P.reply_protocol(peer))
             self.stats.reject("protocol")
             return
-        devices = [P.DeviceInfo.from_msg(d) for d in P.field(f, "devices", list)]
         name, actor_id = P.field(f, "actor", str), P.field(f, "actor_id", int)
-        if not self.hello_rate.allow(key, time.monotonic()):  # before any reply or session
-            raise MessageError("hello_rate", "too many HELLOs: dropped unanswered")
+        declared = P.field(f, "devices", list)
+        if len(declared) > self.max_devices:
+            raise MessageError("too_many_devices", f"{len(declared)} devices in HELLO, at most {self.max_devices}")
+        devices = [P.DeviceInfo.from_msg(d) for d in declared]
         reason = self.admit(devices) if self.admit else None
         if reason is not None:
             self._refuse(identity, "refused", reason)

@@ -185,19 +185,24 @@ class TokenBucket:
 
 
 class RateLimiter:
-    """Per key (when CURVE authenticated one), then global; a key over its rate spends nothing global.
+    """Per key (a CURVE key, or a connection's identity where that is all there is), then global;
+    a key over its rate spends nothing global.
 
-    Keys are authenticated, so there are at most as many buckets as authorised keys."""
+    Authenticated keys are a bounded set; connection identities are not, so past ``max_keys``
+    the buckets start afresh (the global cap still holds)."""
 
-    def __init__(self, limits: RateLimits, now: float):
+    def __init__(self, limits: RateLimits, now: float, max_keys: int = 4096):
         self.limits = limits
+        self.max_keys = max_keys
         self._global = TokenBucket(limits.global_per_s, limits.global_burst, now)
-        self._keys: dict[str, TokenBucket] = {}
+        self._keys: dict[str | bytes, TokenBucket] = {}
 
-    def allow(self, key: str | None, now: float) -> bool:
+    def allow(self, key: str | bytes | None, now: float) -> bool:
         if key is not None:
             bucket = self._keys.get(key)
             if bucket is None:
+                if len(self._keys) >= self.max_keys:
+                    self._keys.clear()
                 bucket = self._keys[key] = TokenBucket(self.limits.per_key_per_s, self.limits.per_key_burst, now)
             if not bucket.take(now):
                 return False
