@@ -190,6 +190,9 @@ class LearnerSide:
         self.taken: dict[int, int] = {}
         """actor id -> rows taken into the replay by this object (committed or not; lost in a crash)."""
         self.max_backlog = self.resends_dropped = self.publications = 0
+        self.poll_cpu_s = 0.0
+        """CPU seconds spent inside ``server.poll`` (waiting for a message costs none): where every
+        arriving message is parsed, checked and, if hostile, refused."""
 
     @property
     def endpoint(self) -> str:
@@ -239,7 +242,9 @@ class LearnerSide:
         stays in the actor's spool."""
         from embodyrl.transport.credits import grant_in_turn
 
+        cpu0 = time.thread_time()
         batches = self.server.poll(timeout_ms)
+        self.poll_cpu_s += time.thread_time() - cpu0
         self.max_backlog = max(self.max_backlog, len(batches))
         for batch in batches if accept else ():
             self._take(batch)
