@@ -89,8 +89,11 @@ class ActorConfig:
     """The spool's disk budget; past it the actor pauses its devices or drops the oldest batches."""
     spool_on_full: str = "pause"
     """``pause`` (devices held in their safe state until acks drain the spool) or ``drop_oldest``."""
-    flush_timeout_s: float = 10.0
-    """On a clean stop, how long the actor waits for the learner to acknowledge what it spooled."""
+    flush_timeout_s: float = 300.0
+    """The final flush: after its last step, how long the actor keeps resending what the learner has
+    not acknowledged (through reconnects: a learner restarted with ``--resume`` takes its time). Past
+    it the actor exits non-zero, saying how many rows its spool still holds; a restart on the same
+    ``spool_dir`` delivers them. A learner's BYE ends the wait at once; so does a second stop signal."""
 
     def __post_init__(self):
         if self.spool_on_full not in ("pause", "drop_oldest"):
@@ -234,9 +237,10 @@ class ActorLoop:
             if report is not None and time.monotonic() >= next_report:
                 next_report += report_every_s
                 report(self._collect(clock).snapshot())
-        if link.bye_reason is None:
+        if link.bye_reason is None:  # into the spool now: the final flush waits for credit to send it
             for lane in self.lanes:
-                self._send(lane)
+                if len(lane.recorder):
+                    self._hand_over(lane.device_id, lane.recorder.flush())
         self._collect(clock)
         if report is not None:
             report(self.stats.snapshot())

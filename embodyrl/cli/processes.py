@@ -9,21 +9,36 @@ from __future__ import annotations
 import dataclasses
 import json
 import signal
+import sys
 import time
 import traceback
 from pathlib import Path
 
 
-def stop_on_signals():
-    """A flag set by SIGINT/SIGTERM, so the loops end cleanly and save."""
-    state = {"stop": False}
+class StopFlag:
+    """Called: whether SIGINT/SIGTERM arrived, so the loops end cleanly and save.
+    :meth:`insisted`: a second one did (an actor's final flush gives up)."""
+
+    def __init__(self):
+        self.signals = 0
+
+    def __call__(self) -> bool:
+        return self.signals > 0
+
+    def insisted(self) -> bool:
+        return self.signals > 1
+
+
+def stop_on_signals() -> StopFlag:
+    """A :class:`StopFlag` counting SIGINT/SIGTERM."""
+    flag = StopFlag()
 
     def handler(signum, frame):
-        state["stop"] = True
+        flag.signals += 1
 
     signal.signal(signal.SIGINT, handler)
     signal.signal(signal.SIGTERM, handler)
-    return lambda: state["stop"]
+    return flag
 
 
 def learner_main(config_dict: dict, run_dir: str, conn, security: dict | None = None) -> None:
@@ -52,15 +67,18 @@ def actor_main(config_dict: dict, endpoint: str, index: int, run_dir: str | None
     With ``run_dir`` it appends its stats to ``actor-<index>.jsonl`` each second and keeps
     ``actor-<index>.ledger.jsonl``, one line per batch its link took (see
     :mod:`embodyrl.hal.ledger`). With ``actor.spool_dir`` its unacknowledged batches live on disk
-    and a restart resends them. On a clean stop it waits ``actor.flush_timeout_s`` for the
-    learner to acknowledge what it spooled. ``keys`` (``ClientKeys``) secure its link with CurveZMQ;
-    without them it dials only loopback unless ``allow_insecure``.
+    and a restart resends them. After its last step it resends until the learner has acknowledged
+    everything it spooled (the learner may be restarting), for at most ``actor.flush_timeout_s``
+    or until a second signal; then it raises :class:`~embodyrl.hal.wire.client.Undelivered`
+    (``embodyrl actor`` exits 1), saying how many rows its spool still holds. So does any other
+    :class:`LinkError` that ends it with rows unacknowledged. ``keys`` (``ClientKeys``) secure its
+    link with CurveZMQ; without them it dials only loopback unless ``allow_insecure``.
     """
     should_stop = stop_on_signals()
     from ..config import TrainConfig, from_dict
     from ..hal.actor import ActorLoop
     from ..hal.ledger import BatchLedger
-    from ..hal.wire.client import LearnerLink
+    from ..hal.wire.client import LearnerLink, LinkError, Undelivered
     from ..hal.wire.spool import Spool
 
     config = from_dict(TrainConfig, config_dict)
@@ -86,7 +104,14 @@ def actor_main(config_dict: dict, endpoint: str, index: int, run_dir: str | None
             ActorLoop(group, tasks, policies, link, actor_config).run(
                 max_steps=max_steps, should_stop=should_stop, report=report if log else None)
             if link.bye_reason is None:
-                link.flush(ac.flush_timeout_s)
+                link.drain(ac.flush_timeout_s, should_stop=should_stop.insisted)
+            elif len(spool):
+                print(f"embodyrl: actor {index}: the learner said goodbye ({link.bye_reason}) with "
+                      f"{spool.rows} rows in {len(spool)} batches unacknowledged", file=sys.stderr)
+    except LinkError as err:
+        if isinstance(err, Undelivered) or not len(spool):
+            raise
+        raise Undelivered(str(err), spool) from err
     finally:
         for file in (log, ledger):
             if file is not None:

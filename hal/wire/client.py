@@ -3,10 +3,20 @@
 No call waits without a deadline. Step batches go into a :class:`Spool`
 first and leave it only when the learner acknowledges them (committed to its
 replay), so a dead link or a restarted learner loses nothing: the link
-notices silence (``peer_timeout_s``), reconnects by itself with backoff, learns
-from WELCOME which batches the learner already holds, and resends the rest
-in order. Credits (rows the learner will take) gate what is sent; what is
-not yet sent waits in the spool.
+learns from WELCOME which batches the learner already holds, and resends the
+rest in order. Credits (rows the learner will take) gate what is sent; what
+is not yet sent waits in the spool.
+
+One socket for the link's life, so every reply reaches it: the learner's
+ROUTER knows a connection by the identity it gave it, and a socket the actor
+closes takes its WELCOME, ACKs and credits with it. ZeroMQ reconnects the
+socket by itself (backoff ``reconnect_s`` doubling to ``reconnect_max_s``;
+its own heartbeats drop a dead connection after ``peer_timeout_s``), queues
+nothing while there is no connection (``IMMEDIATE``: no stale batch reaches a
+restarted learner, no send blocks), and reports each lost connection: the
+next one is a new identity at the learner, so HELLO goes out on it at once. A learner that says
+nothing for ``peer_timeout_s`` on a live connection (its loop stalled, or it
+dropped our session) is sent HELLO again there, once per ``peer_timeout_s``.
 """
 
 from __future__ import annotations
@@ -20,6 +30,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import zmq
+from zmq.utils.monitor import recv_monitor_message
 
 from ..dtypes import dtype_from_name
 from ..steps import NO_POLICY, PolicyVersion, Steps
@@ -33,6 +44,20 @@ from .spool import Spool
 
 class LinkError(RuntimeError):
     """The learner refused us, or never answered the first handshake."""
+
+
+class Undelivered(LinkError):
+    """The link stopped trying with batches the learner never acknowledged (still in its spool)."""
+
+    def __init__(self, reason: str, spool: Spool):
+        self.rows, self.batches = spool.rows, len(spool)
+        if spool.directory is not None:
+            where = (f"they are kept in the spool at {spool.directory}: this actor restarted on it "
+                     "(same index, same actor.spool_dir) delivers them")
+        else:
+            where = "the spool is in memory only, so they are lost (set actor.spool_dir to keep them)"
+        super().__init__(f"{reason}: {self.rows} rows in {self.batches} "
+                         f"batch{'es' if self.batches != 1 else ''} unacknowledged; {where}")
 
 
 @dataclass
@@ -80,6 +105,7 @@ class LearnerLink:
         self.held_version: PolicyVersion = NO_POLICY
         """The newest weights version this link has rebuilt (the learner's delta base)."""
         self._socket: zmq.Socket | None = None
+        self._monitor: zmq.Socket | None = None  # tells when the socket's connection drops
         self._credits = 0
         self._seq = self.spool.last_seq
         self._acked_seq = 0
@@ -88,8 +114,7 @@ class LearnerLink:
         self._weights: tuple[PolicyVersion, dict[str, np.ndarray]] | None = None
         self._base: tuple[PolicyVersion, dict[str, np.ndarray]] | None = None
         self._last_heard = self._last_sent = 0.0
-        self._backoff = reconnect_s
-        self._next_attempt = 0.0
+        self._next_hello = 0.0  # while not connected: when HELLO is (re)sent, if the transport takes it
         self.instance = secrets.token_hex(8)
         """This link's token in every HELLO: a reconnect of the same link replaces its session at
         the learner; a second process started with the same actor id is refused."""
@@ -105,7 +130,8 @@ class LearnerLink:
                 self.close(send_bye=False)
                 hint = " (is our key authorised there?)" if self.keys is not None else ""
                 raise LinkError(f"no WELCOME from {self.endpoint} within {self.handshake_timeout_s} s{hint}")
-            self._receive(timeout_ms=int(min(remaining, 0.1) * 1000))
+            self._hello()
+            self._receive(timeout_ms=int(min(remaining, 0.02) * 1000))
             if self.bye_reason is not None:
                 self.close(send_bye=False)
                 raise LinkError(f"learner at {self.endpoint} refused us: {self.bye_reason}")
@@ -116,8 +142,11 @@ class LearnerLink:
         if send_bye and self.connected:
             with contextlib.suppress(zmq.ZMQError):
                 self._send(P.BYE, {"reason": reason})
+        with contextlib.suppress(zmq.ZMQError):
+            self._socket.disable_monitor()
+        self._monitor.close(linger=0)
         self._socket.close(linger=0)
-        self._socket = None
+        self._socket = self._monitor = None
         self.connected = False
 
     def __enter__(self) -> LearnerLink:
@@ -162,8 +191,8 @@ class LearnerLink:
         return self._acked_seq
 
     def poll(self, timeout_ms: int = 0) -> None:
-        """Handle arrivals (waiting at most ``timeout_ms``), send what credits allow,
-        keep the link alive, and reconnect when the learner has gone silent."""
+        """Handle arrivals (waiting at most ``timeout_ms``), send what credits allow, keep the
+        link alive, and say HELLO again on a new connection or after the learner's silence."""
         if self._socket is None:
             raise LinkError("link is closed")
         self._receive(timeout_ms)
@@ -171,19 +200,30 @@ class LearnerLink:
         if self.connected and now - self._last_heard > self.peer_timeout_s:
             self._disconnect()
         if not self.connected:
-            if now >= self._next_attempt:
-                self._dial()
+            self._hello()
             return
         self._pump()
         if self.connected and now - self._last_sent >= self.heartbeat_s:
             self._send(P.HEARTBEAT, {"time": time.time(), "held": list(self.held_version)})
 
-    def flush(self, timeout_s: float) -> bool:
-        """Keep polling until the learner has acknowledged every spooled batch (or time runs out)."""
+    def flush(self, timeout_s: float, should_stop: Callable[[], bool] = lambda: False) -> bool:
+        """Keep polling (resending across reconnects) until the learner has acknowledged every
+        spooled batch, it says goodbye, ``should_stop()`` or time runs out; True if nothing is left."""
         deadline = time.monotonic() + timeout_s
-        while len(self.spool) and time.monotonic() < deadline and self.bye_reason is None:
+        while len(self.spool) and time.monotonic() < deadline and self.bye_reason is None and not should_stop():
             self.poll(20)
         return len(self.spool) == 0
+
+    def drain(self, timeout_s: float, should_stop: Callable[[], bool] = lambda: False) -> None:
+        """An actor's last flush: return once the learner holds every spooled batch, or raise
+        :class:`Undelivered` saying what the spool still holds. A learner's BYE ends it quietly:
+        the learner ended the run (what it did not take stays in the spool)."""
+        started = time.monotonic()
+        if self.flush(timeout_s, should_stop) or self.bye_reason is not None:
+            return
+        how = "a second stop signal" if should_stop() else f"{time.monotonic() - started:.0f} s"
+        raise Undelivered(f"gave up on {self.endpoint} after {how} (actor.flush_timeout_s = {timeout_s:g})",
+                          self.spool)
 
     def take_weights(self) -> tuple[PolicyVersion, dict[str, np.ndarray]] | None:
         """The newest weights received since the last call, if any."""
@@ -198,33 +238,56 @@ class LearnerLink:
 
     # -- internals -------------------------------------------------------
     def _dial(self) -> None:
-        """(Re)open the socket and say HELLO; WELCOME arrives through poll."""
-        if self._socket is not None:
-            self._socket.close(linger=0)
+        """Open the link's one socket; HELLO goes out once the transport has a connection."""
         sock = self._context.socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.MAXMSGSIZE, self.limits.max_message_bytes + self.limits.max_header_bytes)
         sock.setsockopt(zmq.SNDHWM, 64)
         sock.setsockopt(zmq.RCVHWM, 64)
+        sock.setsockopt(zmq.IMMEDIATE, 1)  # nothing queued without a connection: sends fail fast instead
+        sock.setsockopt(zmq.RECONNECT_IVL, max(int(self.reconnect_s * 1000), 1))
+        sock.setsockopt(zmq.RECONNECT_IVL_MAX, max(int(self.reconnect_max_s * 1000), 1))
+        sock.setsockopt(zmq.HEARTBEAT_IVL, max(int(self.heartbeat_s * 1000), 1))  # answered by the
+        sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, max(int(self.peer_timeout_s * 1000), 1))  # learner's I/O thread
         if self.keys is not None:
             secure_client(sock, self.keys)
+        self._monitor = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
         sock.connect(self.endpoint)
         self._socket = sock
         self._credits = 0
         self._last_heard = time.monotonic()
-        self._next_attempt = time.monotonic() + self._backoff
-        self._backoff = min(self._backoff * 2, self.reconnect_max_s)
-        self._send(P.HELLO, {
+        self._next_hello = 0.0
+
+    def _hello(self) -> None:
+        """Say HELLO if one is due and the transport takes it (else the next poll tries again);
+        WELCOME arrives through poll."""
+        now = time.monotonic()
+        if self.connected or now < self._next_hello or not self._socket.getsockopt(zmq.EVENTS) & zmq.POLLOUT:
+            return  # POLLOUT: the transport has a connection (IMMEDIATE) with room
+        if self._send(P.HELLO, {
             "actor": self.actor_name, "actor_id": self.actor_id,
             "devices": [d.to_msg() for d in self.devices], "last_acked_seq": self._acked_seq,
             "held": list(self.held_version), "protocol": PROTOCOL_VERSION, "instance": self.instance,
-        }, protocol=P.HELLO_PROTOCOL)  # readable by a learner of any version, which then answers
+        }, protocol=P.HELLO_PROTOCOL):  # readable by a learner of any version, which then answers
+            self._next_hello = now + self.peer_timeout_s  # unanswered on a live connection: again
 
     def _disconnect(self) -> None:
+        """The session is gone (silence, or its connection closed): HELLO again at once."""
+        if self.connected:
+            self.stats.reconnects += 1
         self.connected = False
         self._credits = 0
-        self.stats.reconnects += 1
-        self._next_attempt = time.monotonic()
+        self._next_hello = 0.0
+
+    def _watch(self) -> None:
+        """A dropped connection ends the session: the next one is a new identity at the learner."""
+        while True:
+            try:
+                event = recv_monitor_message(self._monitor, zmq.NOBLOCK)["event"]
+            except zmq.Again:
+                return
+            if event == zmq.EVENT_DISCONNECTED:
+                self._disconnect()
 
     def _pump(self) -> None:
         """Send spooled batches in seq order while credits last."""
@@ -235,7 +298,10 @@ class LearnerLink:
             if rows > self._credits:
                 break
             frames = self.spool.frames(seq)
-            self._socket.send_multipart(frames, copy=False)
+            try:
+                self._socket.send_multipart(frames, zmq.NOBLOCK, copy=False)
+            except zmq.Again:  # no connection, or its queue is full: the next poll goes on
+                break
             if seq in self._sent_at:
                 self.stats.resent_batches += 1
             self._sent_at[seq] = time.monotonic()
@@ -245,19 +311,24 @@ class LearnerLink:
             self._credits -= rows
             self._sent_upto = seq
 
-    def _send(self, kind: str, fields: dict, arrays=None, protocol: int = PROTOCOL_VERSION) -> None:
-        self._socket.send_multipart(encode(kind, fields, arrays, protocol=protocol), copy=False)
+    def _send(self, kind: str, fields: dict, arrays=None, protocol: int = PROTOCOL_VERSION) -> bool:
+        """Send now or not at all (no connection, or its queue full); whether it went."""
+        try:
+            self._socket.send_multipart(encode(kind, fields, arrays, protocol=protocol), zmq.NOBLOCK, copy=False)
+        except zmq.Again:
+            return False
         self._last_sent = time.monotonic()
+        return True
 
     def _receive(self, timeout_ms: int) -> None:
+        """Handle what arrived, then connection events (what came before a drop was sent before it)."""
         sock = self._socket
-        if not sock.poll(timeout_ms, zmq.POLLIN):
-            return
-        while True:
+        while sock.poll(timeout_ms, zmq.POLLIN):
             try:
                 frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
             except zmq.Again:
-                return
+                break
+            timeout_ms = 0
             self._last_heard = time.monotonic()
             self.stats.messages_in += 1
             self.stats.bytes_in += sum(len(f) for f in frames)
@@ -265,6 +336,7 @@ class LearnerLink:
                 self._dispatch(decode(frames, self.limits))
             except MessageError as err:
                 self.stats.rejected[err.reason] = self.stats.rejected.get(err.reason, 0) + 1
+        self._watch()
 
     def _acknowledge(self, seq: int) -> None:
         if seq in self._sent_at:
@@ -326,7 +398,6 @@ class LearnerLink:
             self._seq = max(self._seq, committed)
             self._sent_upto = committed  # everything after it is resent, in order
             self.connected = True
-            self._backoff = self.reconnect_s
         elif msg.kind in (P.REFUSED, P.BYE):
             self.bye_reason = P.field(f, "reason", str)
         elif msg.kind == P.HEARTBEAT:

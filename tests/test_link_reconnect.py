@@ -1,0 +1,217 @@
+"""The link keeps one socket through learner stalls and restarts, so every WELCOME, ACK and credit
+the learner sends reaches it; its final flush outlasts a slow learner restart and, when it gives
+up, says what its spool still holds. Real sockets, no JAX: a LearnerServer and a LearnerLink."""
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from embodyrl import envs
+from embodyrl.bench.chaos_parts import free_port
+from embodyrl.hal.steps import NO_POLICY, PolicyVersion, StepRecorder, Steps
+from embodyrl.hal.wire import protocol as P
+from embodyrl.hal.wire.client import LearnerLink, Undelivered
+from embodyrl.hal.wire.spool import Spool
+from embodyrl.transport import LearnerServer
+from embodyrl.transport.credits import grant_in_turn
+
+DEVICE, _ = envs.make("pendulum")
+INFO = P.DeviceInfo(0, "pendulum", DEVICE.observation_spec, DEVICE.action_spec)
+
+
+RECORDER = StepRecorder(DEVICE.observation_spec, DEVICE.action_spec, actor_id=0, device_id=0, capacity=64)
+
+
+def batch(n: int) -> Steps:
+    """``n`` pendulum rows (each call's rows are new ones)."""
+    spec = DEVICE.observation_spec
+    observation, action = {k: np.zeros(spec[k].shape, spec[k].dtype) for k in spec}, np.zeros(1, np.float32)
+    for _ in range(n):
+        RECORDER.add(observation, action, action, 0.0, False, False, NO_POLICY)
+    return RECORDER.flush()
+
+
+class Learner:
+    """The learner service's receiving half: each batch is acknowledged through the session it
+    came on (as ``LearnerService`` holds them until its commit), credit granted in turn."""
+
+    def __init__(self, port: int):
+        self.port = port
+        self.held: dict[int, int] = {}  # actor id -> newest seq held (survives a restart: the replay)
+        self.server: LearnerServer | None = None
+        self.send_failed = self.starts = 0
+
+    def start(self) -> None:
+        self.starts += 1
+        self.server = LearnerServer(f"tcp://127.0.0.1:{self.port}", run_id="r", incarnation=self.starts,
+                                    committed_seq=lambda actor: self.held.get(actor, 0))
+
+    def crash(self) -> None:
+        self.send_failed += self.server.stats.rejected.get("send_failed", 0)
+        self.server.close()  # as SIGKILL: no BYE, nothing acknowledged
+        self.server = None
+
+    def step(self, timeout_ms: int = 5) -> None:
+        for b in self.server.poll(timeout_ms):
+            self.held[b.session.actor_id] = max(self.held.get(b.session.actor_id, 0), b.seq)
+            self.server.credits.spent(b.session.identity, len(b.steps))
+            self.server.ack(b.session, b.seq)  # the session the batch came on
+        grant_in_turn(self.server, 256, lambda outstanding: True)
+
+    def failed_sends(self) -> int:
+        return self.send_failed + (self.server.stats.rejected.get("send_failed", 0) if self.server else 0)
+
+
+def pump(learner: Learner, link: LearnerLink, until, timeout_s: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not until() and time.monotonic() < deadline:
+        learner.step()
+        link.poll(5)
+    return until()
+
+
+def make_link(port: int, spool: Spool | None = None, **kwargs) -> LearnerLink:
+    options = {"handshake_timeout_s": 5, "heartbeat_s": 0.05, "reconnect_s": 0.05, "reconnect_max_s": 0.2, **kwargs}
+    return LearnerLink(f"tcp://127.0.0.1:{port}", actor_name="a", actor_id=0, devices=[INFO],
+                       spool=spool, **options)
+
+
+def connect(learner: Learner, link: LearnerLink) -> None:
+    stop = threading.Event()
+    thread = threading.Thread(target=lambda: [learner.step() for _ in iter(stop.is_set, True)], daemon=True)
+    thread.start()
+    try:
+        link.connect()
+    finally:
+        stop.set()
+        thread.join()
+
+
+def test_every_reply_reaches_the_link_through_a_learner_stall():
+    """The learner's loop stalls (a long compile) past the link's patience: the link says HELLO
+    again, on the same connection. When the learner comes back it answers every HELLO and acks
+    the batches it took on the earlier session: all of it reaches the link, nothing is sent to a
+    connection the link abandoned (the old link redialled on a fresh socket each backoff step:
+    its WELCOMEs and those ACKs went to dead identities, the learner's ``send_failed``)."""
+    learner = Learner(free_port())
+    learner.start()
+    link = make_link(learner.port, peer_timeout_s=0.3)
+    connect(learner, link)
+    assert pump(learner, link, lambda: link.credits >= 256)
+    link.send_steps(0, batch(32))
+    assert pump(learner, link, lambda: link.acked_seq == 1)
+    for _ in range(3):  # sent into the stalled learner's queue: taken on this session, acked after the stall
+        link.send_steps(0, batch(32))
+    stall_end = time.monotonic() + 1.5
+    while time.monotonic() < stall_end:
+        link.poll(10)
+    assert link.stats.reconnects >= 1 and not link.connected  # it noticed the silence
+    assert pump(learner, link, lambda: link.connected and not len(link.spool))
+    assert learner.held[0] == 4
+    assert learner.failed_sends() == 0, learner.server.stats.rejected
+    learner.server.heartbeat()
+    time.sleep(0.05)
+    link.poll(5)
+    assert link.connected and learner.failed_sends() == 0
+    link.close()
+    learner.crash()
+
+
+def test_a_restarted_learner_is_greeted_as_soon_as_it_listens():
+    """The connection's drop tells the link its session is gone: it says HELLO on the next
+    connection at once, not after ``peer_timeout_s`` of silence."""
+    learner = Learner(free_port())
+    learner.start()
+    link = make_link(learner.port, peer_timeout_s=30.0)
+    connect(learner, link)
+    link.send_steps(0, batch(16))
+    assert pump(learner, link, lambda: link.acked_seq == 1)
+    learner.crash()
+    link.send_steps(0, batch(16))  # spooled while the learner is down
+    for _ in range(20):
+        link.poll(10)
+    assert not link.connected
+    learner.start()
+    started = time.monotonic()
+    assert pump(learner, link, lambda: link.acked_seq == 2, timeout_s=10)
+    assert time.monotonic() - started < 3.0
+    assert link.stats.reconnects == 1 and learner.failed_sends() == 0
+    link.close()
+    learner.crash()
+
+
+def test_the_final_flush_outlasts_a_slow_restart_and_says_what_it_gives_up(tmp_path):
+    """The failure this fixes: the actor's last batch was spooled when the learner was SIGKILLed,
+    and its final flush gave up before the restarted learner listened; the process exited 0."""
+    learner = Learner(free_port())
+    learner.start()
+    spool = Spool(tmp_path / "spool")
+    link = make_link(learner.port, spool, peer_timeout_s=0.5)
+    connect(learner, link)
+    link.send_steps(0, batch(30))
+    assert pump(learner, link, lambda: link.acked_seq == 1)
+    learner.crash()
+    link.send_steps(0, batch(35))
+    with pytest.raises(Undelivered) as gave_up:  # the learner stays away
+        link.drain(0.5)
+    assert (gave_up.value.rows, gave_up.value.batches) == (35, 1)
+    message = str(gave_up.value)
+    assert "35 rows in 1 batch unacknowledged" in message and str(tmp_path / "spool") in message
+    assert "restarted on it" in message
+    restarted, stop = threading.Event(), threading.Event()
+
+    def restart_late():  # later than the old 10 s default would allow, scaled down
+        time.sleep(1.5)
+        learner.start()
+        restarted.set()
+        while not stop.is_set():
+            learner.step()
+
+    thread = threading.Thread(target=restart_late, daemon=True)
+    thread.start()
+    started = time.monotonic()
+    try:
+        link.drain(30.0)
+    finally:
+        stop.set()
+        thread.join()
+    assert restarted.is_set() and time.monotonic() - started >= 1.0
+    assert learner.held[0] == 2 and not len(spool)
+    assert learner.failed_sends() == 0
+    link.close()
+    learner.crash()
+
+
+def test_a_memory_spool_says_its_rows_are_lost():
+    learner = Learner(free_port())
+    learner.start()
+    link = make_link(learner.port)
+    connect(learner, link)
+    learner.crash()
+    link.send_steps(0, batch(7))
+    link.send_steps(0, batch(5))
+    with pytest.raises(Undelivered, match="12 rows in 2 batches unacknowledged; the spool is in memory only"):
+        link.drain(0.2)
+    link.close()
+
+
+def test_weights_version_is_kept_across_a_reconnect():
+    """The HELLO after a reconnect names the weights the link holds, so the learner sends a delta
+    or nothing rather than full weights again."""
+    learner = Learner(free_port())
+    learner.start()
+    link = make_link(learner.port)
+    connect(learner, link)
+    learner.server.publish(PolicyVersion(1, 1), {"w": np.ones(4, np.float32)})
+    assert pump(learner, link, lambda: link.held_version == PolicyVersion(1, 1))
+    learner.crash()
+    for _ in range(10):
+        link.poll(10)
+    learner.start()
+    assert pump(learner, link, lambda: link.connected)
+    session = next(iter(learner.server.sessions.values()))
+    assert session.held == PolicyVersion(1, 1)
+    link.close()
+    learner.crash()
