@@ -134,6 +134,31 @@ class ProcessRun:
                 self.kill(proc)
 
 
+def refused_by_reason(run_dir: Path) -> dict[str, int]:
+    """What the learner refused or failed to send, by reason, summed over its lives (each life's
+    counters start at zero; ``send_failed``: a reply to a connection that was gone)."""
+    totals: dict[str, int] = {}
+    life: dict[str, int] = {}
+    last_in = -1
+    try:
+        lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    except FileNotFoundError:
+        return totals
+    for line in lines:
+        try:
+            record = json.loads(line)
+            messages_in, reasons = int(record["messages_in"]), dict(record["rejected_by_reason"])
+        except (ValueError, KeyError, TypeError):
+            continue
+        if messages_in < last_in:  # a new learner life
+            for reason, n in life.items():
+                totals[reason] = totals.get(reason, 0) + n
+        life, last_in = reasons, messages_in
+    for reason, n in life.items():
+        totals[reason] = totals.get(reason, 0) + n
+    return totals
+
+
 def compare(produced: dict[int, tuple[int, int]], stored: dict[int, tuple[int, int]]) -> dict:
     """Ledger against replay: rows and digests summed; a digest mismatch at equal counts is a loss
     and a duplicate at once (some row stored twice, another never)."""
@@ -150,7 +175,9 @@ def compare(produced: dict[int, tuple[int, int]], stored: dict[int, tuple[int, i
 
 def learner_sigkill(quick: bool) -> dict:
     """Real learner SIGKILLed mid-training (after a checkpoint), restarted with ``--resume``; one actor
-    SIGKILLed and restarted on its spool; the actors finish a fixed number of steps."""
+    SIGKILLed and restarted on its spool; the actors finish a fixed number of steps and exit 0 (an
+    actor exits 0 only once the learner holds every row it spooled). ``learner_refused``: what the
+    learner refused or failed to send, by reason (``send_failed``: a reply to a dead connection)."""
     kills = 1 if quick else 3
     steps = 1500 if quick else 6000
     work = Path(tempfile.mkdtemp(prefix="chaos-process-"))
@@ -175,7 +202,9 @@ def learner_sigkill(quick: bool) -> dict:
             restarts.append(run.start_learner(resume=True))
             resumed.append(run.learner_starts[-1]["resumed_from_updates"])
             if not run.wait_stored(target, 180):
-                raise TimeoutError("rows spooled before the kill never reached the restarted learner")
+                exited = {i: p.poll() for i, p in run.actors.items() if p.poll() is not None}
+                raise TimeoutError(f"rows spooled before the kill (seqs {target}) never reached the restarted "
+                                   f"learner (it holds {run.committed_seqs()}; actors exited: {exited})")
             recoveries.append(time.monotonic() - killed)
         for i, proc in run.actors.items():
             code = proc.wait(300)
@@ -183,10 +212,11 @@ def learner_sigkill(quick: bool) -> dict:
                 raise RuntimeError(f"actor {i} exited with {code}: {(work / f'actor-{i}.out').read_text()[-2000:]}")
         run.stop(run.learner)
         result = compare(run.ledgered(), run.stored())
+        refused = refused_by_reason(run.run_dir)
     finally:
         run.close()
     shutil.rmtree(work, ignore_errors=True)
-    return {"name": "learner_sigkill_process", "injected": kills + 1, **result,
+    return {"name": "learner_sigkill_process", "injected": kills + 1, **result, "learner_refused": refused,
             "recovery_s": statistics.median(recoveries), "learner_restart_s": statistics.median(restarts),
             "resumed_from_updates": resumed, "actor_kills": 1, "learner_kills": kills}
 
