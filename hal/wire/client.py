@@ -131,7 +131,8 @@ class LearnerLink:
                 hint = " (is our key authorised there?)" if self.keys is not None else ""
                 raise LinkError(f"no WELCOME from {self.endpoint} within {self.handshake_timeout_s} s{hint}")
             self._hello()
-            self._receive(timeout_ms=int(min(remaining, 0.02) * 1000))
+            due = time.monotonic() >= self._next_hello  # HELLO not out yet: the transport is still connecting
+            self._receive(timeout_ms=1 if due else int(min(remaining, 0.02) * 1000))
             if self.bye_reason is not None:
                 self.close(send_bye=False)
                 raise LinkError(f"learner at {self.endpoint} refused us: {self.bye_reason}")
