@@ -14,9 +14,10 @@ socket by itself (backoff ``reconnect_s`` doubling to ``reconnect_max_s``;
 its own heartbeats drop a dead connection after ``peer_timeout_s``), queues
 nothing while there is no connection (``IMMEDIATE``: no stale batch reaches a
 restarted learner, no send blocks), and reports each lost connection: the
-next one is a new identity at the learner, so HELLO goes out on it at once. A learner that says
-nothing for ``peer_timeout_s`` on a live connection (its loop stalled, or it
-dropped our session) is sent HELLO again there, once per ``peer_timeout_s``.
+next one is a new identity at the learner, so HELLO goes out on it at once.
+A learner that says nothing for ``peer_timeout_s`` on a live connection (its
+loop stalled, or it dropped our session) is sent HELLO again there, once per
+``peer_timeout_s``. :meth:`LearnerLink.drain` is an actor's final flush.
 """
 
 from __future__ import annotations
