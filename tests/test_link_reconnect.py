@@ -56,7 +56,6 @@ class Learner:
     def step(self, timeout_ms: int = 5) -> None:
         for b in self.server.poll(timeout_ms):
             self.held[b.session.actor_id] = max(self.held.get(b.session.actor_id, 0), b.seq)
-            self.server.credits.spent(b.session.identity, len(b.steps))
             self.server.ack(b.session, b.seq)  # the session the batch came on
         grant_in_turn(self.server, 256, lambda outstanding: True)
 

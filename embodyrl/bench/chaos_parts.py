@@ -267,7 +267,6 @@ class LearnerSide:
             self.resends_dropped += 1
             return
         self._received[actor] = batch.seq
-        self.server.credits.spent(session.identity, len(batch.steps))
         self.replay.add(batch.steps, seq=batch.seq)
         self.taken[actor] = self.taken.get(actor, 0) + len(batch.steps)
         if self.delay_s:

@@ -280,7 +280,6 @@ class LearnerService:
         if batch.seq <= self._received.get(session.actor_id, 0):  # a resend of rows already taken
             return 0
         self._received[session.actor_id] = batch.seq
-        self.server.credits.spent(session.identity, len(steps))
         c = self.counters
         c.rows += len(steps)
         c.env_steps += steps.env_steps

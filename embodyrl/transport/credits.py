@@ -2,7 +2,8 @@
 
 The learner's server owns one :class:`CreditBook`. Every grant it sends is
 entered here (:meth:`LearnerServer.grant <embodyrl.transport.server.LearnerServer.grant>`),
-the learner enters the rows of each new batch as spent, and a session's
+the server enters the rows of every batch a session sends as spent (a resend
+or a refused batch too: the actor spent its credit on it), and a session's
 holding is forgotten with the session. What to grant is the data side's
 choice (a samples-per-insert limit, a PPO iteration's segments, no limit);
 :func:`grant_in_turn` is the policy most of them share.

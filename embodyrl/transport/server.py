@@ -150,6 +150,7 @@ class LearnerServer:
         self.weights_resend_s = weights_resend_s
         self.duplicate_window_s = duplicate_window_s
         self.max_devices = max_devices
+        self._own_published = -1
         self.claims = IndexClaims(keys.authorized_dir, bindings_path) if keys is not None else None
         self.hello_rate = RateLimiter(RateLimits(hellos_per_s, 2 * hellos_per_s, hellos_total_per_s,
                                                  2 * hellos_total_per_s), time.monotonic())
@@ -293,8 +294,8 @@ class LearnerServer:
         return held
 
     def _published_count(self) -> int:
-        version = self.publisher.version
-        return -1 if version is None or version.incarnation != self.incarnation else version.count
+        """The newest count this learner published under its own incarnation (-1: none yet)."""
+        return self._own_published
 
     def _steps(self, session: ActorSession, header: Header, body: list) -> ReceivedSteps | None:
         seq = P.field(header.fields, "seq", int)
@@ -304,6 +305,9 @@ class LearnerServer:
         device = session.devices.get(device_id)
         if device is None:
             raise MessageError("device", f"device {device_id} was not declared in HELLO")
+        # the actor spent credit on every batch it sent, whatever becomes of it here (a resend, a refusal)
+        rows = next((shape[0] for name, _, shape, _ in header.arrays if name == "reward" and shape), 0)
+        self.credits.spent(session.identity, rows)
         if seq <= session.committed_seq:  # a resend after a reconnect: acknowledged, never decoded
             self.stats.duplicates += 1
             self.ack(session, seq)
@@ -338,7 +342,12 @@ class LearnerServer:
 
     # -- sending ---------------------------------------------------------
     def ack(self, session: ActorSession, seq: int, credits: int = 0) -> None:
-        """Tell the actor its batches up to ``seq`` are committed; grant credits."""
+        """Tell the actor its batches up to ``seq`` are committed; grant credits. A batch taken on
+        a connection the actor has since replaced is acknowledged on its current one."""
+        if self.sessions.get(session.identity) is not session:
+            session = next((s for s in self.sessions.values() if s.actor_id == session.actor_id), None)
+            if session is None:  # gone: its next HELLO learns the committed seq
+                return
         session.committed_seq = max(session.committed_seq, seq)
         self.grant(session, credits)
 
@@ -355,6 +364,8 @@ class LearnerServer:
     def publish(self, version: PolicyVersion, arrays: dict[str, np.ndarray]) -> None:
         """Make ``arrays`` the current weights and send them to actors that are ready."""
         self.publisher.publish(version, arrays)
+        if version.incarnation == self.incarnation:
+            self._own_published = max(self._own_published, version.count)
         for session in list(self.sessions.values()):
             self._maybe_send_weights(session)
 
