@@ -63,7 +63,7 @@ CHEETAH_ACTION = ArraySpec("action", (6,), np.float32, -1, 1)
 def _batch(obs_spec: DictSpec, action_spec: ArraySpec, rows: int, actor_id: int, seed: int):
     rng = np.random.default_rng(seed)
     rec = StepRecorder(obs_spec, action_spec, actor_id=actor_id, device_id=0, capacity=rows)
-    version = PolicyVersion(1, 1)
+    version = PolicyVersion(7, 1)  # an earlier learner's: the receiving servers are incarnation 1
     for _ in range(rows):
         obs = {k: rng.integers(0, 255, s.shape, dtype=np.uint8) if s.dtype == np.uint8
                else rng.normal(size=s.shape).astype(s.dtype) for k, s in obs_spec.items()}

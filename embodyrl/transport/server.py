@@ -250,6 +250,8 @@ class LearnerServer:
         if len(declared) > self.max_devices:
             raise MessageError("too_many_devices", f"{len(declared)} devices in HELLO, at most {self.max_devices}")
         devices = [P.DeviceInfo.from_msg(d) for d in declared]
+        if actor_id < 0 and devices:  # negative ids are the learner's own (demonstrations: -1)
+            raise MessageError("field_type", f"actor_id {actor_id}: an actor with devices has an id >= 0")
         reason = self.admit(devices) if self.admit else None
         if reason is not None:
             self._refuse(identity, "refused", reason)
