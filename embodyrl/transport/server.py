@@ -150,7 +150,7 @@ class LearnerServer:
         self.weights_resend_s = weights_resend_s
         self.duplicate_window_s = duplicate_window_s
         self.max_devices = max_devices
-        self._own_published = -1
+        self._own_published = 0  # version (incarnation, 0) is the learner's initial policy, published or not
         self.claims = IndexClaims(keys.authorized_dir, bindings_path) if keys is not None else None
         self.hello_rate = RateLimiter(RateLimits(hellos_per_s, 2 * hellos_per_s, hellos_total_per_s,
                                                  2 * hellos_total_per_s), time.monotonic())
@@ -296,7 +296,7 @@ class LearnerServer:
         return held
 
     def _published_count(self) -> int:
-        """The newest count this learner published under its own incarnation (-1: none yet)."""
+        """The newest count this learner published under its own incarnation (0: its initial policy)."""
         return self._own_published
 
     def _steps(self, session: ActorSession, header: Header, body: list) -> ReceivedSteps | None:
