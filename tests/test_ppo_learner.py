@@ -36,10 +36,14 @@ def test_synchronous_ppo_trains_only_on_fresh_data_and_its_actors_wait_for_new_w
     assert lines[-1]["policy_version"] == lines[-1]["updates"] + 1  # one publication per iteration
     assert all(m["staleness_max"] == 0 for m in trained)  # every batch acted by the weights it trains
     # textbook synchronous: the actors wait for each iteration's weights, so no row arrives acted by
-    # replaced weights; the only loss is, per actor and iteration, the transition whose successor
-    # closed the iteration's last segment (it cannot complete before the learner publishes)
-    assert lines[-1]["rows_behind"] == 0
-    assert 0 < lines[-1]["discarded"] <= 2 * lines[-1]["policy_version"]
+    # replaced weights, but for each actor's last batch at the end of the run (send_every 16 rows and
+    # an episode's final row): it goes into the spool at once, so as not to be lost, and leaves with
+    # the credit the learner grants after its next publication. The only loss is, per actor and
+    # iteration, the transition whose successor closed the iteration's last segment (it cannot
+    # complete before the learner publishes)
+    last_batches = 2 * (16 + 1)
+    assert lines[-1]["rows_behind"] <= last_batches
+    assert 0 < lines[-1]["discarded"] <= 2 * lines[-1]["policy_version"] + last_batches
     assert all(m["lr_scale"] == 1.0 for m in trained)
     policy = json.loads((tmp_path / "sync" / "policy" / "policy.json").read_text())
     assert policy["algorithm"] == "ppo"
