@@ -91,10 +91,7 @@ class PeerLink:
         size = sum(memoryview(f).nbytes for f in frames)
         if self._expected is None and arrays:  # every learner exchanges the same pytree: its size bounds theirs
             declared = sum(np.asarray(a).nbytes for a in arrays.values())
-            most = min(self.limits.max_message_bytes, int(1.25 * declared) + 4096)
-            self._expected = Limits(self.limits.max_header_bytes, min(self.limits.max_arrays, len(arrays)),
-                                    self.limits.max_ndim, self.limits.max_name_chars,
-                                    min(self.limits.max_frame_bytes, most), most)
+            self._expected = self.limits.within(len(arrays), int(1.25 * declared) + 4096)
         for sock in self._out.values():
             try:
                 sock.send_multipart(frames, zmq.NOBLOCK, copy=False)

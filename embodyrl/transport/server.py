@@ -115,10 +115,7 @@ def session_limits(devices: list[P.DeviceInfo], max_batch_rows: int, cap: Limits
     with a margin, never beyond ``cap``."""
     widths = [row_nbytes(d.observation_spec, d.action_spec) for d in devices] or [(0, 0)]
     row, columns = max(w[0] for w in widths), max(w[1] for w in widths)
-    most = min(cap.max_message_bytes, int(row * max_batch_rows * LIMIT_MARGIN) + 4096)
-    return Limits(max_header_bytes=cap.max_header_bytes, max_arrays=min(cap.max_arrays, columns),
-                  max_ndim=cap.max_ndim, max_name_chars=cap.max_name_chars,
-                  max_frame_bytes=min(cap.max_frame_bytes, most), max_message_bytes=most)
+    return cap.within(columns, int(row * max_batch_rows * LIMIT_MARGIN) + 4096)
 
 
 class LearnerServer:

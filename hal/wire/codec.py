@@ -66,6 +66,13 @@ class Limits:
     max_frame_bytes: int = 1 << 30
     max_message_bytes: int = 1 << 30
 
+    def within(self, arrays: int, nbytes: int) -> Limits:
+        """These limits tightened to ``arrays`` arrays of ``nbytes`` in all (a receiver that knows
+        what a valid message holds), never looser than they are."""
+        most = min(self.max_message_bytes, nbytes)
+        return Limits(self.max_header_bytes, min(self.max_arrays, arrays), self.max_ndim, self.max_name_chars,
+                      min(self.max_frame_bytes, most), most)
+
 
 DEFAULT_LIMITS = Limits()
 # wire name -> little-endian numpy dtype
