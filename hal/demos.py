@@ -58,8 +58,10 @@ class DemoWriter:
     def rows(self) -> int:
         return sum(len(b) for b in self._batches)
 
-    def close(self) -> Path:
-        """Write every complete episode gathered; rows of an unfinished one are dropped."""
+    def close(self, **meta) -> Path:
+        """Write every complete episode gathered; rows of an unfinished one are dropped. ``meta``
+        goes into the file's meta beside the format's own keys (``embodyrl record`` writes
+        ``success``, the episode's label, and ``labelled_by``, ``task`` or ``operator``)."""
         if not self._batches:
             raise ValueError(f"{self.path}: no steps to write")
         columns = {k: np.concatenate([b.arrays()[k] for b in self._batches])
@@ -69,7 +71,7 @@ class DemoWriter:
             raise ValueError(f"{self.path}: no complete episode (no final row) to write")
         end = int(finals[-1]) + 1
         columns = {k: v[:end] for k, v in columns.items()}
-        meta = {"format": FORMAT, "version": VERSION,
+        meta = {**meta, "format": FORMAT, "version": VERSION,
                 "observation_spec": self.observation_spec.to_msg(),
                 "action_spec": self.action_spec.to_msg(), "written": time.time()}
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -79,6 +81,13 @@ class DemoWriter:
         os.replace(tmp, self.path)
         self._batches.clear()
         return self.path
+
+
+def read_meta(path: str | Path) -> dict:
+    """A demonstration file's meta: the format's keys and what its writer added (e.g. ``success``)."""
+    with _open(path) as data:
+        _specs(path, data)
+        return json.loads(str(data["meta"]))
 
 
 def read_specs(path: str | Path) -> tuple[DictSpec, ArraySpec]:
