@@ -94,8 +94,18 @@ class ActorConfig:
     not acknowledged (through reconnects: a learner restarted with ``--resume`` takes its time). Past
     it the actor exits non-zero, saying how many rows its spool still holds; a restart on the same
     ``spool_dir`` delivers them. A learner's BYE ends the wait at once; so does a second stop signal."""
+    teleop: str = ""
+    """A person's input source that may take over any step (``keyboard``, ``gamepad[:PATH]``,
+    ``spacemouse[:PATH]``, ``script:module:function``: :mod:`embodyrl.hal.teleop`); empty: none.
+    ``embodyrl train`` gives it to actor 0. With it the loop runs in real time (``realtime``)."""
+    reset: str = "auto"
+    """``auto``: the device resets itself between episodes. ``operator``: at each episode's end the
+    device holds its safe state until a person has reset the scene and answered go, success or
+    failure (:mod:`embodyrl.hal.operator`); the answer labels the episode. Real time, as ``teleop``."""
 
     def __post_init__(self):
+        if self.reset not in ("auto", "operator"):
+            raise ValueError(f"actor.reset must be 'auto' or 'operator', not {self.reset!r}")
         if self.spool_on_full not in ("pause", "drop_oldest"):
             raise ValueError(f"actor.spool_on_full must be 'pause' or 'drop_oldest', not {self.spool_on_full!r}")
         if self.spool_disk_mb <= 0 or self.flush_timeout_s < 0:

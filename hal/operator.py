@@ -30,7 +30,8 @@ import os
 import queue
 import select
 import sys
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from typing import Protocol, TextIO, runtime_checkable
 
 import numpy as np
@@ -82,6 +83,21 @@ def task_success(task, observations: list[dict[str, np.ndarray]]) -> bool | None
         return None
     value = task.episode_metrics(observations).get("success")
     return None if value is None else bool(value)
+
+
+def wait_for_answer(operator: Operator, summary: str, *, allow_go: bool = True,
+                    every: Callable[[], None] = lambda: None, period_s: float = 0.05,
+                    should_stop: Callable[[], bool] = lambda: False, device_id: int = 0) -> Answer | None:
+    """Ask, then call ``every`` (hold the safe action, keep a link alive) once per ``period_s``
+    until the answer comes; None if ``should_stop()`` first."""
+    operator.ask(device_id, summary, allow_go=allow_go)
+    while not should_stop():
+        answer = operator.answer()
+        if answer is not None:
+            return answer
+        every()
+        time.sleep(period_s)
+    return None
 
 
 PROMPT = ("{summary}\n  reset the scene, then press {keys}\n")
