@@ -123,7 +123,7 @@ def _train(args) -> int:
     from .security import check_address, local_key_pairs
 
     run_dir = _run_dir(args)
-    config = _resolve_config(args, run_dir, {"actors": args.actors, "algorithm": args.algorithm})
+    config = _resolve_config(args, run_dir, {"actors": args.actors, "actor.teleop": args.teleop, "algorithm": args.algorithm})
     check_address(config.learner.bind, args.curve or None, args.insecure, "--learner.bind")
     _keep_yaml(args, run_dir)
     keys = local_key_pairs(run_dir / "keys") if args.curve else None
@@ -171,7 +171,7 @@ def _actor(args) -> int:
 
     keys = client_keys(args)
     check_address(args.connect, keys, args.insecure, "--connect")
-    config = _resolve_config(args, None)
+    config = _resolve_config(args, None, {"actor.teleop": args.teleop})
     if args.log_dir:
         Path(args.log_dir).mkdir(parents=True, exist_ok=True)
     try:
@@ -463,6 +463,11 @@ def build_parser() -> argparse.ArgumentParser:
                                     "Exit codes: 0 done.")
     ts.add_argument("--json", action="store_true", help="print one JSON object")
     ts.set_defaults(func=_tasks)
+    from .record import add_teleop_option, register
+
+    add_teleop_option(t)
+    add_teleop_option(a)
+    register(sub)
     return parser
 
 
