@@ -56,7 +56,12 @@ class Counters:
 
 
 class DataSide(Protocol):
-    """Where ingested rows go and training batches come from."""
+    """Where ingested rows go and training batches come from.
+
+    A data side whose batches carry ``weight`` (prioritised replay's importance weights) also
+    has ``reprioritise(td_error)``: after each training call the service hands it the update's
+    per-sample TD errors (``[K, batch]``), the sampled rows' new priorities.
+    """
 
     def add(self, steps: Steps, seq: int, actor_id: int) -> int:
         """Take a new batch of one device's rows; return how many rows it dropped unused."""
@@ -230,6 +235,8 @@ class LearnerService:
         started = time.monotonic()
         batch, batch_metrics = self.data.batch()
         metrics = self.training.update(batch)
+        if "weight" in batch:  # prioritised: the TD errors are the sampled rows' new priorities
+            self.data.reprioritise(metrics["td_error"])
         k = self.training.updates_per_call
         self.data.trained(k)
         before = self.counters.updates

@@ -91,6 +91,10 @@ class PersistentReplay:
 
     # -- state -------------------------------------------------------------------
     @property
+    def directory(self) -> Path:
+        return self.store.directory
+
+    @property
     def size(self) -> int:
         return self.store.ring.size
 
