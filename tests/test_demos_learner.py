@@ -144,7 +144,7 @@ def test_intervention_rows_are_drawn_on_the_demonstration_side_and_keep_their_pr
     try:
         _online(learner, 4, intervene_every=3)  # 4 x 33 intervention steps, no demonstration files
         _train(learner, 4)
-        sources = learner.data._keys["source"]
+        sources = learner.data.last_batch_keys["source"]
         record = learner.log()
         rows = learner.data.replay.store.rows[:learner.data.replay.size]
     finally:

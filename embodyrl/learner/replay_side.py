@@ -95,7 +95,9 @@ class ReplayData:
         self.mix_fallback = False
         """Whether the last batch left a side of the mix out (it held less than its share)."""
         self._sampled = np.zeros(256, np.int64)  # rows drawn per source since the last metrics
-        self._keys: dict | None = None  # the last batch's slots, for its TD errors
+        self.last_batch_keys: dict | None = None
+        """The last batch's ``slot``, ``generation`` and ``source`` (``[K, batch]``; with priorities ``probability``)."""
+        self._awaiting: dict | None = None  # the keys of a batch whose TD errors are due
         self._pending: tuple[dict, object] | None = None  # (keys, TD errors not yet written back)
 
     def committed_seq(self, actor_id: int) -> int:
@@ -243,14 +245,14 @@ class ReplayData:
             batch, keys = self._prefetch.get()
         self.mix_fallback = keys.pop("fallback")
         self._sampled += np.bincount(keys["source"].reshape(-1), minlength=256)
-        self._keys = keys
+        self.last_batch_keys = self._awaiting = keys
         return batch, {}
 
     def reprioritise(self, td_error) -> None:
         """The last batch's TD errors (``[K, batch]``, from the update): its rows' new priorities,
         written back when the next batch is taken (the update has finished by then)."""
-        if self._keys is not None:
-            self._pending, self._keys = (self._keys, td_error), None
+        if self._awaiting is not None:
+            self._pending, self._awaiting = (self._awaiting, td_error), None
 
     def _write_priorities(self) -> None:
         if self._pending is None:
