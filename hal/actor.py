@@ -120,6 +120,10 @@ class ActorConfig:
     def __post_init__(self):
         if self.reset not in ("auto", "operator"):
             raise ValueError(f"actor.reset must be 'auto' or 'operator', not {self.reset!r}")
+        if self.teleop:
+            from .teleop import check_spec
+
+            check_spec(self.teleop)  # a TeleopError is a ValueError naming the source
         if self.spool_on_full not in ("pause", "drop_oldest"):
             raise ValueError(f"actor.spool_on_full must be 'pause' or 'drop_oldest', not {self.spool_on_full!r}")
         if self.spool_disk_mb <= 0 or self.flush_timeout_s < 0:

@@ -389,17 +389,29 @@ def terminal_fd() -> int:
 SOURCES = ("keyboard", "gamepad[:PATH]", "spacemouse[:PATH]", "script:module:function")
 
 
+def check_spec(spec: str) -> None:
+    """Refuse a malformed source name (TeleopError) without opening anything."""
+    kind, _, rest = spec.partition(":")
+    if (kind == "keyboard" and not rest) or kind in LAYOUTS:
+        return
+    if kind == "script":
+        module, _, function = rest.rpartition(":")
+        if module and function:
+            return
+        raise TeleopError(f"teleop {spec!r}: a script is named script:module:function")
+    raise TeleopError(f"unknown teleop source {spec!r}; known: {', '.join(SOURCES)}")
+
+
 def make_source(spec: str, action_spec: ArraySpec, *, fd: int | None = None):
     """The intervention source named by ``spec`` (see the module docstring). ``fd``: the terminal
     a keyboard source reads (default :func:`terminal_fd`)."""
+    check_spec(spec)
     kind, _, rest = spec.partition(":")
-    if kind == "keyboard" and not rest:
+    if kind == "keyboard":
         return KeyboardTeleop(keyboard_keymap(action_spec), fd=terminal_fd() if fd is None else fd,
                               abort_key=KEYBOARD_ABORT)
     if kind == "script":
         module, _, function = rest.rpartition(":")
-        if not module or not function:
-            raise TeleopError(f"teleop {spec!r}: a script is named script:module:function")
         try:
             fn = getattr(importlib.import_module(module), function)
         except (ImportError, AttributeError) as err:
@@ -407,18 +419,16 @@ def make_source(spec: str, action_spec: ArraySpec, *, fd: int | None = None):
         if not callable(fn):
             raise TeleopError(f"teleop {spec!r}: {module}.{function} is not callable")
         return ScriptSource(fn, action_spec, name=spec)
-    if kind in LAYOUTS:
-        layout = LAYOUTS[kind]
-        path = rest or find_device(layout)
-        try:
-            mode = os.stat(path).st_mode
-        except OSError as err:
-            raise TeleopError(f"teleop {spec!r}: {err}") from None
-        if stat.S_ISCHR(mode):
-            return open_device(layout, path, action_spec)
-        absinfo, events = read_recording(path)
-        return replay(EventTeleop(layout, action_spec, absinfo=absinfo), events)
-    raise TeleopError(f"unknown teleop source {spec!r}; known: {', '.join(SOURCES)}")
+    layout = LAYOUTS[kind]
+    path = rest or find_device(layout)
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as err:
+        raise TeleopError(f"teleop {spec!r}: {err}") from None
+    if stat.S_ISCHR(mode):
+        return open_device(layout, path, action_spec)
+    absinfo, events = read_recording(path)
+    return replay(EventTeleop(layout, action_spec, absinfo=absinfo), events)
 
 
 def close_source(source) -> None:

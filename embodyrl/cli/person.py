@@ -38,7 +38,18 @@ def _terminal_fd() -> int:
 
 
 def person_parts(actor_config, group, index: int):
-    """(teleop sources by member name or None, operator or None) of actor ``index``."""
+    """(teleop sources by member name or None, operator or None) of actor ``index``; one it cannot
+    make is said on stderr and ends the process with exit code 2."""
+    from ..hal.teleop import TeleopError
+
+    try:
+        return _person_parts(actor_config, group, index)
+    except (TeleopError, PersonRefused) as err:
+        print(f"embodyrl: actor {index}: {err}", file=sys.stderr, flush=True)
+        raise SystemExit(2) from None
+
+
+def _person_parts(actor_config, group, index: int):
     from ..hal.intervention import KeyboardTeleop
     from ..hal.operator import TerminalOperator
     from ..hal.teleop import make_source
