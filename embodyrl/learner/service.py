@@ -350,11 +350,13 @@ class LearnerService:
         c = self.counters
         by_device = self._returns.take_finished_by_device()
         returns = [total for _, total in by_device]
+        rates = self._returns.take_intervention_rates()
         lag, self._lag = self._lag, []
         call_s, self._call_s = self._call_s, []
         record = {
             "time": round(elapsed, 3), "env_steps": c.env_steps, "episodes": c.episodes,
             "episode_return": float(np.mean(returns)) if returns else None,
+            "intervention_rate": float(np.mean(rates)) if rates else None,
             "updates": c.updates,
             "updates_per_s": round((c.updates - self._updates_at_log) / since, 2) if since > 0 else 0.0,
             "policy_version": c.publications, "policy_lag": float(np.mean(lag)) if lag else None,
