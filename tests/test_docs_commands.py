@@ -51,6 +51,10 @@ RULES = [
     Rule(r"^embodyrl (learner|actor) ", skip="learner and actors run at once on two machines; "
          "tests/test_cli_learner_actor.py and tests/test_cli_security.py run them as concurrent processes"),
     Rule(r"^python3? examples/", skip="tests/test_examples.py runs every example on its tiny budget"),
+    Rule(r"^embodyrl record .*--teleop (keyboard|gamepad|spacemouse)", skip="a person at an input device; "
+         "tests/test_record.py records with a scripted source, tests/test_operator_reset.py answers at a pty"),
+    Rule(r"^embodyrl demos ", skip="summarises what a recording by a person wrote; tests/test_record.py "
+                                   "runs it on a recorded directory"),
     Rule(r"^embodyrl train pendulum$", skip="the default run of the README's two commands; the quickstart's "
                                            "embodyrl train pendulum --run-dir runs/ddpg runs here"),
     Rule(r"^embodyrl train gym:", skip="tests/test_cli_tasks.py::test_train_a_gymnasium_id trains a Gymnasium id"),
