@@ -106,7 +106,8 @@ class _Run:
     """What every run names before its sections (config.json's key order follows the fields)."""
 
     task: str = "pendulum"
-    """A task name, or several joined by ``+`` for one policy over devices of different shapes."""
+    """A task name, ``gym:ID``, ``module:factory`` or a robot file (:func:`embodyrl.robot.load`), or
+    several joined by ``+`` for one policy over devices of different shapes."""
     steps: int = 20_000
     """Environment steps, summed over all actors."""
     seed: int = 0
@@ -114,6 +115,10 @@ class _Run:
     eval_episodes: int = 10
     algorithm: str = registry.DEFAULT
     """A registered name (:func:`embodyrl.algos.registry.names`); its settings are its section's."""
+    robot: dict = field(default_factory=dict)
+    """Where ``task`` came from when it is not a built-in task (:meth:`embodyrl.robot.Robot.record`):
+    each robot file's absolute path, content hash and declaration, and the device kinds' specs.
+    Written when the run starts; ``--resume``, ``eval`` and ``export`` rebuild the robot from it."""
 
 
 def _check(config) -> None:

@@ -134,13 +134,16 @@ def actor_parts(config, seed: int):
     from ..hal.safety import SafeDevice, SafetyConfig
     from ..hal.wire.protocol import DeviceInfo
     from ..policy import JaxPolicy
+    from ..robot import of_config
 
-    layout = envs.layout(config.task)
+    robot = of_config(config)
+    layout = robot.layout()
     devices, ids, tasks, policies, infos = {}, {}, {}, {}, []
     for device_id, kind in enumerate(layout.kinds):
         member = envs.member_name(kind.name)
-        raw, tasks[member] = envs.make(kind.name)
-        devices[member], ids[member] = SafeDevice(raw, SafetyConfig()), device_id  # clipping to the spec, counted
+        raw, tasks[member] = robot.make(kind.name)
+        safe = raw if isinstance(raw, SafeDevice) else SafeDevice(raw, SafetyConfig())  # a robot file's limits
+        devices[member], ids[member] = safe, device_id  # clipping to the spec, counted
         policies[member] = JaxPolicy(config.algo, layout, device_id, seed=seed + device_id)
         infos.append(DeviceInfo(device_id, kind.name, raw.observation_spec, raw.action_spec))
     return DeviceGroup(devices, ids), tasks, policies, infos

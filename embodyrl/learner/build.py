@@ -20,11 +20,12 @@ from .service import LearnerService, Training
 
 
 def make_learner(config, run_dir: Path, **kwargs) -> LearnerService:
-    """The learner for ``config``'s task (its layout: one device kind, or several for ``a+b``).
+    """The learner for ``config``'s task (its layout: one device kind, or several for ``a+b``; a
+    robot's as ``config.json`` recorded it, so the learner never reaches the robot).
     ``kwargs``: ``keys`` and ``allow_insecure`` of :func:`build_learner`."""
-    from .. import envs
+    from ..robot import layout_of
 
-    return build_learner(config, envs.layout(config.task), run_dir, **kwargs)
+    return build_learner(config, layout_of(config), run_dir, **kwargs)
 
 
 def build_learner(config, layout: Layout, run_dir: Path, *, keys: ServerKeys | None = None,
