@@ -1,7 +1,8 @@
 """The person in the loop of an actor process: the teleop source, the operator, the screen.
 
 An actor process (``embodyrl actor``, or each actor of ``embodyrl train``)
-builds these from ``actor.teleop`` and ``actor.reset``:
+builds these from ``actor.teleop`` and the reset mode (``actor.reset``, or a
+robot file's ``reset: operator``):
 
 * the teleop source (:func:`embodyrl.hal.teleop.make_source`) drives the
   run's first device (device id 0);
@@ -37,24 +38,32 @@ def _terminal_fd() -> int:
         return 0
 
 
-def person_parts(actor_config, group, index: int):
-    """(teleop sources by member name or None, operator or None) of actor ``index``; one it cannot
-    make is said on stderr and ends the process with exit code 2."""
+def reset_mode(config) -> str:
+    """``operator`` if the actor config or the run's robot says so, else ``auto``."""
+    if config.actor.reset == "operator":
+        return "operator"
+    from ..robot import of_config
+
+    return of_config(config).reset
+
+
+def person_parts(config, group, index: int):
+    """(teleop sources by member name or None, operator or None) of actor ``index`` of a run of
+    ``config``; one it cannot make is said on stderr and ends the process with exit code 2."""
     from ..hal.teleop import TeleopError
 
     try:
-        return _person_parts(actor_config, group, index)
+        return _person_parts(config.actor.teleop, reset_mode(config), group, index)
     except (TeleopError, PersonRefused) as err:
         print(f"embodyrl: actor {index}: {err}", file=sys.stderr, flush=True)
         raise SystemExit(2) from None
 
 
-def _person_parts(actor_config, group, index: int):
+def _person_parts(teleop: str, reset: str, group, index: int):
     from ..hal.intervention import KeyboardTeleop
     from ..hal.operator import TerminalOperator
     from ..hal.teleop import make_source
 
-    teleop, reset = actor_config.teleop, actor_config.reset
     at_terminal = teleop == "keyboard" or reset == "operator"
     if at_terminal and index > 0 and multiprocessing.parent_process() is not None:
         raise PersonRefused("a person at one terminal attends one actor of embodyrl train: train with "

@@ -32,11 +32,14 @@ _EPISODE = re.compile(r"^episode-(\d+)\.npz$")
 
 
 def make_robot(source: str):
-    """(device, task, reset mode) of what ``source`` names."""
-    from .. import envs
+    """(device, task, reset mode) of what ``source`` names (:func:`embodyrl.robot.load`): one device
+    kind; a robot file's fields checked against the device's specs first."""
+    from ..robot import load
 
-    device, task = envs.make(source)
-    return device, task, "auto"
+    robot = load(source)
+    robot.layout()
+    device, task = robot.make()
+    return device, task, robot.reset
 
 
 def episode_files(directory: Path) -> dict[int, Path]:
