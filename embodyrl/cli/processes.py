@@ -86,7 +86,7 @@ def actor_main(config_dict: dict, endpoint: str, index: int, run_dir: str | None
     ac = config.actor
     actor_config = dataclasses.replace(ac, actor_id=index, seed=config.seed * 1000 + index)
     group, tasks, policies, infos = actor_parts(config, actor_config.seed)
-    teleop, operator = person_parts(ac, group, index)
+    teleop, operator = person_parts(config, group, index)
     if teleop is not None or operator is not None:  # a person needs the device's real pace
         actor_config = dataclasses.replace(actor_config, realtime=True)
     news = LearnerNews(index, policies)
