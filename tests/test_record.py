@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -160,3 +161,36 @@ def test_an_abort_drops_the_episode_in_process():
 
     with raw, pytest.raises(EpisodeAborted):
         record_episode(raw, task, ScriptSource(abort, raw.action_spec), max_steps=10)
+
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def robot_file(tmp_path, reset):
+    text = (ROOT / "examples" / "robots" / "arm_local.yaml").read_text()
+    text = text.replace("episode_steps: 250", "episode_steps: 15").replace("reset: auto", f"reset: {reset}")
+    assert "episode_steps: 15" in text and f"reset: {reset}" in text
+    path = tmp_path / f"arm_{reset}.yaml"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize("reset", ["auto", "operator"])
+def test_record_a_robot_file_labels_by_its_success_conditions_or_its_operator(tmp_path, reset):
+    tests = str(ROOT / "tests")
+    env = {**os.environ, "PYTHONPATH": f"{tests}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    out = tmp_path / "demos"
+    done = subprocess.run(
+        [sys.executable, "-m", "embodyrl.cli", "record", str(robot_file(tmp_path, reset)), "--teleop",
+         "script:robot_helpers:hold", "--episodes", "2", "--out", str(out), "--unpaced"],
+        input="gs" if reset == "operator" else "", capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0, done.stderr
+    metas = [read_meta(out / f"episode-0000{i}.npz") for i in range(2)]
+    if reset == "auto":  # the declared success conditions label it; nobody is asked
+        assert "press" not in done.stderr
+        assert [m["labelled_by"] for m in metas] == ["task", "task"]
+        assert [m["success"] for m in metas] == [False, False]  # holding still reaches nothing
+    else:  # reset by hand: the person is asked; go keeps the task's label, s overrides it
+        assert "press g (go), s (success), f (failure)" in done.stderr
+        assert [(m["success"], m["labelled_by"]) for m in metas] == [(False, "task"), (True, "operator")]
+    assert {m["length"] for m in metas} == {15}
