@@ -164,3 +164,16 @@ def test_a_real_actor_waits_for_the_operator_at_a_terminal(learner, tmp_path):
     assert report["labels"] == {"success": 1} and report["operator_wait_s"] >= 0.5
     assert report["clock"]["ticks"] > 0  # a person in the loop paces the device in real time
     assert time.monotonic() - waited < 60
+
+
+@pytest.mark.parametrize("reset", ["auto", "operator"])
+def test_a_robot_files_reset_mode_reaches_the_actor(tmp_path, reset):
+    from test_record import robot_file
+
+    from embodyrl.cli.person import reset_mode
+    from embodyrl.config import TrainConfig
+    from embodyrl.robot import load
+
+    path = str(robot_file(tmp_path, reset))
+    config = TrainConfig(task=path, robot=load(path).record())
+    assert reset_mode(config) == reset
