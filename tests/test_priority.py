@@ -50,8 +50,10 @@ def test_the_critic_loss_is_the_importance_weighted_mean_of_per_sample_losses(fa
         loss = jax.jit(lambda b: critic_loss(state.critic_params, state.actor_params,
                                              state.target_critic_params, 1.0, b, key))
     plain, aux = loss(batch)
+    assert "td_error" not in aux  # uniform replay: every metric stays a scalar
+    ones, aux = loss(_weighted(batch, np.ones(B)))
+    assert float(ones) == float(plain)  # ones: the unweighted loss
     assert aux["td_error"].shape == (B,) and (aux["td_error"] >= 0).all()
-    assert float(loss(_weighted(batch, np.ones(B)))[0]) == float(plain)  # ones: the unweighted loss
     each = np.array([float(loss(_weighted(batch, np.eye(B)[i]))[0]) for i in range(B)])  # sample i alone
     np.testing.assert_allclose(each.sum(), float(plain), rtol=1e-5)
     w = np.random.default_rng(1).uniform(0, 1, B)
@@ -75,8 +77,9 @@ def test_weights_reach_the_update_and_td_errors_come_back_per_sample(family):
     batches = jax.tree.map(lambda *xs: np.stack(xs), _batch(0, discrete), _batch(1, discrete))  # K = 2
     copy = lambda: jax.tree.map(jnp.copy, state)  # noqa: E731
     plain, metrics = update(copy(), batches)
+    assert "td_error" not in metrics
+    ones, metrics = update(copy(), {**batches, "weight": np.ones((2, B), np.float32)})
     assert metrics["td_error"].shape == (2, B)  # per sample, not averaged over the scan
-    ones, _ = update(copy(), {**batches, "weight": np.ones((2, B), np.float32)})
     skewed, _ = update(copy(), {**batches, "weight": np.tile(np.linspace(0, 1, B, dtype=np.float32), (2, 1))})
     params = (lambda s: s.params) if discrete else (lambda s: s.critic_params)
     for a, b in zip(jax.tree.leaves(params(plain)), jax.tree.leaves(params(ones)), strict=True):

@@ -6,7 +6,7 @@ target, and every ``target_period`` steps the target network takes the
 online parameters. A batch is what every replay samples: ``observation``,
 ``action``, ``reward`` (the n-step return), ``discount`` (of its bootstrap)
 and ``next_observation``, and with prioritised replay ``weight``, the importance weight of
-each sample's Huber loss; the metrics carry each sample's ``td_error`` (its new priority).
+each sample's Huber loss, and then the metrics carry each sample's ``td_error`` (its new priority).
 """
 
 from __future__ import annotations
@@ -70,7 +70,9 @@ def make_update_many(networks: QNetworks, config: DQNConfig):
         steps = state.steps + 1
         refresh = steps % config.target_period == 0
         target = jax.tree.map(lambda p, t: jnp.where(refresh, p, t), params, state.target_params)
-        return TrainingState(params, target, opt_state, steps), {"td_loss": loss, "q_mean": q_mean,
-                                                                 "td_error": td_error}
+        metrics = {"td_loss": loss, "q_mean": q_mean}
+        if "weight" in batch:  # prioritised: each sample's TD error is its new priority
+            metrics["td_error"] = td_error
+        return TrainingState(params, target, opt_state, steps), metrics
 
     return scanned(step)

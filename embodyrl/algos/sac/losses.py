@@ -1,8 +1,9 @@
 """SAC's losses (Haarnoja et al. 2018, eqs. 5, 7, 18) with RLPD's ensemble options.
 
 The critic's loss weights each sample's squared TD error by the batch's ``weight`` (prioritised
-replay's importance weights; ones when the replay draws uniformly) and returns the per-sample
-``td_error``, abs(Q - y) averaged over the ensemble, which the learner writes back as priorities.
+replay's importance weights; ones when the replay draws uniformly) and, given weights, returns
+the per-sample ``td_error``, abs(Q - y) averaged over the ensemble, which the learner writes back
+as priorities.
 """
 
 from __future__ import annotations
@@ -36,9 +37,10 @@ def make_losses(networks: SACNetworks, config: SACConfig):
         y = jax.lax.stop_gradient(td_target(networks, config, actor_params, target_critic_params, alpha, batch, key))
         q = networks.q_values(critic_params, batch["observation"], batch["action"])
         per_sample = jnp.sum((q - y) ** 2, axis=0)  # weighted by prioritised replay (ones otherwise)
-        return jnp.mean(sample_weights(batch) * per_sample), {
-            "q_mean": jnp.mean(q), "target_mean": jnp.mean(y),
-            "td_error": jax.lax.stop_gradient(jnp.mean(jnp.abs(q - y), axis=0))}
+        aux = {"q_mean": jnp.mean(q), "target_mean": jnp.mean(y)}
+        if "weight" in batch:  # prioritised: each sample's TD error is its new priority
+            aux["td_error"] = jax.lax.stop_gradient(jnp.mean(jnp.abs(q - y), axis=0))
+        return jnp.mean(sample_weights(batch) * per_sample), aux
 
     def actor_loss(actor_params, critic_params, alpha, batch, key):
         if networks.encoder is not None:  # the actor reads the critic's features, detached (DrQ)
