@@ -283,6 +283,21 @@ def test_train_a_robot_file_then_eval_and_export_rebuild_it(arm_run):
     with device:
         action, _ = policy.act(device.reset(seed=0), explore=False)
     assert action.shape == (7,)
+    proc = subprocess.run([sys.executable, str(ROOT / "examples" / "numpy_actor.py"), "policy", "--task",
+                           str(arm_run / "arm.yaml"), "--max-steps", "20"], capture_output=True, text=True,
+                          cwd=elsewhere, timeout=120)  # the robot PC: the robot file, numpy alone
+    assert proc.returncode == 0, proc.stderr
+    assert '"jax_imported": false' in proc.stdout
+
+
+def test_the_docs_show_the_shipped_robot_file():
+    page = (ROOT / "docs" / "robots.md").read_text()
+    block = re.search(r"saved here as `arm.yaml`:\n\n```yaml\n(.*?)^```", page, re.S | re.M)
+    assert block is not None and block.group(1) == (EXAMPLES / "arm.yaml").read_text()
+    local = yaml.safe_load((EXAMPLES / "arm_local.yaml").read_text())
+    remote = yaml.safe_load((EXAMPLES / "arm.yaml").read_text())
+    assert {k: v for k, v in local.items() if k not in ("device", "control")} == \
+        {k: v for k, v in remote.items() if k not in ("device", "control", "cameras")}  # the same arm, task, limits
 
 
 def _resolved(argv: list[str], cwd: Path, run_dir: Path | None):
