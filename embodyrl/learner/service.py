@@ -6,6 +6,7 @@
     data.commit()           -> ACK what it made durable: one cumulative ACK per actor
     data.grant_credits()    -> actors may send as fast as training allows
     if data.trainable():    -> data.batch() -> training.update (jitted) -> publish every few updates
+                               (batches with importance weights: data.reprioritise(TD errors))
     every second            -> heartbeats
     every checkpoint_every_s-> checkpoint (state + counters)
     every log_every_s       -> one metrics record: the service's counters and each part's metrics()
