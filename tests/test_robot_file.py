@@ -302,14 +302,14 @@ def test_the_docs_show_the_shipped_robot_file():
 
 def _resolved(argv: list[str], cwd: Path, run_dir: Path | None):
     """``_resolve_config`` of a command line, in ``cwd``: what the command would run."""
-    from embodyrl.cli.commands import _resolve_config, build_parser
+    from embodyrl.cli.commands import _demos, _resolve_config, build_parser
 
     args, extra = build_parser().parse_known_args(argv)
     args.overrides = extra
     before = os.getcwd()
     os.chdir(cwd)
     try:
-        return _resolve_config(args, run_dir)
+        return _resolve_config(args, run_dir, _demos(args) if hasattr(args, "demos") else None)
     finally:
         os.chdir(before)
 
@@ -384,7 +384,7 @@ def test_train_a_remote_robot_through_a_robot_server_with_keys(tmp_path):
     server, endpoint = _robot_server(tmp_path)
     try:
         data = yaml.safe_load((EXAMPLES / "arm.yaml").read_text())  # the shipped file, on this server's port
-        data["device"]["endpoint"] = endpoint
+        data["device"].update(endpoint=endpoint, retries=1)  # loopback loses nothing; a dead server fails fast
         data["control"].update(episode_steps=50, realtime=False)
         write(tmp_path / "arm.yaml", data)
         proc = cli("train", "arm.yaml", "--run-dir", "run", *TINY, cwd=tmp_path)
@@ -398,3 +398,14 @@ def test_train_a_remote_robot_through_a_robot_server_with_keys(tmp_path):
         server.wait(30)
     proc = cli("train", "arm.yaml", "--run-dir", "run2", *TINY, cwd=tmp_path)  # the server is gone
     assert proc.returncode == 2 and "arm.yaml: device.endpoint: " in proc.stderr, proc.stderr
+
+
+def test_demos_directories_become_learner_demos(tmp_path):
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+    config = _resolved(["train", "pendulum", "--demos", "a", "--demos", "b"], tmp_path, tmp_path / "run")
+    assert config.learner.demos == (str((tmp_path / "a").resolve()), str((tmp_path / "b").resolve()))
+    config = _resolved(["learner", "pendulum", "--demos", "a"], tmp_path, tmp_path / "run")
+    assert config.learner.demos == (str((tmp_path / "a").resolve()),)
+    proc = cli("train", "pendulum", "--demos", "nowhere", "--run-dir", "run", cwd=tmp_path)
+    assert proc.returncode == 2 and "--demos: no directory nowhere" in proc.stderr and not (tmp_path / "run").exists()
