@@ -147,11 +147,12 @@ class Robot:
 
     def config_defaults(self) -> dict:
         """Run settings the robot implies (a config mapping, merged under the user's): ``actor.realtime``
-        from ``control.realtime``, and the encoders' ``image_fields`` from the camera fields."""
+        from ``control.realtime``, ``actor.reset`` from ``reset``, and the encoders' ``image_fields``
+        from the camera fields."""
         defaults: dict = {}
         realtime = [part.realtime for part in self.parts if part.realtime is not None]
-        if realtime:
-            defaults["actor"] = {"realtime": any(realtime)}
+        if realtime:  # declared in a robot file
+            defaults["actor"] = {"realtime": any(realtime), "reset": self.reset}
         if self.camera_fields:
             from .algos import registry
 

@@ -97,7 +97,8 @@ def test_a_module_factory_is_a_robot_and_is_recorded_with_its_specs():
 
 def test_a_robot_file_builds_its_device_task_safety_and_rate(tmp_path):
     arm = robot.load(write(tmp_path / "arm.yaml", local_arm(**{"control.rate_hz": 25, "cameras": []})))
-    assert arm.names == ("arm",) and arm.reset == "auto" and arm.config_defaults() == {"actor": {"realtime": False}}
+    assert arm.names == ("arm",) and arm.reset == "auto"
+    assert arm.config_defaults() == {"actor": {"realtime": False, "reset": "auto"}}
     kind = arm.layout().kinds[0]
     assert list(kind.observation_spec) == ["ee_pos", "qpos", "qvel", "target_pos"]
     device, task = arm.make()
@@ -252,6 +253,10 @@ def test_the_cli_resolves_each_form_and_records_where_it_came_from(tmp_path, mon
     args, extra = parser.parse_known_args(["train", "arm.yaml", "--actor.realtime", "true"])
     args.overrides = extra
     assert _resolve_config(args, tmp_path / "r2").actor.realtime  # the user's setting wins
+    write(tmp_path / "arm.yaml", local_arm(reset="operator"))
+    args, extra = parser.parse_known_args(["train", "arm.yaml"])
+    args.overrides = extra
+    assert _resolve_config(args, tmp_path / "r3").actor.reset == "operator"  # the actor waits for a person
 
 
 @pytest.fixture(scope="module")
