@@ -13,19 +13,25 @@ from pathlib import Path
 from .algos import registry
 from .hal.actor import ActorConfig
 
+MIX_SOURCES = ("online", "demonstration", "intervention")
+"""The keys of ``learner.mix``: :class:`~embodyrl.hal.steps.Source` names, lower case."""
+
 
 @dataclass(frozen=True)
 class LearnerConfig:
+    """The learner's settings. Every size is in steps: the replay stores one row per environment
+    step, plus one row per episode for its final observation."""
+
     replay_capacity: int = 1_000_000
-    """Step rows kept in replay (a ring: the oldest go first)."""
+    """Steps kept in replay (a ring: the oldest go first; demonstrations are never evicted)."""
     min_replay: int = 1000
-    """Rows in replay before the first gradient step."""
+    """Steps from actors in replay before the first gradient step (loaded demonstrations do not count)."""
     updates_per_step: float = 1.0
-    """Gradient steps per step row inserted: the update-to-data ratio, held by credits."""
+    """Gradient steps per step inserted: the update-to-data ratio, held by credits."""
     rate_tolerance: int = 1024
-    """Rows the inserts may run ahead of the ratio before actors wait for credit."""
+    """Steps the inserts may run ahead of the ratio before actors wait for credit."""
     credit_quantum: int = 256
-    """Credits granted to an actor at a time."""
+    """Steps granted to an actor at a time (one credit is one step)."""
     updates_per_call: int = 16
     """Gradient steps fused into one jitted ``lax.scan`` call."""
     publish_every: int = 32
@@ -35,7 +41,7 @@ class LearnerConfig:
     """Where the learner listens; actors dial it."""
     peer_timeout_s: float = 30.0
     replay_chunk_rows: int = 4096
-    """Rows per replay chunk: the unit of eviction and cache policy (capacity rounds up to whole chunks)."""
+    """Steps per replay chunk: the unit of eviction and cache policy (capacity rounds up to whole chunks)."""
     replay_ram_budget_mb: int = 1024
     """Page cache the replay keeps of its own data: recent and retained chunks first."""
     replay_commit_interval_s: float = 0.005
@@ -46,6 +52,24 @@ class LearnerConfig:
     """Training calls' worth of batches sampled ahead in a background thread (0: sample inline)."""
     checkpoint_every_s: float = 60.0
     """Seconds between Orbax checkpoints of the learner state (one is also written on shutdown)."""
+    demos: tuple[str, ...] = ()
+    """Directories of demonstration files (:mod:`embodyrl.hal.demos`, ``*.npz``), loaded into the
+    replay at start as ``source=DEMONSTRATION``: each file once, by content hash, however often
+    the run resumes; a file whose specs differ from the task's is refused, naming the field."""
+    mix: dict[str, float] | None = None
+    """Fractions of every batch by source, e.g. ``{demonstration: 0.5, online: 0.5}``; keys are
+    ``online``, ``demonstration`` (interventions included, unless ``intervention`` has its own
+    fraction) and ``intervention``. Until a side holds its share of a batch it is left out (with
+    none left: uniform), logged once and shown as ``mix_fallback``. None: uniform over all steps
+    (``rlpd`` defaults to 50/50 demonstrations and online)."""
+    priority: bool = False
+    """Prioritised replay (Schaul et al. 2016): rows drawn in proportion to abs(TD error)^alpha
+    (new rows at the largest priority so far), importance weights in the critic's loss."""
+    priority_alpha: float = 0.6
+    """How strongly priorities skew the draw (0: uniform)."""
+    priority_beta: float = 0.4
+    """The importance weights' exponent at the start, annealed linearly to 1 over the run's
+    planned gradient steps (``steps * updates_per_step``)."""
 
     def __post_init__(self):
         if self.rate_tolerance < 2 * self.credit_quantum:
@@ -56,6 +80,25 @@ class LearnerConfig:
             raise ValueError("learner.n_step must be at least 1")
         if self.replay_chunk_rows < 2 or self.prefetch_batches < 0:
             raise ValueError("learner.replay_chunk_rows must be at least 2 and prefetch_batches non-negative")
+        if isinstance(self.demos, str):
+            object.__setattr__(self, "demos", (self.demos,))
+        if self.mix is not None:
+            object.__setattr__(self, "mix", _checked_mix(self.mix))
+        if self.priority_alpha < 0 or not 0 <= self.priority_beta <= 1:
+            raise ValueError("learner.priority_alpha must be non-negative and priority_beta in [0, 1]")
+
+
+def _checked_mix(mix) -> dict[str, float]:
+    if not isinstance(mix, dict) or not mix:
+        raise ValueError(f"learner.mix: expected a mapping of sources to fractions, got {mix!r}")
+    for key, value in mix.items():
+        if key not in MIX_SOURCES:
+            raise ValueError(f"learner.mix.{key}: not a source; known: {', '.join(MIX_SOURCES)}")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+            raise ValueError(f"learner.mix.{key}: expected a non-negative fraction, got {value!r}")
+    if sum(mix.values()) <= 0:
+        raise ValueError(f"learner.mix: the fractions sum to 0 ({mix})")
+    return {key: float(value) for key, value in mix.items()}
 
 
 @dataclass(frozen=True)
@@ -63,7 +106,8 @@ class _Run:
     """What every run names before its sections (config.json's key order follows the fields)."""
 
     task: str = "pendulum"
-    """A task name, or several joined by ``+`` for one policy over devices of different shapes."""
+    """A task name, ``gym:ID``, ``module:factory`` or a robot file (:func:`embodyrl.robot.load`), or
+    several joined by ``+`` for one policy over devices of different shapes."""
     steps: int = 20_000
     """Environment steps, summed over all actors."""
     seed: int = 0
@@ -71,6 +115,10 @@ class _Run:
     eval_episodes: int = 10
     algorithm: str = registry.DEFAULT
     """A registered name (:func:`embodyrl.algos.registry.names`); its settings are its section's."""
+    robot: dict = field(default_factory=dict)
+    """Where ``task`` came from when it is not a built-in task (:meth:`embodyrl.robot.Robot.record`):
+    each robot file's absolute path, content hash and declaration, and the device kinds' specs.
+    Written when the run starts; ``--resume``, ``eval`` and ``export`` rebuild the robot from it."""
 
 
 def _check(config) -> None:
@@ -136,14 +184,18 @@ def apply_algorithm_defaults(data: dict, explicit: dict | None = None) -> dict:
     Applied once, where a config is built, so config.json records what the run does.
     """
     if data.get("algorithm") in registry.names():  # an unknown one is refused, by name, when built
-        _fill(data, registry.get(data["algorithm"]).defaults, explicit or {})
+        _fill(data, registry.get(data["algorithm"]).defaults, explicit or {}, TrainConfig)
     return data
 
 
-def _fill(into: dict, changes, explicit: dict) -> None:
+def _fill(into: dict, changes, explicit: dict, cls) -> None:
+    """Set ``changes`` into ``into`` where ``explicit`` does not; sections of ``cls`` are filled
+    key by key, any other value (a mapping such as ``learner.mix`` included) as a whole."""
+    hints = typing.get_type_hints(cls)
     for key, value in changes.items():
-        if isinstance(value, dict) and isinstance(into.get(key), dict):
-            _fill(into[key], value, explicit.get(key) if isinstance(explicit.get(key), dict) else {})
+        section = hints.get(key)
+        if dataclasses.is_dataclass(section) and isinstance(into.get(key), dict):
+            _fill(into[key], value, explicit.get(key) if isinstance(explicit.get(key), dict) else {}, section)
         elif key not in explicit:
             into[key] = copy.deepcopy(value)
 

@@ -9,9 +9,12 @@ then, where only the base install is present::
     python examples/numpy_actor.py pendulum_policy --task pendulum --episodes 3
     python examples/numpy_actor.py arm_policy --task arm_reach --remote tcp://robot-box:5556 \
         --secret-key keys/actor.key_secret --server-key keys/robot.key
+    python examples/numpy_actor.py arm_policy --task arm.yaml    # your robot's file (docs/robots.md)
 
+``--task`` takes what ``embodyrl train`` takes: a task name, ``module:factory``
+or a robot file (its device, safety limits and task; reading it needs pyyaml).
 With ``--remote`` the device is the robot server's (the task still computes
-the reward here); otherwise the task's own simulated device. Off loopback
+the reward here); otherwise the task's own device. Off loopback
 the robot server takes CurveZMQ keys (``embodyrl keys``; see
 ``examples/remote_robot_driver.py``); ``--insecure`` allows plain TCP.
 """
@@ -24,7 +27,7 @@ import sys
 
 import numpy as np
 
-from embodyrl import envs
+from embodyrl import robot
 from embodyrl.hal import runtime
 
 
@@ -44,7 +47,8 @@ def run_episode(device, task, policy, max_steps: int, explore: bool) -> float:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Run an exported policy with numpy.")
     parser.add_argument("export", help="path of the export (.json + .npz, suffix optional)")
-    parser.add_argument("--task", default="pendulum", choices=envs.names())
+    parser.add_argument("--task", default="pendulum",
+                        help="a task name, module:factory or robot file ROBOT.yaml (default pendulum)")
     parser.add_argument("--remote", help="endpoint of a robot server to drive instead of the simulator")
     parser.add_argument("--secret-key", help="this actor's .key_secret (CurveZMQ) for --remote")
     parser.add_argument("--server-key", help="the robot server's public .key for --remote")
@@ -55,7 +59,10 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
 
     policy = runtime.load(args.export, seed=0)
-    device, task = envs.make(args.task)
+    try:
+        device, task = robot.load(args.task).make()
+    except ValueError as err:  # an unknown task, a robot file refused by field
+        sys.exit(str(err))
     if args.remote:
         from embodyrl.hal.drivers.remote import RemoteDevice
         from embodyrl.hal.wire.security import ClientKeys

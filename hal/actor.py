@@ -24,6 +24,19 @@ it is about to replace. Short of credit, it sends what it recorded, then a
 simulator waits; a real-time loop keeps ticking with its devices paused (no
 step, so ``SafeDevice``'s watchdog holds hardware in its safe state) and
 counts every paused control period.
+
+A person in the loop (:mod:`.intervention`, :mod:`.operator`): an
+intervention source may override any step, or throw the episode away
+(:class:`~.intervention.EpisodeAborted`: it ends without a final row). With an
+``operator`` (``reset: operator``) each episode's end waits, the device
+holding its safe action, until the person has reset the scene and answered;
+a success or failure label rewrites the last row's flags
+(:func:`~.operator.apply_label`) before it is recorded, so the learner sees
+it. The loop never waits on the learner: while the link is down it acts with
+the weights it has and spools (the random warm-up goes on: it needs none); a
+device whose policy never had weights holds its safe action (nothing
+recorded) unless the person commands it, and ``ActorStats.learner`` says
+``gone``.
 """
 
 from __future__ import annotations
@@ -38,10 +51,11 @@ import numpy as np
 from .clock import RateClock, set_realtime_priority
 from .device import Device
 from .group import DeviceGroup
-from .intervention import InterventionSource
+from .intervention import EpisodeAborted, InterventionSource, new_episode
 from .link import Link
+from .operator import Answer, Operator, apply_label, wait_for_answer
 from .policy import Policy, UniformRandomPolicy
-from .steps import Source, StepRecorder, Steps
+from .steps import NO_POLICY, Source, StepRecorder, Steps
 from .task import Task
 from .wire.client import LinkError
 from .wire.spool import SpoolFull
@@ -94,8 +108,22 @@ class ActorConfig:
     not acknowledged (through reconnects: a learner restarted with ``--resume`` takes its time). Past
     it the actor exits non-zero, saying how many rows its spool still holds; a restart on the same
     ``spool_dir`` delivers them. A learner's BYE ends the wait at once; so does a second stop signal."""
+    teleop: str = ""
+    """A person's input source that may take over any step (``keyboard``, ``gamepad[:PATH]``,
+    ``spacemouse[:PATH]``, ``script:module:function``: :mod:`embodyrl.hal.teleop`); empty: none.
+    ``embodyrl train`` gives it to actor 0. With it the loop runs in real time (``realtime``)."""
+    reset: str = "auto"
+    """``auto``: the device resets itself between episodes. ``operator``: at each episode's end the
+    device holds its safe state until a person has reset the scene and answered go, success or
+    failure (:mod:`embodyrl.hal.operator`); the answer labels the episode. Real time, as ``teleop``."""
 
     def __post_init__(self):
+        if self.reset not in ("auto", "operator"):
+            raise ValueError(f"actor.reset must be 'auto' or 'operator', not {self.reset!r}")
+        if self.teleop:
+            from .teleop import check_spec
+
+            check_spec(self.teleop)  # a TeleopError is a ValueError naming the source
         if self.spool_on_full not in ("pause", "drop_oldest"):
             raise ValueError(f"actor.spool_on_full must be 'pause' or 'drop_oldest', not {self.spool_on_full!r}")
         if self.spool_disk_mb <= 0 or self.flush_timeout_s < 0:
@@ -129,6 +157,16 @@ class ActorStats:
     """Seconds spent stopped for credit (waiting or paused)."""
     link: dict = field(default_factory=dict)
     """The link's figures: bytes and messages each way, RTT, resends, reconnects, spool depth."""
+    learner: str = "connected"
+    """``connected``, or ``gone`` while the link to the learner is down (the loop goes on)."""
+    held_steps: int = 0
+    """Control periods a device with no weights held its safe action because the learner was gone."""
+    aborted: int = 0
+    """Episodes the person threw away (ended without a final row)."""
+    labels: dict[str, int] = field(default_factory=dict)
+    """The operator's answers at episodes' ends: go, success, failure."""
+    operator_wait_s: float = 0.0
+    """Seconds spent waiting for the operator to reset the scene and answer."""
 
     def snapshot(self) -> dict:
         """A JSON-able summary (the latest return rather than all of them)."""
@@ -138,7 +176,9 @@ class ActorStats:
                 "clock": dict(self.clock), "pauses": self.pauses, "paused_steps": self.paused_steps,
                 "credit_pauses": self.credit_pauses, "credit_paused_steps": self.credit_paused_steps,
                 "credit_wait_s": round(self.credit_wait_s, 3),
-                "link": dict(self.link),
+                "link": dict(self.link), "learner": self.learner, "held_steps": self.held_steps,
+                "aborted": self.aborted, "labels": dict(self.labels),
+                "operator_wait_s": round(self.operator_wait_s, 3),
                 "last_return": self.returns[-1] if self.returns else None}
 
 
@@ -156,6 +196,8 @@ class _Lane:
     observation: dict[str, np.ndarray] | None = None
     episode_return: float = 0.0
     t: int = 0
+    holding: bool = False
+    """Holding the safe action (no weights, learner gone); the next acted step starts an episode."""
 
 
 class ActorLoop:
@@ -163,12 +205,16 @@ class ActorLoop:
 
     One device: ``task``, ``policy`` (and ``intervention``) are its own, ``device_id`` tags its
     rows. A group: each is a mapping by member name, and each member's rows carry its device id.
+    ``operator``: a person resets the scene and labels each episode (``reset: operator``); while
+    one device waits for the answer the others are not stepped.
     """
 
     def __init__(self, device: Device, task: Task | Mapping[str, Task], policy: Policy | Mapping[str, Policy],
                  link: Link, config: ActorConfig = ActorConfig(), device_id: int = 0,
                  intervention: InterventionSource | Mapping[str, InterventionSource] | None = None,
-                 tap: Callable[[int, Steps], None] | None = None):
+                 tap: Callable[[int, Steps], None] | None = None, operator: Operator | None = None):
+        self.operator = operator
+        self._clock: RateClock | None = None
         self._should_stop = lambda: False  # run()'s, so a wait for credit ends on a stop signal
         self._credit_pause_started: float | None = None  # when act_within_credit stopped the loop
         self._held: list[tuple[int, Steps]] = []  # batches the full spool refused, oldest first
@@ -200,10 +246,11 @@ class ActorLoop:
         self._should_stop = should_stop
         for lane in self.lanes:
             lane.observation = lane.device.reset(seed=cfg.seed + lane.device_id)
+            new_episode(lane.intervention)
         period = max(lane.device.control_period_s for lane in self.lanes)
         clock = None
         if cfg.realtime:
-            clock = RateClock(cfg.time_scale / period)
+            clock = self._clock = RateClock(cfg.time_scale / period)
             if cfg.realtime_priority:
                 self.stats.clock["realtime_priority"] = float(set_realtime_priority(cfg.realtime_priority))
         next_report = time.monotonic() + report_every_s
@@ -211,6 +258,7 @@ class ActorLoop:
         while link.bye_reason is None and not should_stop() and (max_steps is None or steps < max_steps):
             link.poll(0)
             self._refresh_weights()
+            self.stats.learner = "connected" if getattr(link, "connected", True) else "gone"
             if self._held:  # the spool is full: devices stay in their safe state until it drains
                 self._retry_held()
                 if self._held:
@@ -252,10 +300,18 @@ class ActorLoop:
         proposed, extras = policy.act(observation, explore=True)
         command, source = proposed, Source.ONLINE
         if lane.intervention is not None:
-            human = lane.intervention.poll(observation)
+            try:
+                human = lane.intervention.poll(observation)
+            except EpisodeAborted:
+                self._abort(lane)
+                return
             if human is not None:
                 command, source = human, Source.INTERVENTION
                 self.stats.interventions += 1
+        if source == Source.ONLINE and not warm and policy.version == NO_POLICY and self.stats.learner == "gone":
+            self._hold(lane)  # a policy that never had weights, and no learner to send them: stay safe
+            return
+        lane.holding = False
         next_observation = device.step(command)
         applied = device.last_applied
         if applied is None:  # a bare device: the loop clips, as the device's own driver would
@@ -266,6 +322,11 @@ class ActorLoop:
         truncated = not terminated and (
             (task.max_episode_steps is not None and lane.t >= task.max_episode_steps)
             or task.truncated(next_observation))  # e.g. a wrapped Gymnasium env's
+        if (terminated or truncated) and self.operator is not None:
+            answer = self._ask(lane, reward, terminated)
+            if answer is not None:
+                self.stats.labels[answer.name.lower()] = self.stats.labels.get(answer.name.lower(), 0) + 1
+                reward, terminated, truncated = apply_label(task, answer.success, reward, terminated, truncated)
         lane.recorder.add(observation, applied, proposed, reward, terminated, truncated,
                           policy.version, log_prob=extras.get("log_prob", 0.0), source=source)
         self.stats.env_steps += 1
@@ -275,10 +336,51 @@ class ActorLoop:
             self.stats.episodes += 1
             self.stats.returns.append(lane.episode_return)
             lane.observation, lane.episode_return, lane.t = device.reset(), 0.0, 0
+            new_episode(lane.intervention)
         else:
             lane.observation = next_observation
         if len(lane.recorder) >= self.config.send_every:
             self._send(lane)
+
+    def _abort(self, lane: _Lane) -> None:
+        """The person threw the episode away: it ends without a final row; a new one starts."""
+        self.stats.aborted += 1
+        lane.recorder.abandon_episode()
+        lane.observation, lane.episode_return, lane.t = lane.device.reset(), 0.0, 0
+        new_episode(lane.intervention)
+
+    def _hold(self, lane: _Lane) -> None:
+        """One control period of the safe action, unrecorded; the episode in progress is abandoned
+        (the next acted step starts one from where the device is)."""
+        if not lane.holding:
+            lane.holding = True
+            lane.recorder.abandon_episode()
+            lane.episode_return, lane.t = 0.0, 0
+            new_episode(lane.intervention)
+        self.stats.held_steps += 1
+        device = lane.device
+        if getattr(device, "safe_action", None) is not None and not device.estopped:
+            lane.observation = device.step(device.safe_action)
+
+    def _ask(self, lane: _Lane, reward: float, terminated: bool) -> Answer | None:
+        """Hold the device safe (the link kept alive) until the operator answers; None on a stop."""
+        device = lane.device
+
+        def hold() -> None:
+            if getattr(device, "safe_action", None) is not None and not device.estopped:
+                device.step(device.safe_action)
+            self.link.poll(0)
+
+        started = time.monotonic()
+        summary = (f"actor {self.config.actor_id}, device {lane.device_id}: episode {self.stats.episodes + 1} "
+                   f"ended after {lane.t} steps, return {lane.episode_return + reward:.2f}"
+                   + (" (the task ended it)" if terminated else ""))
+        answer = wait_for_answer(self.operator, summary, every=hold, period_s=device.control_period_s,
+                                 should_stop=self._should_stop, device_id=lane.device_id)
+        self.stats.operator_wait_s += time.monotonic() - started
+        if self._clock is not None:
+            self._clock.restart()  # the wait is not a missed deadline
+        return answer
 
     def _short_of_credit(self) -> bool:
         """Whether acting one more step on every device could exceed the credit: each needs a row,

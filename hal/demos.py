@@ -58,8 +58,10 @@ class DemoWriter:
     def rows(self) -> int:
         return sum(len(b) for b in self._batches)
 
-    def close(self) -> Path:
-        """Write every complete episode gathered; rows of an unfinished one are dropped."""
+    def close(self, **meta) -> Path:
+        """Write every complete episode gathered; rows of an unfinished one are dropped. ``meta``
+        goes into the file's meta beside the format's own keys (``embodyrl record`` writes
+        ``success``, the episode's label, and ``labelled_by``, ``task`` or ``operator``)."""
         if not self._batches:
             raise ValueError(f"{self.path}: no steps to write")
         columns = {k: np.concatenate([b.arrays()[k] for b in self._batches])
@@ -69,7 +71,7 @@ class DemoWriter:
             raise ValueError(f"{self.path}: no complete episode (no final row) to write")
         end = int(finals[-1]) + 1
         columns = {k: v[:end] for k, v in columns.items()}
-        meta = {"format": FORMAT, "version": VERSION,
+        meta = {**meta, "format": FORMAT, "version": VERSION,
                 "observation_spec": self.observation_spec.to_msg(),
                 "action_spec": self.action_spec.to_msg(), "written": time.time()}
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -79,6 +81,13 @@ class DemoWriter:
         os.replace(tmp, self.path)
         self._batches.clear()
         return self.path
+
+
+def read_meta(path: str | Path) -> dict:
+    """A demonstration file's meta: the format's keys and what its writer added (e.g. ``success``)."""
+    with _open(path) as data:
+        _specs(path, data)
+        return json.loads(str(data["meta"]))
 
 
 def read_specs(path: str | Path) -> tuple[DictSpec, ArraySpec]:
@@ -94,8 +103,8 @@ def load_demonstrations(path: str | Path, *, batch_rows: int = 256, actor_id: in
 
     Rows are re-tagged with ``actor_id`` and ``device_id`` (the stream they
     will be sent on) and ``source=DEMONSTRATION``. Given specs must equal
-    the file's; a mismatch, a missing column or a malformed value raises
-    :class:`SpecError` naming it.
+    the file's; a mismatch (:func:`spec_mismatch`), a missing column or a
+    malformed value raises :class:`SpecError` naming it.
     """
     if batch_rows < 1:
         raise ValueError(f"batch_rows: must be >= 1, got {batch_rows}")
@@ -104,7 +113,8 @@ def load_demonstrations(path: str | Path, *, batch_rows: int = 256, actor_id: in
         for given, stored, what in ((observation_spec, obs_spec, "observation"),
                                     (action_spec, act_spec, "action")):
             if given is not None and given != stored:
-                raise SpecError(f"{path}: {what} spec {stored!r} differs from the expected {given!r}")
+                expected = (given, action_spec) if what == "observation" else (obs_spec, given)
+                raise SpecError(f"{path}: {spec_mismatch(obs_spec, act_spec, *expected)}")
         columns = {}
         for k in data.files:
             if k != "meta":
@@ -123,6 +133,39 @@ def load_demonstrations(path: str | Path, *, batch_rows: int = 256, actor_id: in
     columns["device_id"] = np.full(n, device_id, SCALAR_COLUMNS["device_id"])
     return [Steps.from_arrays({k: v[i:i + batch_rows] for k, v in columns.items()}, obs_spec, act_spec)
             for i in range(0, n, batch_rows)]
+
+
+def spec_mismatch(observation_spec: DictSpec, action_spec: ArraySpec, task_observation: DictSpec,
+                  task_action: ArraySpec | None) -> str | None:
+    """The first field in which recorded specs differ from a task's, in words (None: they agree),
+    e.g. ``observation 'joint_pos': shape (7,) but the task's is (6,)``."""
+    for name in sorted(set(observation_spec) | set(task_observation)):
+        if name not in task_observation:
+            return f"observation {name!r}: recorded, but the task has no such field"
+        if name not in observation_spec:
+            return f"observation {name!r}: the task has it, the recording does not"
+        differs = _field_mismatch(observation_spec[name], task_observation[name])
+        if differs is not None:
+            return f"observation {name!r}: {differs}"
+    if task_action is not None:
+        differs = _field_mismatch(action_spec, task_action, name=True)
+        if differs is not None:
+            return f"action {action_spec.name!r}: {differs}"
+    return None
+
+
+def _field_mismatch(recorded: ArraySpec, task: ArraySpec, name: bool = False) -> str | None:
+    if name and recorded.name != task.name:
+        return f"named {recorded.name!r} but the task's is {task.name!r}"
+    if recorded.shape != task.shape:
+        return f"shape {recorded.shape} but the task's is {task.shape}"
+    if recorded.dtype != task.dtype:
+        return f"dtype {recorded.dtype} but the task's is {task.dtype}"
+    for bound in ("minimum", "maximum"):
+        mine, theirs = recorded.to_msg().get(bound), task.to_msg().get(bound)
+        if mine != theirs:
+            return f"{bound} {mine} but the task's is {theirs}"
+    return None
 
 
 def send_demonstrations(link, device_id: int, batches: list[Steps], *, timeout_s: float = 60.0) -> int:

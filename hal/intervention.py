@@ -14,13 +14,20 @@ safety layer) as ``action``, so learners can tell the two apart (HIL-SERL
 style). Sources here: a scripted one for tests and replays,
 :class:`HeldCommand`, a thread-safe slot that any input reader (keyboard,
 spacemouse, a GUI) sets from its own thread, and :class:`KeyboardTeleop`,
-which reads key presses from a terminal.
+which reads key presses from a terminal. :mod:`.teleop` builds sources from
+a name (``keyboard``, ``gamepad``, ``spacemouse``, ``script:module:function``).
+
+Two optional parts of a source, which loops look for: ``new_episode()``,
+called when an episode starts (a script counts its steps from there), and
+``close()``. ``poll`` may raise :class:`EpisodeAborted` when the person asks
+to throw the episode away (a key, a button): the loop ends it unrecorded.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import queue
 import select
 import threading
 import time
@@ -30,10 +37,21 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 
+class EpisodeAborted(Exception):
+    """Raised by a source's ``poll``: the person threw this episode away (it is not recorded)."""
+
+
 @runtime_checkable
 class InterventionSource(Protocol):
     def poll(self, observation: dict[str, np.ndarray]) -> np.ndarray | None:
         """The person's action for this step, or None to let the policy act."""
+
+
+def new_episode(source) -> None:
+    """Tell a source that an episode starts, if it cares (``new_episode()`` is optional)."""
+    hook = getattr(source, "new_episode", None)
+    if hook is not None:
+        hook()
 
 
 class ScriptedIntervention:
@@ -95,13 +113,22 @@ class KeyboardTeleop:
     then control returns to the policy. A reader thread does the reading, so
     the control loop never blocks on input. On a terminal it switches to
     cbreak mode (keys arrive unbuffered) and restores it on :meth:`close`.
+    ``abort_key`` makes the next ``poll`` raise :class:`EpisodeAborted`.
+    Every other key goes to :attr:`other_keys`, a queue, so that one reader
+    serves the terminal (an operator's answers read from it).
     """
 
-    def __init__(self, keymap: Mapping[str, np.ndarray], *, fd: int | None = None, hold_s: float = 0.25):
+    def __init__(self, keymap: Mapping[str, np.ndarray], *, fd: int | None = None, hold_s: float = 0.25,
+                 abort_key: str | None = None):
         if not keymap or any(len(k) != 1 for k in keymap):
             raise ValueError(f"keymap: needs single-character keys, got {list(keymap)}")
+        if abort_key is not None and (len(abort_key) != 1 or abort_key in keymap):
+            raise ValueError(f"abort_key: one character outside the keymap, got {abort_key!r}")
         self._keymap = {k: np.asarray(a) for k, a in keymap.items()}
         self.hold_s = hold_s
+        self.abort_key = abort_key
+        self.other_keys: queue.SimpleQueue[str] = queue.SimpleQueue()
+        self._abort = threading.Event()
         self._fd = 0 if fd is None else fd
         self._held = HeldCommand()
         self._last_press = 0.0
@@ -128,8 +155,16 @@ class KeyboardTeleop:
                 if key in self._keymap:
                     self._held.hold(self._keymap[key])
                     self._last_press = time.monotonic()
+                elif key == self.abort_key:
+                    self._abort.set()
+                else:
+                    self.other_keys.put(key)
 
     def poll(self, observation):
+        if self._abort.is_set():
+            self._abort.clear()
+            self._last_press = 0.0
+            raise EpisodeAborted(f"key {self.abort_key!r} pressed")
         if time.monotonic() - self._last_press > self.hold_s:
             return None
         return self._held.poll(observation)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import glob
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -43,19 +44,39 @@ class Rule:
     """Arguments appended to make it a tiny-budget run."""
     skip: str = ""
     """Why it does not run here (it is still checked); empty: it runs."""
+    replace: tuple[tuple[str, str], ...] = ()
+    """(text, substitute) pairs applied before the command is checked and run: the hardware or
+    the person it needs, replaced by a simulation or a script."""
 
+
+ON_THE_SIMULATED_ARM = (("arm.yaml", "arm_local.yaml"), ("--teleop keyboard", "--teleop script:robot_helpers:hold"))
+"""docs/robots.md's arm behind a robot server and the person at the keyboard: the same arm built in
+this process (examples/robots/arm_local.yaml) and a script (tests/robot_helpers.py), copied beside
+the commands. tests/test_robot_file.py trains arm.yaml itself through a robot server with keys."""
 
 RULES = [
+    Rule(r"^embodyrl train arm\.yaml .*--resume", replace=ON_THE_SIMULATED_ARM,
+         skip="a second training run; tests/test_robot_file.py resumes a robot file's run and refuses a "
+              "changed file"),
+    Rule(r"^embodyrl record arm\.yaml ", replace=ON_THE_SIMULATED_ARM,
+         append=("--episodes", "2", "--episode-steps", "50", "--unpaced")),
+    Rule(r"^embodyrl train arm\.yaml ", replace=ON_THE_SIMULATED_ARM, append=TINY_TRAIN),
     Rule(r"^embodyrl bench ", skip="each benchmark runs with quick=True in tests/test_bench_*.py and "
                                     "tests/test_chaos.py; full sizes take minutes"),
     Rule(r"^embodyrl (learner|actor) ", skip="learner and actors run at once on two machines; "
          "tests/test_cli_learner_actor.py and tests/test_cli_security.py run them as concurrent processes"),
     Rule(r"^python3? examples/", skip="tests/test_examples.py runs every example on its tiny budget"),
+    Rule(r"^embodyrl record .*--teleop (keyboard|gamepad|spacemouse)", skip="a person at an input device; "
+         "tests/test_record.py records with a scripted source, tests/test_operator_reset.py answers at a pty"),
+    Rule(r"^embodyrl demos ", skip="summarises what a recording by a person wrote; tests/test_record.py "
+                                   "runs it on a recorded directory"),
     Rule(r"^embodyrl train pendulum$", skip="the default run of the README's two commands; the quickstart's "
                                            "embodyrl train pendulum --run-dir runs/ddpg runs here"),
     Rule(r"^embodyrl train gym:", skip="tests/test_cli_tasks.py::test_train_a_gymnasium_id trains a Gymnasium id"),
     Rule(r"^embodyrl train .*--config ", skip="one more training run; tests/test_cli_commands.py trains from a "
                                              "YAML file plus overrides (the file and overrides are checked here)"),
+    Rule(r"^embodyrl train examples/robots/", skip="one more training run; tests/test_robot_file.py trains a robot "
+                                                 "file, a module:factory and a robot behind a robot server"),
     Rule(r"^embodyrl train ", append=TINY_TRAIN),
 ]
 
@@ -95,9 +116,16 @@ def _rule(command: str) -> Rule | None:
     return next((r for r in RULES if re.search(r.pattern, command)), None)
 
 
+def _replaced(command: str) -> str:
+    rule = _rule(command)
+    for text, substitute in rule.replace if rule else ():
+        command = command.replace(text, substitute)
+    return command
+
+
 def _check(command: str, scratch: Path) -> None:
-    """Parse with the real parser; known task, benchmark or example; the config validates."""
-    from embodyrl import bench, envs
+    """Parse with the real parser; known task or robot, benchmark or example; the config validates."""
+    from embodyrl import bench, robot
     from embodyrl.cli.commands import _overrides, build_parser
     from embodyrl.config import build_config, default_config
 
@@ -109,8 +137,11 @@ def _check(command: str, scratch: Path) -> None:
     args, extra = build_parser().parse_known_args(argv[1:])
     if args.command == "bench":
         assert args.name in bench.names(), f"unknown benchmark {args.name!r}"
+    source = {"record": "robot", "train": "task", "learner": "task", "actor": "task"}.get(args.command)
+    if source is not None:  # any form; a robot file is refused here naming the field
+        name = getattr(args, source)
+        robot.load(str(scratch / name) if robot.is_file(name) else name)
     if args.command in ("train", "learner", "actor"):
-        assert envs.is_known(args.task), envs.unknown_reason(args.task)
         yaml = scratch / args.config if args.config and (scratch / args.config).is_file() else None
         if args.config and args.config.endswith((".yaml", ".yml")):
             assert yaml is not None, f"{args.config}: the page shows no such file"
@@ -124,6 +155,10 @@ def scratch(tmp_path_factory):
     directory = tmp_path_factory.mktemp("docs")
     for name, text in _yaml_files().items():
         (directory / name).write_text(text)
+    for path in (ROOT / "examples" / "robots" / "arm_local.yaml", ROOT / "tests" / "robot_helpers.py"):
+        (directory / path.name).write_bytes(path.read_bytes())  # what ON_THE_SIMULATED_ARM runs
+    (directory / "examples").mkdir()
+    shutil.copytree(ROOT / "examples" / "robots", directory / "examples" / "robots")  # as from the repository
     return directory
 
 
@@ -132,14 +167,15 @@ COMMANDS = _commands()
 
 def test_the_docs_show_commands():
     pages = {page for page, _ in COMMANDS}
-    assert {"README.md", "docs/cli.md", "docs/running_across_machines.md"} <= pages
+    assert {"README.md", "docs/cli.md", "docs/running_across_machines.md", "docs/robots.md"} <= pages
     assert any(c.startswith("embodyrl train ") for _, c in COMMANDS)
 
 
 @pytest.mark.parametrize(("page", "command"), COMMANDS, ids=[f"{p}: {c}" for p, c in COMMANDS])
 def test_docs_command(page, command, scratch):
-    _check(command, scratch)
     rule = _rule(command)
+    command = _replaced(command)
+    _check(command, scratch)
     if rule is not None and rule.skip:
         pytest.skip(f"checked, not run: {rule.skip}")
     argv = shlex.split(command) + list(rule.append if rule else ())

@@ -161,7 +161,7 @@ def test_bad_demonstration_files_are_refused_with_the_reason(tmp_path):
         rec.add_final(raw.step(np.zeros(1, np.float32)))
     writer.add(rec.flush())
     writer.close()
-    with pytest.raises(SpecError, match="action spec"):
+    with pytest.raises(SpecError, match="action 'action': shape \\(1,\\) but the task's is \\(7,\\)"):
         load_demonstrations(good, action_spec=arm.action_spec)
     with np.load(good, allow_pickle=False) as data:
         columns = {k: data[k] for k in data.files if k != "reward"}

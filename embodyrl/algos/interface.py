@@ -49,8 +49,10 @@ class Algorithm(Protocol):
 
     def make_update_many(self, networks) -> Callable[[Any, Any], tuple[Any, dict]]:
         """``update_many(state, batches) -> (state, metrics)``, pure and jittable. Off-policy: K
-        steps scanned over batches stacked ``[K, batch, ...]`` as the replay samples them; on-policy:
-        one iteration over a time-major rollout batch ``[T, B, ...]``."""
+        steps scanned over batches stacked ``[K, batch, ...]`` as the replay samples them, each
+        sample's loss weighted by ``batches["weight"]`` where present (prioritised replay's
+        importance weights; absent: ones), and then ``metrics["td_error"]`` per sample
+        (``[K, batch]``, the rows' new priorities); on-policy: one iteration over a time-major rollout batch ``[T, B, ...]``."""
 
     def actor_networks(self, observation_spec, action_spec, key) -> tuple[Any, Any]:
         """(networks, fresh actor parameters): what an actor needs to act before any weights arrive."""

@@ -41,12 +41,12 @@ class _Refused(Exception):
 
 
 def _resolve_config(args, run_dir: Path | None, extra_named: dict | None = None):
-    """Task defaults (or the run's config.json with --resume), the YAML file, then overrides."""
-    from .. import envs
-    from ..config import build_config, default_config, load
+    """The robot, then its defaults (or the run's config.json with --resume), the YAML file, then
+    overrides; the robot's specs checked (a remote robot is reached for them) and recorded."""
+    from ..config import TrainConfig, build_config, default_config, from_dict, load, to_dict
+    from ..robot import RobotFileError, of_config
+    from ..robot import load as load_robot
 
-    if not envs.is_known(args.task):
-        raise _Refused(envs.unknown_reason(args.task))
     if run_dir is not None:
         started = (run_dir / "config.json").exists()
         if args.resume and not started:
@@ -60,19 +60,54 @@ def _resolve_config(args, run_dir: Path | None, extra_named: dict | None = None)
     try:
         if run_dir is not None and args.resume:
             base = load(run_dir / "config.json")
-            if base.task != args.task:
-                raise _Refused(f"{run_dir} is a run of {base.task!r}, not {args.task!r}")
+            if not _same_robot(args.task, base):
+                paths = [f["path"] for f in ((base.robot or {}).get("files") or {}).values()]
+                raise _Refused(f"{run_dir} is a run of {base.task!r}" + (f" ({', '.join(paths)})" if paths else "")
+                               + f", not {args.task!r}")
+            robot = of_config(base)  # a robot file changed since is refused here
             base = _resumed(base, run_dir)
         else:
-            base = default_config(args.task)
+            robot = load_robot(args.task)
+            data = to_dict(default_config(args.task))
+            _merge_into(data, robot.config_defaults())  # what the robot file implies; --config and overrides win
+            base = from_dict(TrainConfig, data)
         config = build_config(base, args.config, _overrides(args.overrides) + named)
+    except RobotFileError as err:
+        raise _Refused(str(err)) from None
     except ValueError as err:
         raise _Refused(f"config: {err}") from None
     try:
-        _check_task(config)
+        layout = _check_task(config, robot)
+    except RobotFileError as err:
+        raise _Refused(str(err)) from None
     except ValueError as err:
         raise _Refused(f"task {config.task!r}: {err}") from None
+    if not (run_dir is not None and args.resume):  # where this robot came from, for --resume, eval, export
+        config = dataclasses.replace(config, robot=dataclasses.replace(robot, recorded_layout=layout).record())
     return config
+
+
+def _merge_into(data: dict, defaults: dict) -> None:
+    for key, value in defaults.items():
+        if isinstance(value, dict) and isinstance(data.get(key), dict):
+            _merge_into(data[key], value)
+        else:
+            data[key] = value
+
+
+def _same_robot(source: str, config) -> bool:
+    """Whether ``source`` names the run's robot: the same names, and the same robot files by any path."""
+    files = (config.robot or {}).get("files") or {}
+    given, recorded = ((source,), (config.task,)) if config.task in files else (source.split("+"), config.task.split("+"))
+    if len(given) != len(recorded):
+        return False
+    for mine, theirs in zip(given, recorded, strict=True):
+        if theirs in files:  # a robot file: the file the run recorded
+            if Path(mine).expanduser().resolve() != Path(files[theirs]["path"]):
+                return False
+        elif mine != theirs:
+            return False
+    return True
 
 
 def _resumed(base, run_dir: Path):
@@ -85,17 +120,16 @@ def _resumed(base, run_dir: Path):
     return dataclasses.replace(base, actor=dataclasses.replace(base.actor, random_steps=0))
 
 
-def _check_task(config) -> None:
-    """What the task's specs refuse, before anything is written: device kinds that do not fit one
-    layout, an algorithm that cannot act over it or in a kind's action space, camera images
-    flattened into an MLP."""
-    from .. import envs
+def _check_task(config, robot):
+    """What the task's specs refuse, before anything is written: a robot file's fields the robot
+    does not observe, device kinds that do not fit one layout, an algorithm that cannot act over it
+    or in a kind's action space, camera images flattened into an MLP. Returns the layout."""
     from ..algos import registry
     from ..algos.encoders import check_images
     from ..algos.heads import over
     from ..algos.interface import refusal
 
-    layout = envs.layout(config.task)
+    layout = robot.layout()
     algorithm = over(config.algo, layout)
     for kind in layout.kinds:
         reason = refusal(algorithm, kind.action_spec)
@@ -104,6 +138,18 @@ def _check_task(config) -> None:
         encoder = getattr(algorithm.config, "encoder", None)
         if encoder is not None:
             check_images(kind.observation_spec, encoder, f"{registry.get(algorithm.name).section}.encoder")
+    return layout
+
+
+def _demos(args) -> dict:
+    """``--demos DIR`` (repeatable) as the ``learner.demos`` override, absolute paths (a resumed run
+    finds them from anywhere)."""
+    if not args.demos:
+        return {}
+    for directory in args.demos:
+        if not Path(directory).is_dir():
+            raise _Refused(f"--demos: no directory {directory}")
+    return {"learner.demos": json.dumps([str(Path(d).resolve()) for d in args.demos])}
 
 
 def _keep_yaml(args, run_dir: Path) -> None:
@@ -114,7 +160,9 @@ def _keep_yaml(args, run_dir: Path) -> None:
 
 
 def _run_dir(args) -> Path:
-    task = args.task.replace(":", "-").replace("/", "-")  # gym:embodyrl/Pendulum-v0 -> one folder
+    task = "+".join(Path(part).stem if part.lower().endswith((".yaml", ".yml")) else part
+                    for part in args.task.split("+"))  # a robot file: its name
+    task = task.replace(":", "-").replace("/", "-")  # gym:embodyrl/Pendulum-v0 -> one folder
     return Path(args.run_dir or f"runs/{task}-{time.strftime('%Y%m%d-%H%M%S')}")
 
 
@@ -123,7 +171,7 @@ def _train(args) -> int:
     from .security import check_address, local_key_pairs
 
     run_dir = _run_dir(args)
-    config = _resolve_config(args, run_dir, {"actors": args.actors, "algorithm": args.algorithm})
+    config = _resolve_config(args, run_dir, {"actors": args.actors, "actor.teleop": args.teleop, "algorithm": args.algorithm, **_demos(args)})
     check_address(config.learner.bind, args.curve or None, args.insecure, "--learner.bind")
     _keep_yaml(args, run_dir)
     keys = local_key_pairs(run_dir / "keys") if args.curve else None
@@ -149,7 +197,7 @@ def _learner(args) -> int:
 
     run_dir = _run_dir(args)
     keys = server_keys(args)
-    config = _resolve_config(args, run_dir, {"algorithm": args.algorithm, "learner.bind": args.bind})
+    config = _resolve_config(args, run_dir, {"algorithm": args.algorithm, "learner.bind": args.bind, **_demos(args)})
     check_address(config.learner.bind, keys, args.insecure, "--bind")
     _keep_yaml(args, run_dir)
     should_stop = stop_on_signals()
@@ -171,7 +219,7 @@ def _actor(args) -> int:
 
     keys = client_keys(args)
     check_address(args.connect, keys, args.insecure, "--connect")
-    config = _resolve_config(args, None)
+    config = _resolve_config(args, None, {"actor.teleop": args.teleop})
     if args.log_dir:
         Path(args.log_dir).mkdir(parents=True, exist_ok=True)
     try:
@@ -193,6 +241,7 @@ def _is_finished_run(run_dir: Path) -> bool:
 
 
 def _eval(args) -> int:
+    from ..robot import RobotFileError
     from .evaluate import evaluate_saved_run, render_strip
 
     run_dir = Path(args.run_dir)
@@ -206,6 +255,9 @@ def _eval(args) -> int:
         if args.strip:
             result.update(render_strip(run_dir, Path(args.strip), frames=args.frames,
                                        size=(args.width, args.height), seed=result["seed"], device=args.device))
+    except RobotFileError as err:  # the run's robot cannot be rebuilt as recorded
+        print(f"embodyrl: eval: {err}", file=sys.stderr)
+        return 2
     except ValueError as err:
         print(f"embodyrl: eval: {err}", file=sys.stderr)
         return 1
@@ -293,6 +345,8 @@ def _tasks(args) -> int:
         registered = f"  (gymnasium: {gym_ids[name]})" if name in gym_ids else ""
         print(f"{name}{registered}")
     print("gym:ID  any Gymnasium id with a Box action space, e.g. gym:Pendulum-v1")
+    print("module:factory  your own (device, task) factory, e.g. mypackage.robots:make")
+    print("ROBOT.yaml  a robot file declaring your robot (docs/robots.md)")
     return 0
 
 
@@ -319,7 +373,11 @@ class _Registered:
 
 TASK_HELP = ("a task: pendulum, pendulum_pixels, arm_reach, ... (embodyrl tasks lists them), "
              "or gym:ID for any Gymnasium id with a Box action space, e.g. gym:Pendulum-v1; "
+             "or your own robot: module:factory returning (device, task), or a robot file ROBOT.yaml "
+             "(docs/robots.md); "
              "tasks joined by + (pendulum+arm_reach) train one policy over devices of different shapes")
+DEMOS_HELP = ("a directory of recorded demonstrations (embodyrl record) loaded into the replay as "
+              "source=demonstration, once however often the run resumes; repeat for several (learner.demos)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -353,6 +411,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--quiet", action="store_true", help="no progress at all (for logs and CI)")
     t.add_argument("--resume", action="store_true",
                    help="continue the run in --run-dir: its checkpoint, its replay, its actors' spools")
+    t.add_argument("--demos", action="append", metavar="DIR", help=DEMOS_HELP)
     add_train_options(t)
     t.set_defaults(func=_train)
     overrides_epilog = ("overrides: any config field as --SECTION.FIELD VALUE (or =VALUE), e.g.\n"
@@ -376,6 +435,7 @@ def build_parser() -> argparse.ArgumentParser:
     ln.add_argument("--algorithm", choices=_Registered(), metavar="NAME",
                     help="algorithm: %(choices)s (default: the task's, else the first)")
     ln.add_argument("--resume", action="store_true", help="continue the run in --run-dir")
+    ln.add_argument("--demos", action="append", metavar="DIR", help=DEMOS_HELP)
     add_learner_options(ln)
     ln.set_defaults(func=_learner)
     a = sub.add_parser(
@@ -463,6 +523,11 @@ def build_parser() -> argparse.ArgumentParser:
                                     "Exit codes: 0 done.")
     ts.add_argument("--json", action="store_true", help="print one JSON object")
     ts.set_defaults(func=_tasks)
+    from .record import add_teleop_option, register
+
+    add_teleop_option(t)
+    add_teleop_option(a)
+    register(sub)
     return parser
 
 

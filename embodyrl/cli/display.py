@@ -5,14 +5,17 @@ the display only follows that file, so it costs the learner nothing and
 shows exactly what the run records. Three modes:
 
 * ``live``: a rich panel redrawn in place (env steps with a progress bar to
-  the budget, episodes, mean return, updates/s, replay size, actors, policy
-  lag, weights version, elapsed), drawn on stderr so stdout stays the
-  summary JSON;
+  the budget, episodes, mean return, the share of steps a person took over,
+  updates/s, replay size, actors, policy lag, weights version, the learner's
+  state, elapsed), drawn on stderr so stdout stays the summary JSON;
 * ``plain``: one line every few seconds, for logs and pipes;
 * ``quiet``: nothing.
 
 ``auto`` picks ``live`` when stdout and stderr are both terminals, else
 ``plain``: a redirected or CI run gets lines that read well in a log file.
+
+The learner writes a line every second or so; when none has come for
+``SILENT_S`` the learner field says so (the actors go on without it).
 """
 
 from __future__ import annotations
@@ -26,8 +29,10 @@ from typing import TextIO
 MODES = ("auto", "live", "plain", "quiet")
 
 # label -> how to read it from a metrics record; the order is the panel's
-FIELDS = ("env steps", "episodes", "mean return", "updates/s", "replay size", "actors",
-          "policy lag", "weights version", "elapsed")
+FIELDS = ("env steps", "episodes", "mean return", "interventions", "updates/s", "replay size", "actors",
+          "policy lag", "weights version", "learner", "elapsed")
+SILENT_S = 10.0
+"""Seconds without a new metrics line before the learner is shown as silent."""
 
 
 class MetricsFollower:
@@ -36,7 +41,8 @@ class MetricsFollower:
     Keeps a half-written last line for the next call, so a line the learner
     is still writing is never parsed in pieces. ``last_return`` is the newest
     non-empty ``episode_return``: most lines carry none (no episode ended in
-    that interval) and the display should not blink to "-".
+    that interval) and the display should not blink to "-"; so is
+    ``last_intervention_rate``. ``fresh_at``: when the newest line arrived.
     """
 
     def __init__(self, path: Path):
@@ -45,6 +51,8 @@ class MetricsFollower:
         self._partial = b""
         self.latest: dict | None = None
         self.last_return: float | None = None
+        self.last_intervention_rate: float | None = None
+        self.fresh_at: float | None = None
 
     def poll(self) -> bool:
         """Take in new complete lines; True if any arrived."""
@@ -66,8 +74,11 @@ class MetricsFollower:
             if not isinstance(record, dict):
                 continue
             self.latest, fresh = record, True
+            self.fresh_at = time.monotonic()
             if record.get("episode_return") is not None:
                 self.last_return = float(record["episode_return"])
+            if record.get("intervention_rate") is not None:
+                self.last_intervention_rate = float(record["intervention_rate"])
         return fresh
 
 
@@ -75,8 +86,18 @@ def _number(value, spec: str = "", none: str = "-") -> str:
     return none if value is None else format(value, spec)
 
 
-def view(record: dict | None, last_return: float | None, total_steps: int, elapsed_s: float) -> dict[str, str]:
-    """The displayed fields as text, label -> value (``FIELDS`` order); '-' where unknown yet."""
+def _learner(record: dict | None, silent_s: float | None) -> str:
+    if record is None:
+        return "starting"
+    if silent_s is not None and silent_s >= SILENT_S:
+        return f"silent for {silent_s:.0f} s: gone? (actors go on and spool)"
+    return "ok"
+
+
+def view(record: dict | None, last_return: float | None, total_steps: int, elapsed_s: float, *,
+         intervention_rate: float | None = None, silent_s: float | None = None) -> dict[str, str]:
+    """The displayed fields as text, label -> value (``FIELDS`` order); '-' where unknown yet.
+    ``silent_s``: seconds since the learner's last metrics line."""
     r = record or {}
     steps = r.get("env_steps")
     percent = f" ({100.0 * steps / total_steps:.0f}%)" if steps is not None and total_steps > 0 else ""
@@ -85,11 +106,13 @@ def view(record: dict | None, last_return: float | None, total_steps: int, elaps
         "env steps": f"{_number(steps, ',')} / {total_steps:,}{percent}",
         "episodes": _number(r.get("episodes"), ","),
         "mean return": _number(last_return, ".1f"),
+        "interventions": "-" if intervention_rate is None else f"{100 * intervention_rate:.0f}% of steps",
         "updates/s": _number(r.get("updates_per_s"), ".0f"),
         "replay size": _number(r.get("replay_size"), ","),
         "actors": _number(r.get("actors")),
         "policy lag": _number(r.get("policy_lag"), ".2f"),
         "weights version": _number(r.get("policy_version")),
+        "learner": _learner(record, silent_s),
         "elapsed": f"{minutes}:{seconds:02d}",
     }
 
@@ -135,10 +158,14 @@ class Display:
         self._live = None
         self._started = time.monotonic()
         self._last_shown = float("-inf")
+        self._silent_since: float | None = None  # the fresh_at whose silence a plain line reported
 
     def fields(self) -> dict[str, str]:
         f = self.follower
-        return view(f.latest, f.last_return, self.total_steps, time.monotonic() - self._started)
+        now = time.monotonic()
+        return view(f.latest, f.last_return, self.total_steps, now - self._started,
+                    intervention_rate=f.last_intervention_rate,
+                    silent_s=None if f.fresh_at is None else now - f.fresh_at)
 
     def renderable(self):
         steps = (self.follower.latest or {}).get("env_steps") or 0
@@ -168,9 +195,18 @@ class Display:
         if self._live is not None:
             self._live.update(self.renderable(), refresh=True)  # elapsed moves even without new lines
             self._last_shown = now
-        elif (fresh or force) and self.follower.latest is not None:
+        elif (fresh or force or self._fell_silent()) and self.follower.latest is not None:
             print(plain_line(self.fields()), file=self.stream, flush=True)
             self._last_shown = now  # until the first line: look again at every call
+
+    def _fell_silent(self) -> bool:
+        """True once when the learner has been silent for ``SILENT_S`` (a plain line says so)."""
+        at = self.follower.fresh_at
+        silent = at is not None and time.monotonic() - at >= SILENT_S
+        newly = silent and self._silent_since != at
+        if newly:
+            self._silent_since = at
+        return newly
 
     def close(self) -> None:
         if self._live is not None:

@@ -59,19 +59,20 @@ def evaluate_saved_run(run_dir, episodes: int | None = None, seed: int | None = 
     """The saved policy of ``run_dir`` on each device kind of its task: mean return and task metrics."""
     from pathlib import Path
 
-    from .. import envs
     from ..config import load
     from ..policy import load_run_policies
+    from ..robot import of_config
 
     run_dir = Path(run_dir)
     config = load(run_dir / "config.json")
     episodes = config.eval_episodes if episodes is None else episodes
     seed = 10_000 + config.seed if seed is None else seed
-    layout = envs.layout(config.task)
+    robot = of_config(config)  # as config.json recorded it; a robot file changed since is refused
+    layout = robot.layout()
     policies = load_run_policies(run_dir, config.algo, layout, seed=config.seed)
     per_kind = {}
     for kind, policy in zip(layout.kinds, policies, strict=True):
-        device, task = envs.make(kind.name)
+        device, task = robot.make(kind.name)
         with device:
             per_kind[kind.name] = evaluate(device, task, policy, episodes, seed)
     return {"task": config.task, "algorithm": config.algorithm, "episodes": episodes, "seed": seed,
@@ -81,12 +82,13 @@ def evaluate_saved_run(run_dir, episodes: int | None = None, seed: int | None = 
 def versus_random_run(config, run_dir) -> dict:
     """The saved policy and a uniform random policy on the same seeded episodes, per device kind
     (what ``embodyrl train`` writes into ``summary.json``)."""
-    from .. import envs
     from ..policy import load_run_policies
+    from ..robot import of_config
 
-    layout = envs.layout(config.task)
+    robot = of_config(config)
+    layout = robot.layout()
     policies = load_run_policies(run_dir, config.algo, layout, seed=config.seed)
-    per_kind = {kind.name: versus_random(*envs.make(kind.name), policy, config.eval_episodes, 10_000 + config.seed)
+    per_kind = {kind.name: versus_random(*robot.make(kind.name), policy, config.eval_episodes, 10_000 + config.seed)
                 for kind, policy in zip(layout.kinds, policies, strict=True)}
     return {"eval_episodes": config.eval_episodes, **layout.collect(per_kind)}
 
@@ -103,16 +105,18 @@ def render_strip(run_dir, path, frames: int = 8, size: tuple[int, int] = (160, 1
 
     import mujoco
 
-    from .. import envs
     from ..config import load
     from ..policy import load_run_policies
+    from ..robot import of_config
 
     run_dir = Path(run_dir)
     config = load(run_dir / "config.json")
-    layout = envs.layout(config.task)
+    robot = of_config(config)
+    layout = robot.layout()
     device_id = layout.index(device)
     name = layout.kinds[device_id].name
-    device, task = envs.make(name)
+    device, task = robot.make(name)
+    device = getattr(device, "inner", device)  # a robot file's device: the simulation inside its safety layer
     if not hasattr(device, "model") or not hasattr(device, "data"):
         raise ValueError(f"task {name!r}: its device is not a MuJoCo simulation; nothing to render")
     policy = load_run_policies(run_dir, config.algo, layout, seed=config.seed)[device_id]

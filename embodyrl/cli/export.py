@@ -58,14 +58,14 @@ def export_saved_policy(policy_dir: str | Path, out: str | Path, config=None) ->
 
 def export_run(run_dir: str | Path, out: str | Path, device: str | None = None) -> tuple[Path, Path]:
     """Export the saved policy of a run directory (its ``config.json`` and ``policy/``), any algorithm,
-    for one device kind: ``device`` names its task (None: the run's only kind)."""
-    from .. import envs
+    for one device kind: ``device`` names its task or robot (None: the run's only kind)."""
     from ..config import load
     from ..policy import read_saved
+    from ..robot import layout_of
 
     run_dir = Path(run_dir)
     config = load(run_dir / "config.json")
-    layout = envs.layout(config.task)
+    layout = layout_of(config)  # a robot's as recorded: exporting never reaches the robot
     device_id = layout.index(device)
     _, weights, version = read_saved(run_dir / "policy")
     params = flat_params.unflatten(flat_params.subtree(weights, "actor"))

@@ -80,11 +80,16 @@ def actor_main(config_dict: dict, endpoint: str, index: int, run_dir: str | None
     from ..hal.ledger import BatchLedger
     from ..hal.wire.client import LearnerLink, LinkError, Undelivered
     from ..hal.wire.spool import Spool
+    from .person import LearnerNews, close_parts, person_parts
 
     config = from_dict(TrainConfig, config_dict)
     ac = config.actor
     actor_config = dataclasses.replace(ac, actor_id=index, seed=config.seed * 1000 + index)
     group, tasks, policies, infos = actor_parts(config, actor_config.seed)
+    teleop, operator = person_parts(config, group, index)
+    if teleop is not None or operator is not None:  # a person needs the device's real pace
+        actor_config = dataclasses.replace(actor_config, realtime=True)
+    news = LearnerNews(index, policies)
     spool = Spool(Path(ac.spool_dir) / f"actor-{index}" if ac.spool_dir else None,
                   disk_bytes=ac.spool_disk_mb << 20, on_full=ac.spool_on_full)
     ledger = BatchLedger(Path(run_dir) / f"actor-{index}.ledger.jsonl") if run_dir else None
@@ -96,13 +101,15 @@ def actor_main(config_dict: dict, endpoint: str, index: int, run_dir: str | None
     log = open(Path(run_dir) / f"actor-{index}.jsonl", "a") if run_dir else None  # noqa: SIM115
 
     def report(snapshot: dict) -> None:
-        log.write(json.dumps({"time": time.time(), "actor": index, **snapshot}) + "\n")
-        log.flush()
+        news(snapshot)
+        if log is not None:
+            log.write(json.dumps({"time": time.time(), "actor": index, **snapshot}) + "\n")
+            log.flush()
 
     try:
         with group, link:
-            ActorLoop(group, tasks, policies, link, actor_config).run(
-                max_steps=max_steps, should_stop=should_stop, report=report if log else None)
+            ActorLoop(group, tasks, policies, link, actor_config, intervention=teleop, operator=operator).run(
+                max_steps=max_steps, should_stop=should_stop, report=report)
             if link.bye_reason is None:
                 link.drain(ac.flush_timeout_s, should_stop=should_stop.insisted)
             elif len(spool):
@@ -113,6 +120,7 @@ def actor_main(config_dict: dict, endpoint: str, index: int, run_dir: str | None
             raise
         raise Undelivered(str(err), spool) from err
     finally:
+        close_parts(teleop, operator)
         for file in (log, ledger):
             if file is not None:
                 file.close()
@@ -126,13 +134,16 @@ def actor_parts(config, seed: int):
     from ..hal.safety import SafeDevice, SafetyConfig
     from ..hal.wire.protocol import DeviceInfo
     from ..policy import JaxPolicy
+    from ..robot import of_config
 
-    layout = envs.layout(config.task)
+    robot = of_config(config)
+    layout = robot.layout()
     devices, ids, tasks, policies, infos = {}, {}, {}, {}, []
     for device_id, kind in enumerate(layout.kinds):
         member = envs.member_name(kind.name)
-        raw, tasks[member] = envs.make(kind.name)
-        devices[member], ids[member] = SafeDevice(raw, SafetyConfig()), device_id  # clipping to the spec, counted
+        raw, tasks[member] = robot.make(kind.name)
+        safe = raw if isinstance(raw, SafeDevice) else SafeDevice(raw, SafetyConfig())  # a robot file's limits
+        devices[member], ids[member] = safe, device_id  # clipping to the spec, counted
         policies[member] = JaxPolicy(config.algo, layout, device_id, seed=seed + device_id)
         infos.append(DeviceInfo(device_id, kind.name, raw.observation_spec, raw.action_spec))
     return DeviceGroup(devices, ids), tasks, policies, infos

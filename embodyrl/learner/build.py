@@ -20,11 +20,12 @@ from .service import LearnerService, Training
 
 
 def make_learner(config, run_dir: Path, **kwargs) -> LearnerService:
-    """The learner for ``config``'s task (its layout: one device kind, or several for ``a+b``).
+    """The learner for ``config``'s task (its layout: one device kind, or several for ``a+b``; a
+    robot's as ``config.json`` recorded it, so the learner never reaches the robot).
     ``kwargs``: ``keys`` and ``allow_insecure`` of :func:`build_learner`."""
-    from .. import envs
+    from ..robot import layout_of
 
-    return build_learner(config, envs.layout(config.task), run_dir, **kwargs)
+    return build_learner(config, layout_of(config), run_dir, **kwargs)
 
 
 def build_learner(config, layout: Layout, run_dir: Path, *, keys: ServerKeys | None = None,
@@ -34,6 +35,8 @@ def build_learner(config, layout: Layout, run_dir: Path, *, keys: ServerKeys | N
     ``keys``: CurveZMQ for the actors' link; without them only loopback unless ``allow_insecure``.
     The server admits a device only if it fits the layout; the data side stores rows in the
     layout's row layout (padded, with several kinds), and the algorithm acts over it.
+    Demonstrations (``learner.demos``) are checked against the layout's specs and loaded into
+    the replay here, before the update compiles; what the replay already holds is not loaded again.
     """
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -42,6 +45,7 @@ def build_learner(config, layout: Layout, run_dir: Path, *, keys: ServerKeys | N
     observation_spec, action_spec = layout.observation_spec, layout.action_spec
     incarnation = new_incarnation()
     if algorithm.on_policy:
+        _refuse_replay_settings(algorithm.name, lc)
         training = Training.of(algorithm, observation_spec, action_spec, config.seed,
                                updates_per_call=1, publish_every=1)  # one iteration, then publish
         data = RolloutData(algorithm.config, lc.credit_quantum, PolicyVersion(incarnation, 0),
@@ -51,7 +55,15 @@ def build_learner(config, layout: Layout, run_dir: Path, *, keys: ServerKeys | N
         training = Training.of(algorithm, observation_spec, action_spec, config.seed,
                                updates_per_call=lc.updates_per_call, publish_every=lc.publish_every)
         data = ReplayData(run_dir / "replay", observation_spec, action_spec, lc, batch_size=algorithm.batch_size,
-                          discount=algorithm.discount, seed=config.seed, pad=layout.pad_steps)
+                          discount=algorithm.discount, seed=config.seed, pad=layout.pad_steps,
+                          beta_updates=int(config.steps * lc.updates_per_step))
+        if lc.demos:
+            try:
+                data.load_demonstrations(lc.demos, [(k.name, k.observation_spec, k.action_spec)
+                                                    for k in layout.kinds])
+            except BaseException:
+                data.close(failed=False)
+                raise
         committed_seq = data.committed_seq
     max_batch_rows = max(MAX_BATCH_ROWS, 2 * (config.actor.send_every + 2))
     kinds = [DeviceInfo(i, k.name, k.observation_spec, k.action_spec) for i, k in enumerate(layout.kinds)]
@@ -70,6 +82,13 @@ def build_learner(config, layout: Layout, run_dir: Path, *, keys: ServerKeys | N
         kinds=(layout.names, layout.kind_of))
     service.warm_up()
     return service
+
+
+def _refuse_replay_settings(name: str, lc) -> None:
+    """An on-policy algorithm learns from its own rollouts: no replay to load, mix or prioritise."""
+    for key, value in (("demos", lc.demos), ("mix", lc.mix), ("priority", lc.priority)):
+        if value:
+            raise ValueError(f"learner.{key}: {name} learns on-policy from its own rollouts, without a replay")
 
 
 def _admission(layout: Layout):

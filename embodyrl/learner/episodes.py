@@ -1,32 +1,45 @@
-"""Episode returns from the step stream, for a learner's progress lines.
+"""Episode returns and intervention rates from the step stream, for a learner's progress lines.
 
 Batches of one episode arrive one after another (an episode spans many
-batches, a batch may end one episode and start the next); the sum of each
-open (actor, device, episode) is kept until its final row arrives.
+batches, a batch may end one episode and start the next); the sums of each
+open (actor, device, episode) are kept until its final row arrives: its
+return, and how many of its acted rows a person overrode (``source`` =
+INTERVENTION) out of those the actor acted (online or intervention;
+demonstration rows are no one's online episode).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from ..hal.steps import Source
+
 
 class EpisodeReturns:
     def __init__(self):
-        self._open: dict[tuple[int, int, int], float] = {}
+        self._open: dict[tuple[int, int, int], tuple[float, int, int]] = {}  # (return, acted, overridden)
         self._finished: list[tuple[int, float]] = []  # (device id, return)
+        self._rates: list[float] = []
 
     def add(self, steps) -> int:
         """Take a batch; how many episodes it finished."""
         finished = 0
+        acted = ~steps.final & (steps.source != Source.DEMONSTRATION)
+        overridden = acted & (steps.source == Source.INTERVENTION)
         for episode in np.unique(steps.episode_id):
             rows = steps.episode_id == episode
             key = (int(steps.actor_id[0]), int(steps.device_id[0]), int(episode))
-            total = self._open.pop(key, 0.0) + float(steps.reward[rows & ~steps.final].sum())
+            total, n, k = self._open.pop(key, (0.0, 0, 0))
+            total += float(steps.reward[rows & ~steps.final].sum())
+            n += int(np.count_nonzero(rows & acted))
+            k += int(np.count_nonzero(rows & overridden))
             if steps.final[rows].any():
                 finished += 1
                 self._finished.append((key[1], total))
+                if n:
+                    self._rates.append(k / n)
             else:
-                self._open[key] = total
+                self._open[key] = (total, n, k)
         return finished
 
     def take_finished(self) -> list[float]:
@@ -37,3 +50,8 @@ class EpisodeReturns:
         """(device id, return) of the episodes finished since the last call."""
         finished, self._finished = self._finished, []
         return finished
+
+    def take_intervention_rates(self) -> list[float]:
+        """Steps overridden / steps acted, of each episode finished since the last call."""
+        rates, self._rates = self._rates, []
+        return rates

@@ -6,6 +6,7 @@
     data.commit()           -> ACK what it made durable: one cumulative ACK per actor
     data.grant_credits()    -> actors may send as fast as training allows
     if data.trainable():    -> data.batch() -> training.update (jitted) -> publish every few updates
+                               (batches with importance weights: data.reprioritise(TD errors))
     every second            -> heartbeats
     every checkpoint_every_s-> checkpoint (state + counters)
     every log_every_s       -> one metrics record: the service's counters and each part's metrics()
@@ -56,7 +57,12 @@ class Counters:
 
 
 class DataSide(Protocol):
-    """Where ingested rows go and training batches come from."""
+    """Where ingested rows go and training batches come from.
+
+    A data side whose batches carry ``weight`` (prioritised replay's importance weights) also
+    has ``reprioritise(td_error)``: after each training call the service hands it the update's
+    per-sample TD errors (``[K, batch]``), the sampled rows' new priorities.
+    """
 
     def add(self, steps: Steps, seq: int, actor_id: int) -> int:
         """Take a new batch of one device's rows; return how many rows it dropped unused."""
@@ -230,6 +236,8 @@ class LearnerService:
         started = time.monotonic()
         batch, batch_metrics = self.data.batch()
         metrics = self.training.update(batch)
+        if "weight" in batch:  # prioritised: the TD errors are the sampled rows' new priorities
+            self.data.reprioritise(metrics["td_error"])
         k = self.training.updates_per_call
         self.data.trained(k)
         before = self.counters.updates
@@ -343,11 +351,13 @@ class LearnerService:
         c = self.counters
         by_device = self._returns.take_finished_by_device()
         returns = [total for _, total in by_device]
+        rates = self._returns.take_intervention_rates()
         lag, self._lag = self._lag, []
         call_s, self._call_s = self._call_s, []
         record = {
             "time": round(elapsed, 3), "env_steps": c.env_steps, "episodes": c.episodes,
             "episode_return": float(np.mean(returns)) if returns else None,
+            "intervention_rate": float(np.mean(rates)) if rates else None,
             "updates": c.updates,
             "updates_per_s": round((c.updates - self._updates_at_log) / since, 2) if since > 0 else 0.0,
             "policy_version": c.publications, "policy_lag": float(np.mean(lag)) if lag else None,

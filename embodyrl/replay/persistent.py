@@ -5,8 +5,9 @@ Wraps a :class:`ChunkStore` (durable rows, group commits, reopen), a
 (proportional priorities), and serves:
 
 * ``sample``: transitions with n-step returns, uniform over valid starts (or
-  per-source mixing in set proportions, or by priority), optionally only
-  rows acted by a recent policy (``max_staleness``);
+  per-source mixing in set proportions, a key naming one source or a group of
+  them, or by priority, with importance weights), optionally only rows acted
+  by a recent policy (``max_staleness``);
 * ``sample_sequences``: fixed-length runs of one episode's rows (experimental: no learner uses it yet).
 
 Uniform means i.i.d. uniform over stored rows, rejecting those that are not
@@ -27,9 +28,22 @@ from .cache import CachePolicy
 from .layout import Layout
 from .sampling import draw_stored, n_step_return, sequences, successor
 from .store import ChunkStore
-from .sumtree import SumTree
+from .sumtree import SourceTrees
 
 _MAX_ROUNDS = 64
+
+Group = tuple[int, ...]
+"""Sources drawn together as one part of a mix (the demonstration side: demonstrations and
+interventions)."""
+
+
+def as_group(source: int | tuple[int, ...]) -> Group:
+    """A mix key (one source or several) as a sorted tuple of sources."""
+    return tuple(sorted({int(s) for s in (source if isinstance(source, tuple) else (source,))}))
+
+
+def group_name(group: Group) -> str:
+    return "/".join(Source(s).name for s in group)
 
 
 class PersistentReplay:
@@ -55,17 +69,31 @@ class PersistentReplay:
         self.capacity = self.store.layout.capacity
         self.cache = CachePolicy(self.store, ram_budget_bytes, release_every)
         self.lock = threading.RLock()
-        self.priorities = SumTree(self.capacity) if prioritized else None
+        self.priorities = SourceTrees(self.capacity) if prioritized else None
         self.priority_exponent = priority_exponent
         self._max_priority = 1.0
-        if self.priorities is not None:  # not persisted: stored rows restart at the max priority
-            ring = self.store.ring
-            for c in np.flatnonzero(ring.fill):
-                self.priorities.set_range(int(c) * ring.chunk_rows, int(ring.fill[c]), 1.0)
+        if self.priorities is not None:
+            self._reprioritise_stored()
         self._obs_names = [OBSERVATION_PREFIX + k for k in self.observation_spec]
         self._durable_seen = self.store.durable_commits
 
+    def _reprioritise_stored(self) -> None:
+        """Priorities are not persisted: stored rows restart at the max priority (1), each in its
+        source's tree. A chunk of one source is assigned from the ring's counts; only chunks
+        mixing sources (e.g. interventions among online rows) have their source column read."""
+        ring, rows = self.store.ring, self.store.rows
+        for c in np.flatnonzero(ring.fill):
+            first, fill = int(c) * ring.chunk_rows, int(ring.fill[c])
+            slots = np.arange(first, first + fill)
+            present = np.flatnonzero(ring.source_rows[c])
+            sources = (np.full(fill, present[0]) if len(present) == 1 else rows["source"][first:first + fill])
+            self.priorities.set(slots, sources, np.ones(fill))
+
     # -- state -------------------------------------------------------------------
+    @property
+    def directory(self) -> Path:
+        return self.store.directory
+
     @property
     def size(self) -> int:
         return self.store.ring.size
@@ -95,14 +123,14 @@ class PersistentReplay:
         with self.lock:
             slots = self.store.add(steps, seq, on_evict=self._evicted)
             if self.priorities is not None:
-                self.priorities.set(slots, np.where(steps.final, 0.0, self._max_priority))
+                self.priorities.set(slots, steps.source, np.where(steps.final, 0.0, self._max_priority))
             self.cache.refresh()
             return slots
 
     def _evicted(self, chunk: int) -> None:
         if self.priorities is not None:
             rows = self.store.layout.chunk_rows
-            self.priorities.set_range(chunk * rows, rows, 0.0)
+            self.priorities.clear(chunk * rows, rows)
 
     def wait_for_writes(self) -> None:
         """Return once every row added so far is in the page cache (the writer thread's queue
@@ -139,7 +167,12 @@ class PersistentReplay:
             self.store.close(commit)
 
     # -- drawing valid starts ----------------------------------------------------
-    def _draw(self, rng, n: int, source: int | None, max_staleness: int | None,
+    def group_rows(self, group: Group) -> int:
+        """Stored rows of ``group``'s sources (final rows included)."""
+        with self.lock:
+            return int(self.store.ring.source_rows[:, list(group)].sum())
+
+    def _draw(self, rng, n: int, source: Group | None, max_staleness: int | None,
               latest: PolicyVersion | None, hot_weight: float | None,
               chunk_weights: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         ring, rows = self.store.ring, self.store.rows
@@ -147,9 +180,9 @@ class PersistentReplay:
             raise ValueError("max_staleness needs latest, the newest policy version")
         weights = chunk_weights
         if source is not None:
-            weights = ring.source_rows[:, source].astype(np.float64)
+            weights = ring.source_rows[:, list(source)].sum(axis=1).astype(np.float64)
             if weights.sum() == 0:
-                raise RuntimeError(f"replay holds no rows of source {Source(source).name}")
+                raise RuntimeError(f"replay holds no rows of source {group_name(source)}")
         elif hot_weight is not None:
             weights = self.cache.chunk_weights(hot_weight)
         starts, nexts = [], []
@@ -157,7 +190,7 @@ class PersistentReplay:
         prioritized = self.priorities is not None
         for _ in range(_MAX_ROUNDS):
             m = int(need / rate * 1.05) + 8
-            cand = self.priorities.sample(rng, m) if prioritized else draw_stored(rng, ring, m, weights)
+            cand = self.priorities.sample(rng, m, source) if prioritized else draw_stored(rng, ring, m, weights)
             if not self.cache.all_hot:
                 absent = self.cache.to_hint(cand)
                 if absent.any():
@@ -168,9 +201,9 @@ class PersistentReplay:
                 stored = ring.row_valid(cand)
                 ok &= stored
                 dead = ~stored | rows["final"][np.where(stored, cand, 0)]
-                self.priorities.set(cand[dead], np.zeros(int(dead.sum())))
+                self.priorities.set(cand[dead], rows["source"][cand[dead]], 0.0)
             if source is not None:
-                ok &= rows["source"][cand] == source
+                ok &= np.isin(rows["source"][cand], source)
             if max_staleness is not None:
                 ok &= rows["policy_incarnation"][cand] == latest.incarnation
                 ok &= latest.count - rows["policy_count"][cand] <= max_staleness
@@ -193,32 +226,60 @@ class PersistentReplay:
                        latest: PolicyVersion | None = None, hot_weight: float | None = None,
                        chunk_weights: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(start slots, successor slots) of ``batch_size`` valid transitions."""
+        idx, nxt, _ = self._indices(rng, batch_size, mix, max_staleness, latest, hot_weight, chunk_weights)
+        return idx, nxt
+
+    def _indices(self, rng, batch_size, mix, max_staleness, latest, hot_weight, chunk_weights):
+        """(starts, successors, [(group, rows of the batch drawn from it)]); group None: all sources."""
         if mix is None:
-            return self._draw(rng, batch_size, None, max_staleness, latest, hot_weight, chunk_weights)
-        counts = _split(batch_size, mix)
-        parts = [self._draw(rng, k, int(s), max_staleness, latest, None) for s, k in counts.items() if k]
-        return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+            idx, nxt = self._draw(rng, batch_size, None, max_staleness, latest, hot_weight, chunk_weights)
+            return idx, nxt, [(None, batch_size)]
+        counts = {as_group(s): k for s, k in _split(batch_size, mix).items() if k}
+        parts = [self._draw(rng, k, g, max_staleness, latest, None) for g, k in counts.items()]
+        return (np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]),
+                list(counts.items()))
+
+    def _importance(self, idx: np.ndarray, parts, beta: float | None) -> tuple[np.ndarray, np.ndarray | None]:
+        """(P(row) within the group it was drawn from, importance weights or None): Schaul et
+        al.'s w = (N P(row))^-beta over the max in the batch, N the group's stored rows. The
+        target is uniform within each group, so a mixed batch keeps its fractions."""
+        rows, ring = self.store.rows, self.store.ring
+        p = self.priorities.get(idx, rows["source"][idx])
+        probability, n_rows = np.empty(len(idx)), np.empty(len(idx))
+        start = 0
+        for group, k in parts:
+            part = slice(start, start + k)
+            probability[part] = p[part] / max(self.priorities.total(group), 1e-300)
+            n_rows[part] = ring.size if group is None else ring.source_rows[:, list(group)].sum()
+            start += k
+        if beta is None:
+            return probability, None
+        w = (n_rows * np.maximum(probability, 1e-300)) ** -beta
+        return probability, (w / w.max()).astype(np.float32)
 
     # -- batches -----------------------------------------------------------------
     def sample(self, rng: np.random.Generator, batch_size: int, discount: float, n_step: int = 1, *,
                mix: dict[int, float] | None = None, max_staleness: int | None = None,
                latest: PolicyVersion | None = None, hot_weight: float | None = None,
-               chunk_weights: np.ndarray | None = None, keys: bool = False) -> dict:
+               chunk_weights: np.ndarray | None = None, keys: bool = False,
+               importance: float | None = None) -> dict:
         """Transitions: o, a, n-step return, discount (gamma^k, 0 after termination), o'.
 
         ``mix`` maps sources to batch fractions (e.g. {DEMONSTRATION: .5,
-        ONLINE: .5}); ``max_staleness`` keeps rows acted by ``latest`` or at
+        ONLINE: .5}; a key may be a tuple of sources drawn as one group, e.g.
+        {(DEMONSTRATION, INTERVENTION): .5, ONLINE: .5}); ``max_staleness`` keeps rows acted by ``latest`` or at
         most that many publications before it; ``hot_weight`` > 1 prefers
         chunks in the RAM budget (not uniform: see ``cache.tv_from_uniform``);
         ``chunk_weights`` draws chunks by weight, then rows uniformly (see staged.py).
-        ``keys`` adds ``slot`` and ``generation`` for priority updates.
+        ``keys`` adds ``slot``, ``generation`` (for priority updates) and ``source``, and
+        with priorities ``probability`` (within the row's mix group). ``importance`` (beta; with
+        priorities) adds ``weight``, the importance weights (see :meth:`_importance`).
         """
         if n_step < 1:
             raise ValueError(f"n_step must be at least 1, got {n_step}")
         with self.lock:
-            idx, nxt = self.sample_indices(rng, batch_size, mix=mix, max_staleness=max_staleness,
-                                           latest=latest, hot_weight=hot_weight,
-                                           chunk_weights=chunk_weights)
+            idx, nxt, parts = self._indices(rng, batch_size, mix, max_staleness, latest, hot_weight,
+                                            chunk_weights)
             rows, ring = self.store.rows, self.store.ring
             if n_step == 1:
                 reward = rows["reward"][idx]
@@ -233,11 +294,16 @@ class PersistentReplay:
                 "discount": disc,
                 "next_observation": {k[len(OBSERVATION_PREFIX):]: rows[k][end] for k in self._obs_names},
             }
+            if self.priorities is not None and (keys or importance is not None):
+                probability, weight = self._importance(idx, parts, importance)
+                if weight is not None:
+                    batch["weight"] = weight
+                if keys:
+                    batch["probability"] = probability
             if keys:
                 batch["slot"] = idx
                 batch["generation"] = ring.generation[idx // ring.chunk_rows]
-                if self.priorities is not None:
-                    batch["probability"] = self.priorities.get(idx) / self.priorities.total
+                batch["source"] = rows["source"][idx]
             return batch
 
     def sample_sequences(self, rng: np.random.Generator, batch_size: int, length: int) -> dict:
@@ -279,7 +345,7 @@ class PersistentReplay:
             live = ring.generation[slots // ring.chunk_rows] == np.asarray(generations)
             live &= ring.row_valid(slots)
             p = (np.abs(np.asarray(priorities, np.float64)[live]) + 1e-6) ** self.priority_exponent
-            self.priorities.set(slots[live], p)
+            self.priorities.set(slots[live], self.store.rows["source"][slots[live]], p)
             if len(p):
                 self._max_priority = max(self._max_priority, float(p.max()))
             return int(live.sum())
@@ -292,7 +358,7 @@ class PersistentReplay:
 
 
 
-def _split(batch_size: int, mix: dict[int, float]) -> dict[int, int]:
+def _split(batch_size: int, mix: dict) -> dict:
     """Batch rows per source for fractions ``mix`` (largest remainder, exact total)."""
     total = sum(mix.values())
     if total <= 0 or any(f < 0 for f in mix.values()):

@@ -1,4 +1,4 @@
-"""A sum tree over row slots for proportional prioritised sampling (Schaul et al., 2016).
+"""Sum trees over row slots for proportional prioritised sampling (Schaul et al., 2016).
 
 Leaves are slot priorities; each inner node holds the sum of its children,
 so drawing a slot with probability p_i / sum(p) is a descent of
@@ -59,3 +59,57 @@ class SumTree:
         slots = node - self.leaves
         # Float round-off can land on an empty leaf at the right edge; clamp to a real slot.
         return np.minimum(slots, self.capacity - 1)
+
+
+class SourceTrees:
+    """One :class:`SumTree` per source (made when its first row arrives), so that a draw from a
+    group of sources (the demonstration side of a mix) descends only its own trees: exact
+    proportional sampling within the group, however small its share of the total priority.
+
+    A slot's priority lives in the tree of its row's source; the others hold 0 there.
+    """
+
+    def __init__(self, capacity: int):
+        self.capacity = capacity
+        self.trees: dict[int, SumTree] = {}
+
+    def _tree(self, source: int) -> SumTree:
+        if source not in self.trees:
+            self.trees[source] = SumTree(self.capacity)
+        return self.trees[source]
+
+    def set(self, slots: np.ndarray, sources: np.ndarray, priorities: np.ndarray) -> None:
+        slots, sources = np.asarray(slots, np.int64), np.asarray(sources)
+        priorities = np.broadcast_to(np.asarray(priorities, np.float64), slots.shape)
+        for source in np.unique(sources):
+            mine = sources == source
+            self._tree(int(source)).set(slots[mine], priorities[mine])
+
+    def clear(self, first: int, count: int) -> None:
+        """Zero slots ``first .. first + count - 1`` in every tree (an evicted chunk)."""
+        for tree in self.trees.values():
+            tree.set_range(first, count, 0.0)
+
+    def get(self, slots: np.ndarray, sources: np.ndarray) -> np.ndarray:
+        slots, sources = np.asarray(slots, np.int64), np.asarray(sources)
+        out = np.zeros(len(slots))
+        for source, tree in self.trees.items():
+            mine = sources == source
+            out[mine] = tree.get(slots[mine])
+        return out
+
+    def total(self, group: tuple[int, ...] | None = None) -> float:
+        """The priority mass of ``group``'s sources (None: every source)."""
+        return sum(t.total for s, t in self.trees.items() if group is None or s in group)
+
+    def sample(self, rng: np.random.Generator, n: int, group: tuple[int, ...] | None = None) -> np.ndarray:
+        """``n`` slots of ``group``'s rows (None: any), drawn with probability proportional to
+        priority: a tree by its total, then a descent; shuffled, so any prefix is a fair draw."""
+        trees = [t for s, t in self.trees.items() if (group is None or s in group) and t.total > 0]
+        if not trees:
+            raise RuntimeError("prioritised replay has no row with positive priority")
+        totals = np.array([t.total for t in trees])
+        counts = rng.multinomial(n, totals / totals.sum())
+        slots = np.concatenate([t.sample(rng, int(k)) for t, k in zip(trees, counts, strict=True) if k]
+                               or [np.empty(0, np.int64)])
+        return rng.permutation(slots)

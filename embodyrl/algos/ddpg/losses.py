@@ -2,7 +2,9 @@
 
 The batch carries ``discount``: the full bootstrap factor gamma^n for an
 n-step return, 0 where the episode terminated inside it, and gamma^n where it
-was merely truncated (the time limit is not a terminal state).
+was merely truncated (the time limit is not a terminal state), and may carry
+``weight``: prioritised replay's importance weights (Schaul et al. 2016, Algorithm 1
+line 10), which scale each sample's squared TD error in the critic's loss.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import jax
 import jax.numpy as jnp
 
 from ..encoders import detach
+from ..scan import sample_weights
 from .config import DDPGConfig
 from .networks import DDPGNetworks
 
@@ -37,10 +40,16 @@ def td_target(networks: DDPGNetworks, config: DDPGConfig, target_actor_params, t
 
 def make_losses(networks: DDPGNetworks, config: DDPGConfig):
     def critic_loss(critic_params, target_actor_params, target_critic_params, batch, key):
-        """Squared TD error of every critic against the shared target y."""
+        """Squared TD error of every critic against the shared target y, each sample weighted by
+        its importance weight (prioritised replay; ones otherwise). With weights it also returns
+        the per-sample ``td_error``: abs(Q - y), averaged over the critics (the sample's new priority)."""
         y = jax.lax.stop_gradient(td_target(networks, config, target_actor_params, target_critic_params, batch, key))
         q = networks.q_values(critic_params, batch["observation"], batch["action"])
-        return jnp.mean(jnp.sum((q - y) ** 2, axis=0)), {"q_mean": jnp.mean(q[0]), "target_mean": jnp.mean(y)}
+        per_sample = jnp.sum((q - y) ** 2, axis=0)
+        aux = {"q_mean": jnp.mean(q[0]), "target_mean": jnp.mean(y)}
+        if "weight" in batch:  # prioritised: each sample's TD error is its new priority
+            aux["td_error"] = jax.lax.stop_gradient(jnp.mean(jnp.abs(q - y), axis=0))
+        return jnp.mean(sample_weights(batch) * per_sample), aux
 
     def actor_loss(actor_params, critic_params, batch):
         """-Q_1(o, mu(o)): the deterministic policy gradient (the encoder's features detached)."""

@@ -5,7 +5,8 @@
 target, and every ``target_period`` steps the target network takes the
 online parameters. A batch is what every replay samples: ``observation``,
 ``action``, ``reward`` (the n-step return), ``discount`` (of its bootstrap)
-and ``next_observation``.
+and ``next_observation``, and with prioritised replay ``weight``, the importance weight of
+each sample's Huber loss, and then the metrics carry each sample's ``td_error`` (its new priority).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import jax.numpy as jnp
 import optax
 
 from ...hal.specs import ArraySpec, DictSpec
+from ..scan import sample_weights, scanned
 from .config import DQNConfig
 from .losses import double_q_targets, td_loss
 from .networks import QNetworks, make_networks
@@ -57,19 +59,20 @@ def make_update_many(networks: QNetworks, config: DQNConfig):
         targets = double_q_targets(batch["reward"], batch["discount"],
                                    networks.q_values(params, batch["next_observation"]),
                                    networks.q_values(target_params, batch["next_observation"]))
-        return td_loss(q_taken, targets, config.huber_delta), jnp.mean(q_taken)
+        loss = td_loss(q_taken, targets, config.huber_delta, sample_weights(batch))
+        return loss, (jnp.mean(q_taken), jax.lax.stop_gradient(jnp.abs(q_taken - targets)))
 
     def step(state: TrainingState, batch):
-        (loss, q_mean), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params, state.target_params, batch)
+        (loss, (q_mean, td_error)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+            state.params, state.target_params, batch)
         updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
         steps = state.steps + 1
         refresh = steps % config.target_period == 0
         target = jax.tree.map(lambda p, t: jnp.where(refresh, p, t), params, state.target_params)
-        return TrainingState(params, target, opt_state, steps), {"td_loss": loss, "q_mean": q_mean}
+        metrics = {"td_loss": loss, "q_mean": q_mean}
+        if "weight" in batch:  # prioritised: each sample's TD error is its new priority
+            metrics["td_error"] = td_error
+        return TrainingState(params, target, opt_state, steps), metrics
 
-    def update_many(state: TrainingState, batches):
-        state, metrics = jax.lax.scan(step, state, batches)
-        return state, jax.tree.map(jnp.mean, metrics)
-
-    return update_many
+    return scanned(step)

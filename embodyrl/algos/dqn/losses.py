@@ -48,9 +48,11 @@ def n_step_return(rewards, terminated, gamma: float, n: int):
     return R.astype(np.float32), D.astype(np.float32)
 
 
-def td_loss(q_taken, targets, delta: float):
-    """Huber loss of the TD errors (targets held fixed)."""
+def td_loss(q_taken, targets, delta: float, weights=None):
+    """Huber loss of the TD errors (targets held fixed), each weighted by ``weights`` (prioritised
+    replay's importance weights; None: ones)."""
     err = q_taken - jax.lax.stop_gradient(targets)
     abs_err = jnp.abs(err)
     quadratic = jnp.minimum(abs_err, delta)
-    return jnp.mean(0.5 * quadratic**2 + delta * (abs_err - quadratic))
+    huber = 0.5 * quadratic**2 + delta * (abs_err - quadratic)
+    return jnp.mean(huber if weights is None else weights * huber)

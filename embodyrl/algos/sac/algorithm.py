@@ -35,8 +35,11 @@ class SAC(ActorCritic):
 
 
 SECTION = "sac"
+RLPD_MIX = {"demonstration": 0.5, "online": 0.5}
+"""RLPD's symmetric sampling: half of every batch from demonstrations and interventions, half online."""
 ENTRIES = (
     Entry("sac", SECTION, SACConfig, partial(SAC, "sac"), heterogeneous=True),
-    Entry("rlpd", SECTION, SACConfig, lambda config: SAC("rlpd", rlpd(config)), heterogeneous=True),
+    Entry("rlpd", SECTION, SACConfig, lambda config: SAC("rlpd", rlpd(config)), heterogeneous=True,
+          defaults={"learner": {"mix": RLPD_MIX}}),
 )
 """Plain SAC first: :func:`embodyrl.algos.registry.as_algorithm` takes a bare config's first entry."""

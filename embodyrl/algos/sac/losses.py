@@ -1,4 +1,10 @@
-"""SAC's losses (Haarnoja et al. 2018, eqs. 5, 7, 18) with RLPD's ensemble options."""
+"""SAC's losses (Haarnoja et al. 2018, eqs. 5, 7, 18) with RLPD's ensemble options.
+
+The critic's loss weights each sample's squared TD error by the batch's ``weight`` (prioritised
+replay's importance weights; ones when the replay draws uniformly) and, given weights, returns
+the per-sample ``td_error``, abs(Q - y) averaged over the ensemble, which the learner writes back
+as priorities.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +12,7 @@ import jax
 import jax.numpy as jnp
 
 from ..encoders import detach
+from ..scan import sample_weights
 from .config import SACConfig
 from .networks import SACNetworks
 
@@ -29,7 +36,11 @@ def make_losses(networks: SACNetworks, config: SACConfig):
     def critic_loss(critic_params, actor_params, target_critic_params, alpha, batch, key):
         y = jax.lax.stop_gradient(td_target(networks, config, actor_params, target_critic_params, alpha, batch, key))
         q = networks.q_values(critic_params, batch["observation"], batch["action"])
-        return jnp.mean(jnp.sum((q - y) ** 2, axis=0)), {"q_mean": jnp.mean(q), "target_mean": jnp.mean(y)}
+        per_sample = jnp.sum((q - y) ** 2, axis=0)  # weighted by prioritised replay (ones otherwise)
+        aux = {"q_mean": jnp.mean(q), "target_mean": jnp.mean(y)}
+        if "weight" in batch:  # prioritised: each sample's TD error is its new priority
+            aux["td_error"] = jax.lax.stop_gradient(jnp.mean(jnp.abs(q - y), axis=0))
+        return jnp.mean(sample_weights(batch) * per_sample), aux
 
     def actor_loss(actor_params, critic_params, alpha, batch, key):
         if networks.encoder is not None:  # the actor reads the critic's features, detached (DrQ)

@@ -1,0 +1,291 @@
+"""``embodyrl record`` and ``embodyrl demos``: demonstrations from the command line.
+
+``embodyrl record ROBOT --teleop SOURCE --episodes N --out DIR`` drives the
+robot with a person's input (:mod:`embodyrl.hal.teleop`) and writes one
+demonstration file per episode (:class:`~embodyrl.hal.demos.DemoWriter`,
+``DIR/episode-NNNNN.npz``), each with its success label in its meta: the
+task's own success signal, or the person's answer at the end of the episode
+(``g``/``s``/``f``, :mod:`embodyrl.hal.operator`) when the robot resets by
+hand (``reset: operator``) or the task has no success signal. A person's
+label also marks the episode's last row (:func:`~embodyrl.hal.operator.apply_label`).
+
+An episode is kept whole or not at all: Ctrl-C (or SIGTERM) drops the
+episode in progress and exits 130; the source's abort (``x``, Select, the
+right button) drops it and records it again. Files are written under a
+temporary name and renamed, so DIR never holds a partial one. Running the
+same command again continues the numbering after the files DIR holds, until
+it holds N. No JAX is imported: this runs on a robot PC's edge install.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+import numpy as np
+
+EPISODE_FILE = "episode-{:05d}.npz"
+_EPISODE = re.compile(r"^episode-(\d+)\.npz$")
+
+
+def make_robot(source: str):
+    """(device, task, reset mode) of what ``source`` names (:func:`embodyrl.robot.load`): one device
+    kind; a robot file's fields checked against the device's specs first."""
+    from ..robot import load
+
+    robot = load(source)
+    robot.layout()
+    device, task = robot.make()
+    return device, task, robot.reset
+
+
+def episode_files(directory: Path) -> dict[int, Path]:
+    """The episode files a recording directory holds, by number."""
+    if not directory.is_dir():
+        return {}
+    found = {}
+    for path in directory.iterdir():
+        match = _EPISODE.match(path.name)
+        if match:
+            found[int(match.group(1))] = path
+    return dict(sorted(found.items()))
+
+
+def _say(text: str) -> None:
+    print(f"embodyrl record: {text}", file=sys.stderr, flush=True)
+
+
+def _hold_safe(device) -> None:
+    """One control period of the safe action (the watchdog sees clean steps; the arm stays put)."""
+    if getattr(device, "safe_action", None) is not None and not device.estopped:
+        device.step(device.safe_action)
+
+
+def record(args) -> int:
+    from ..hal.clock import RateClock
+    from ..hal.demos import DemoWriter, read_specs
+    from ..hal.intervention import EpisodeAborted, KeyboardTeleop
+    from ..hal.operator import OperatorGone, TerminalOperator, wait_for_answer
+    from ..hal.recording import Interrupted, record_episode
+    from ..hal.safety import SafeDevice, SafetyConfig
+    from ..hal.specs import SpecError
+    from ..hal.teleop import TeleopError, close_source, make_source
+    from .processes import stop_on_signals
+
+    if args.episodes < 1:
+        _say("--episodes must be at least 1")
+        return 2
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        _say(f"--out {out}: not a directory")
+        return 2
+    out.mkdir(parents=True, exist_ok=True)
+    for stale in out.glob("*.tmp"):  # a file a killed run was writing: never a whole episode
+        stale.unlink()
+    files = episode_files(out)
+    if len(files) >= args.episodes:
+        _say(f"{out} holds {len(files)} episodes already (--episodes {args.episodes}): nothing to do")
+        return 0
+    try:
+        raw, task, reset = make_robot(args.robot)
+    except (KeyError, ValueError) as err:
+        _say(str(err.args[0] if isinstance(err, KeyError) else err))
+        return 2
+    device = raw if isinstance(raw, SafeDevice) else SafeDevice(raw, SafetyConfig())
+    if files:
+        try:
+            specs = read_specs(next(iter(files.values())))
+        except SpecError as err:
+            _say(str(err))
+            return 1
+        if specs != (device.observation_spec, device.action_spec):
+            _say(f"{out} holds demonstrations of other specs than {args.robot!r}'s: record into another --out")
+            return 2
+    try:
+        source = make_source(args.teleop, device.action_spec)
+    except TeleopError as err:
+        _say(str(err))
+        return 2
+    operator = TerminalOperator(keys=source.other_keys if isinstance(source, KeyboardTeleop) else None)
+    should_stop = stop_on_signals()
+    period = device.control_period_s
+    clock = None if args.unpaced else RateClock(args.time_scale / period)
+    number = max(files, default=-1) + 1
+    count = len(files)
+    started = count
+    try:
+        with device:
+            while count < args.episodes:
+                name = EPISODE_FILE.format(number)
+                _say(f"{name} ({count + 1} of {args.episodes}): go")
+                try:
+                    episode = record_episode(device, task, source, max_steps=args.episode_steps,
+                                             seed=args.seed + number, clock=clock, should_stop=should_stop)
+                except EpisodeAborted as err:
+                    _say(f"{name}: aborted ({err}); discarded, recording it again")
+                    continue
+                except Interrupted:
+                    return _interrupted(out, count, args.episodes)
+                label, by = episode.task_success, "task"
+                if reset == "operator" or label is None:
+                    answer = wait_for_answer(
+                        operator, f"{name}: {episode.length} steps, return {episode.episode_return:.2f}"
+                        + ("" if label is None else f", the task says {'success' if label else 'failure'}"),
+                        allow_go=label is not None, every=lambda: _hold_safe(device),
+                        period_s=period, should_stop=should_stop)
+                    if answer is None:
+                        return _interrupted(out, count, args.episodes)
+                    if answer.success is not None:
+                        label, by = answer.success, "operator"
+                        episode.label(task, label)
+                writer = DemoWriter(out / name, device.observation_spec, device.action_spec)
+                writer.add(episode.steps)
+                writer.close(success=label, labelled_by=by if label is not None else None,
+                             robot=args.robot, teleop=args.teleop, episode_return=episode.episode_return,
+                             length=episode.length)
+                outcome = "unlabelled" if label is None else ("success" if label else "failure")
+                _say(f"{name}: {episode.length} steps, return {episode.episode_return:.2f}, {outcome}"
+                     f" ({by}), the person commanded {episode.commanded} steps")
+                count += 1
+                number += 1
+    except OperatorGone as err:
+        _say(f"{err}; the episode in progress is discarded")
+        return 1
+    finally:
+        close_source(source)
+        operator.close()
+    _say(f"{count - started} episodes recorded; {out} holds {count}")
+    print(json.dumps(summarise(out)))
+    return 0
+
+
+def _interrupted(out: Path, count: int, wanted: int) -> int:
+    _say(f"interrupted: the episode in progress is discarded; {out} holds {count} of {wanted} "
+         "episodes (run the same command again to record the rest)")
+    return 130
+
+
+# -- embodyrl demos -------------------------------------------------------------------------------
+
+def summarise(directory: Path) -> dict:
+    """Episodes, success rate, return and length of the demonstration files in ``directory``.
+
+    A file may hold several episodes (each ends with its final row); its ``success`` label, if
+    any, is that of its one episode (files of ``embodyrl record`` hold one each).
+    """
+    from ..hal.demos import read_meta
+    from ..hal.specs import SpecError
+
+    paths = sorted(Path(directory).glob("*.npz"))
+    episodes = []
+    for path in paths:
+        meta = read_meta(path)
+        try:
+            with np.load(path, allow_pickle=False) as data:
+                reward, final = data["reward"], data["final"].astype(bool)
+        except (KeyError, ValueError) as err:
+            raise SpecError(f"{path}: {err}") from None
+        ends = np.flatnonzero(final)
+        start = 0
+        for end in ends:
+            acted = slice(start, end)
+            episodes.append({"file": path.name, "length": int(end - start),
+                             "return": float(reward[acted].sum()),
+                             "success": meta.get("success") if len(ends) == 1 else None})
+            start = end + 1
+    labelled = [e["success"] for e in episodes if e["success"] is not None]
+
+    def stats(key):
+        values = [e[key] for e in episodes]
+        if not values:
+            return None
+        return {"mean": float(np.mean(values)), "min": float(np.min(values)), "max": float(np.max(values))}
+
+    return {"directory": str(directory), "files": len(paths), "episodes": len(episodes),
+            "labelled": len(labelled), "successes": int(sum(labelled)),
+            "success_rate": float(np.mean(labelled)) if labelled else None,
+            "return": stats("return"), "length": stats("length"), "by_episode": episodes}
+
+
+def format_summary(summary: dict) -> str:
+    lines = [f"{summary['directory']}: {summary['episodes']} episodes in {summary['files']} files"]
+    if summary["labelled"]:
+        lines.append(f"success  {summary['successes']} of {summary['labelled']} labelled "
+                     f"({100 * summary['success_rate']:.0f}%)")
+    else:
+        lines.append("success  no episode is labelled")
+    for key in ("return", "length"):
+        s = summary[key]
+        if s is not None:
+            lines.append(f"{key:<7}  mean {s['mean']:.2f}  min {s['min']:.2f}  max {s['max']:.2f}")
+    return "\n".join(lines)
+
+
+def demos(args) -> int:
+    from ..hal.specs import SpecError
+
+    directory = Path(args.directory)
+    if not directory.is_dir():
+        print(f"embodyrl demos: {directory}: no such directory", file=sys.stderr)
+        return 2
+    try:
+        summary = summarise(directory)
+    except SpecError as err:
+        print(f"embodyrl demos: {err}", file=sys.stderr)
+        return 1
+    if summary["files"] == 0:
+        print(f"embodyrl demos: {directory} holds no demonstration files (*.npz)", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    else:
+        print(format_summary(summary))
+    return 0
+
+
+TELEOP_HELP = ("the person's input: keyboard, gamepad[:PATH], spacemouse[:PATH] (Linux input devices "
+               "through evdev, or a recording of their events), or script:module:function "
+               "(docs/devices.md)")
+
+
+def register(sub) -> None:
+    """Add ``record`` and ``demos`` to the ``embodyrl`` subcommands."""
+    r = sub.add_parser(
+        "record", help="record demonstrations: a person drives the robot, one file per episode",
+        formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False,
+        description="Drive ROBOT with --teleop and write one demonstration file per episode into "
+                    "--out (episode-NNNNN.npz), each labelled with the task's success signal or, for a "
+                    "robot reset by hand or a task without one, the person's answer (g go, s success, "
+                    "f failure). Ctrl-C discards the episode in progress; the same command resumes.",
+        epilog="keyboard: 1-7 push action element 0-6 up, q w e r t y u down, space: the middle, "
+               "x: throw the episode away\nexit codes: 0 done, 1 recording failed, 2 bad arguments, "
+               "130 interrupted (what was written is whole; run again to resume)")
+    r.add_argument("robot", help="a task name, gym:ID, module:factory or a robot file")
+    r.add_argument("--teleop", required=True, metavar="SOURCE", help=TELEOP_HELP)
+    r.add_argument("--episodes", required=True, type=int, metavar="N",
+                   help="how many episodes DIR should hold (resuming counts the ones there)")
+    r.add_argument("--out", required=True, metavar="DIR", help="directory of the episode files")
+    r.add_argument("--seed", type=int, default=0, help="seed of the first episode's reset (default 0)")
+    r.add_argument("--episode-steps", type=int, metavar="N", help="episode length (default: the task's)")
+    r.add_argument("--time-scale", type=float, default=1.0,
+                   help="pace at this multiple of the control rate (a simulator only; default 1)")
+    r.add_argument("--unpaced", action="store_true",
+                   help="do not pace at the control rate (a script driving a simulator)")
+    r.set_defaults(func=record)
+    d = sub.add_parser("demos", help="summarise a directory of demonstrations",
+                       description="Episodes, success rate, return and length of the demonstration "
+                                   "files in DIRECTORY. Exit codes: 0 done, 1 an unreadable file, "
+                                   "2 no demonstrations there.")
+    d.add_argument("directory", help="a directory written by embodyrl record")
+    d.add_argument("--json", action="store_true", help="print one JSON object, with every episode")
+    d.set_defaults(func=demos)
+
+
+def add_teleop_option(parser: argparse.ArgumentParser) -> None:
+    """``--teleop SOURCE`` of ``embodyrl actor`` and ``train``: a person may take over any step."""
+    parser.add_argument("--teleop", metavar="SOURCE",
+                        help="let a person take over any step: " + TELEOP_HELP
+                             + "; in train, actor 0's (sets actor.teleop)")

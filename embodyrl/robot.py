@@ -1,0 +1,716 @@
+"""Robots: what a run drives, named on the command line in one of four ways.
+
+``load(source)`` turns what the user typed where a task is taken (``embodyrl
+train``, ``learner``, ``actor``, ``eval``, ``export``, ``record``) into a
+:class:`Robot`:
+
+* a built-in task name or ``gym:ID`` (:mod:`embodyrl.envs`), as before;
+* ``module:factory``: a callable returning ``(device, task)`` as
+  :func:`embodyrl.envs.make` does;
+* a robot file, ``*.yaml`` or ``*.yml``, that declares the device (a
+  factory, or a :class:`~embodyrl.hal.drivers.remote.RemoteDevice` endpoint
+  with its CurveZMQ keys), the task (a factory, or a reward of
+  :class:`~embodyrl.hal.rewards.Shaped` terms and
+  :class:`~embodyrl.hal.rewards.Success` conditions), the control rate and
+  episode length, the reset mode, the safety limits and the camera fields
+  (docs/robots.md shows a complete one, ``examples/robots/arm.yaml``);
+* any of these joined by ``+``: one policy over devices of different shapes.
+
+A bad robot file is refused by :func:`load` with a :class:`RobotFileError`
+naming the field (``robot.yaml: task.reward.terms[1].weight: expected a
+number, got 'x'``); what only the device's specs can tell (a reward that reads
+a field the robot does not observe) is refused by :meth:`Robot.layout`, which
+the command line calls before anything starts.
+
+A run keeps :meth:`Robot.record` in ``config.json`` (``robot``): the source,
+each robot file's absolute path, content hash and declaration, and the device
+kinds' specs. :func:`of_config` rebuilds the robot from it for ``--resume``,
+``eval`` and ``export`` (a robot file changed since is refused, naming what
+changed), and :func:`layout_of` gives the learner its layout without
+reaching the robot. Nothing here imports JAX.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from functools import reduce
+from importlib import import_module
+from pathlib import Path
+
+import numpy as np
+
+from . import envs
+from .hal.device import Device
+from .hal.layout import DeviceKind, Layout
+from .hal.rewards import RewardTask, Shaped, Success, Term, distance, within_distance
+from .hal.safety import BoxLimit, SafeDevice, SafetyConfig
+from .hal.specs import ArraySpec, DictSpec
+from .hal.task import Task
+
+SUFFIXES = (".yaml", ".yml")
+"""A source ending in one of these is a robot file."""
+RESET_MODES = ("auto", "operator")
+"""``auto``: the device resets itself between episodes; ``operator``: a person resets the scene."""
+ACTION = "action"
+"""In a reward term, the action a_t rather than an observation field."""
+
+_FACTORY = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
+
+
+class RobotFileError(ValueError):
+    """A robot that cannot be built as declared; the message names the file and the field."""
+
+
+@dataclass(frozen=True)
+class _Part:
+    """One device kind of a robot: how to build it and what its file declared."""
+
+    name: str
+    source: str
+    build: Callable[[], tuple[Device, Task]]
+    builtin: bool = False
+    reset: str = "auto"
+    cameras: tuple[str, ...] = ()
+    realtime: bool | None = None
+    fields: tuple[tuple[str, str], ...] = ()
+    """(where in the file, observation field) for every field the file names, checked against the specs."""
+    file: dict | None = None
+    """A robot file's ``path``, ``sha256`` and ``declaration``."""
+
+
+@dataclass(frozen=True)
+class Robot:
+    """What a run drives: one device kind per part of ``source``, each with its task."""
+
+    source: str
+    """What the user gave: a task name, ``gym:ID``, ``module:factory``, a file path, or several joined by ``+``."""
+    reset: str = "auto"
+    """``auto`` or ``operator`` (a person resets the scene and labels the episode)."""
+    camera_fields: tuple[str, ...] = ()
+    """Observation fields that are camera images (HxWxC uint8); the encoders read them."""
+    parts: tuple[_Part, ...] = field(default=(), repr=False)
+    recorded_layout: Layout | None = field(default=None, repr=False, compare=False)
+    """The layout a run recorded (:func:`of_config`); used instead of building the devices."""
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The device kinds' names, in device-id order."""
+        return tuple(part.name for part in self.parts)
+
+    @property
+    def builtin(self) -> bool:
+        """Whether every part is a built-in task or ``gym:ID`` (nothing to record)."""
+        return all(part.builtin for part in self.parts)
+
+    def make(self, name: str | None = None) -> tuple[Device, Task]:
+        """A new ``(device, task)`` for device kind ``name`` (None: the only kind).
+
+        A robot file's device comes wrapped in :class:`~embodyrl.hal.safety.SafeDevice` with its
+        safety limits, pacing at its ``control.rate_hz``; a remote device is connected already
+        (its specs come from the robot server), and closing the wrapper releases it."""
+        if name is None:
+            if len(self.parts) != 1:
+                raise ValueError(f"{self.source!r} has several device kinds; name one of {', '.join(self.names)}")
+            return self.parts[0].build()
+        for part in self.parts:
+            if part.name == name:
+                return part.build()
+        raise ValueError(f"{self.source!r} has no device kind {name!r}; kinds: {', '.join(self.names)}")
+
+    def layout(self) -> Layout:
+        """The device kinds and their specs (:class:`~embodyrl.hal.layout.Layout`).
+
+        Builds each device to read its specs (a remote one connects for it) and checks every
+        observation field the robot file names; a failure raises :class:`RobotFileError`."""
+        if self.recorded_layout is not None:
+            return self.recorded_layout
+        if self.builtin:
+            return envs.layout(self.source)
+        return Layout(tuple(_kind(part) for part in self.parts))
+
+    def record(self) -> dict:
+        """What ``config.json`` keeps under ``robot`` (empty for built-in tasks: the name says it all)."""
+        if self.builtin:
+            return {}
+        files = {part.source: part.file for part in self.parts if part.file is not None}
+        record: dict = {"source": self.source}
+        if files:
+            record["files"] = files
+        record["layout"] = [{"name": kind.name, "observation_spec": kind.observation_spec.to_msg(),
+                             "action_spec": kind.action_spec.to_msg()} for kind in self.layout().kinds]
+        return record
+
+    def config_defaults(self) -> dict:
+        """Run settings the robot implies (a config mapping, merged under the user's): ``actor.realtime``
+        from ``control.realtime``, ``actor.reset`` from ``reset``, and the encoders' ``image_fields``
+        from the camera fields."""
+        defaults: dict = {}
+        realtime = [part.realtime for part in self.parts if part.realtime is not None]
+        if realtime:  # declared in a robot file
+            defaults["actor"] = {"realtime": any(realtime), "reset": self.reset}
+        if self.camera_fields:
+            from .algos import registry
+
+            for section, kind in registry.sections().items():
+                if "encoder" in kind.__dataclass_fields__:
+                    defaults[section] = {"encoder": {"image_fields": list(self.camera_fields)}}
+        return defaults
+
+
+# -- every form of source -----------------------------------------------------------
+
+def is_file(source: str) -> bool:
+    """Whether ``source`` names a robot file (by its suffix)."""
+    return source.lower().endswith(SUFFIXES)
+
+
+def load(source: str) -> Robot:
+    """The robot ``source`` names, in any form; :class:`RobotFileError` naming what is wrong."""
+    return _load(source, {})
+
+
+def _load(source: str, recorded: dict[str, dict]) -> Robot:
+    """:func:`load`, with ``recorded``: absolute path -> the file record of a robot file that is gone."""
+    if not isinstance(source, str) or not source.strip():
+        raise RobotFileError("no robot given: name a task, gym:ID, module:factory or a robot file (*.yaml)")
+    if envs.is_known(source):  # built-in tasks, as before
+        return Robot(source, parts=tuple(_load_part(name, recorded) for name in envs.parts(source)))
+    pieces = envs.parts(source) if envs.SEPARATOR in source and not Path(source).is_file() else (source,)
+    if not all(pieces):
+        raise RobotFileError(f"{source!r}: a part between the {envs.SEPARATOR} signs is empty")
+    parts = tuple(_load_part(piece, recorded) for piece in pieces)
+    names = [part.name for part in parts]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise RobotFileError(f"{source!r} names device kind {twice[0]!r} twice (more copies of one device: "
+                             "more actors; another robot file: give it another name:)")
+    resets = sorted({part.reset for part in parts})
+    if len(resets) > 1:
+        raise RobotFileError(f"{source!r}: its robot files declare different reset modes ({', '.join(resets)}); "
+                             "one run resets all its devices one way")
+    cameras = tuple(dict.fromkeys(c for part in parts for c in part.cameras))
+    return Robot(source, reset=resets[0], camera_fields=cameras, parts=parts)
+
+
+def _builtin(name: str):
+    return lambda: envs.make(name)
+
+
+def _load_part(source: str, recorded: dict[str, dict]) -> _Part:
+    if envs.is_known(source):
+        return _Part(source, source, _builtin(source), builtin=True)
+    if is_file(source):
+        return _load_file(source, recorded.get(source))
+    if _FACTORY.match(source) and not source.startswith(envs.GYM_PREFIX):
+        factory = _import(source, source, cwd=True)
+        return _Part(source, source, lambda: _checked_pair(factory(), source))
+    if source.startswith(envs.GYM_PREFIX) or envs.SEPARATOR in source:
+        raise RobotFileError(envs.unknown_reason(source))
+    raise RobotFileError(envs.unknown_reason(source) + "; or module:factory returning (device, task), "
+                         "or a robot file (*.yaml, see docs/robots.md)")
+
+
+def _checked_pair(made, source: str) -> tuple[Device, Task]:
+    if (not isinstance(made, tuple) or len(made) != 2 or not isinstance(made[0], Device)
+            or not isinstance(made[1], Task)):
+        raise RobotFileError(f"{source}: the factory must return (device, task), a Device and a Task; "
+                             f"got {type(made).__name__}")
+    return made
+
+
+def _import(spec: str, where: str, cwd: bool = False, directory: Path | None = None):
+    """``module:attr`` -> the callable, with ``directory`` (a robot file's) and the working directory
+    importable, as ``python -m`` makes the latter."""
+    for extra in (directory, Path.cwd() if cwd or directory is not None else None):
+        if extra is not None and str(extra) not in sys.path:
+            sys.path.append(str(extra))
+    module, _, attr = spec.partition(":")
+    try:
+        found = reduce(getattr, attr.split("."), import_module(module))
+    except ImportError as err:
+        raise RobotFileError(f"{where}: cannot import {module!r} ({err})") from None
+    except AttributeError:
+        raise RobotFileError(f"{where}: module {module!r} has no {attr!r}") from None
+    if not callable(found):
+        raise RobotFileError(f"{where}: {spec} is not callable")
+    return found
+
+
+# -- robot files --------------------------------------------------------------------
+
+class _Reader:
+    """Reads one robot file's mapping, naming the file and the field in every error."""
+
+    def __init__(self, label: str, directory: Path):
+        self.label, self.directory = label, directory
+        self.fields: list[tuple[str, str]] = []
+
+    def fail(self, where: str, what: str):
+        raise RobotFileError(f"{self.label}: {where}: {what}" if where else f"{self.label}: {what}")
+
+    def mapping(self, value, where: str, known: tuple[str, ...], required: tuple[str, ...] = ()) -> dict:
+        if not isinstance(value, dict):
+            self.fail(where, f"expected a mapping, got {_shown(value)}")
+        for key in value:
+            if key not in known:
+                self.fail(_at(where, str(key)), f"unknown field; known: {', '.join(known)}")
+        for key in required:
+            if key not in value:
+                self.fail(_at(where, key), "missing")
+        return value
+
+    def one_of(self, value: dict, where: str, kinds: tuple[str, ...]) -> str:
+        given = [k for k in kinds if k in value]
+        if len(given) != 1:
+            self.fail(where, f"give exactly one of {', '.join(kinds)}" + (f"; got {', '.join(given)}" if given else ""))
+        return given[0]
+
+    def number(self, value, where: str, positive: bool = False) -> float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            self.fail(where, f"expected a number, got {_shown(value)}")
+        if positive and value <= 0:
+            self.fail(where, f"must be > 0, got {value}")
+        return float(value)
+
+    def integer(self, value, where: str, minimum: int = 0) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            self.fail(where, f"expected a whole number, got {_shown(value)}")
+        if value < minimum:
+            self.fail(where, f"must be at least {minimum}, got {value}")
+        return value
+
+    def text(self, value, where: str) -> str:
+        if not isinstance(value, str) or not value:
+            self.fail(where, f"expected a name, got {_shown(value)}")
+        return value
+
+    def boolean(self, value, where: str) -> bool:
+        if not isinstance(value, bool):
+            self.fail(where, f"expected true or false, got {_shown(value)}")
+        return value
+
+    def numbers(self, value, where: str) -> float | tuple[float, ...]:
+        """One number, or a list of them (one per element)."""
+        if isinstance(value, list):
+            if not value:
+                self.fail(where, "expected a number or a list of numbers, got []")
+            return tuple(self.number(v, f"{where}[{i}]") for i, v in enumerate(value))
+        return self.number(value, where)
+
+    def names(self, value, where: str, count: int | None = None) -> list[str]:
+        if not isinstance(value, list) or (count is not None and len(value) != count):
+            self.fail(where, f"expected a list of {count or 'some'} field names, got {_shown(value)}")
+        return [self.text(v, f"{where}[{i}]") for i, v in enumerate(value)]
+
+    def observed(self, name: str, where: str) -> str:
+        """An observation field the specs must have (checked by :meth:`Robot.layout`)."""
+        self.fields.append((where, name))
+        return name
+
+    def factory(self, value, where: str):
+        spec = self.text(value, where)
+        if not _FACTORY.match(spec):
+            self.fail(where, f"expected package.module:callable, got {spec!r}")
+        return _import(spec, f"{self.label}: {where}", directory=self.directory)
+
+    def path(self, value, where: str) -> Path:
+        path = Path(self.text(value, where)).expanduser()
+        path = path if path.is_absolute() else self.directory / path
+        if not path.is_file():
+            self.fail(where, f"no file {path}")
+        return path
+
+
+def _at(where: str, key: str) -> str:
+    return f"{where}.{key}" if where else key
+
+
+def _shown(value) -> str:
+    if isinstance(value, (dict, list)):
+        return "a mapping" if isinstance(value, dict) else "a list"
+    return "nothing" if value is None else repr(value)
+
+
+TOP = ("name", "device", "task", "control", "reset", "safety", "cameras")
+
+
+def _load_file(source: str, file: dict | None = None) -> _Part:
+    """A robot file's part: read from the path ``source``, or rebuilt from its record ``file`` (path,
+    sha256, declaration) when the file is gone."""
+    path = Path(source).expanduser().resolve()
+    if file is None:
+        if not path.is_file():
+            raise RobotFileError(f"{source}: no such robot file")
+        raw = path.read_bytes()
+        file = {"path": str(path), "sha256": hashlib.sha256(raw).hexdigest(), "declaration": _parse_yaml(raw, source)}
+    declaration = file["declaration"]
+    r = _Reader(source, path.parent)
+    data = r.mapping(declaration, "", TOP, required=("device", "task"))
+    name = r.text(data["name"], "name") if "name" in data else path.stem
+    if "/" in name or envs.SEPARATOR in name:
+        r.fail("name", f"{name!r}: no '/' or '{envs.SEPARATOR}' in a device kind's name")
+    control = r.mapping(data.get("control", {}), "control", ("rate_hz", "episode_steps", "realtime"))
+    rate_hz = r.number(control["rate_hz"], "control.rate_hz", positive=True) if "rate_hz" in control else None
+    steps = r.integer(control["episode_steps"], "control.episode_steps", 1) if "episode_steps" in control else None
+    realtime = r.boolean(control.get("realtime", True), "control.realtime")
+    reset = data.get("reset", "auto")
+    if reset not in RESET_MODES:
+        r.fail("reset", f"expected one of {', '.join(RESET_MODES)}, got {_shown(reset)}")
+    cameras = tuple(r.observed(c, f"cameras[{i}]") for i, c in enumerate(r.names(data.get("cameras", []), "cameras")))
+    make_device = _device(r, data["device"])
+    make_task = _task(r, data["task"], name, steps)
+    safety = _safety(r, data.get("safety", {}))
+
+    def build() -> tuple[Device, Task]:
+        device = make_device()
+        try:
+            safe = SafeDevice(device, safety)
+        except ValueError as err:
+            device.close()
+            r.fail("safety", str(err))
+        if rate_hz is not None:
+            safe.control_period_s = 1.0 / rate_hz
+        return safe, make_task()
+
+    return _Part(name, source, build, reset=reset, cameras=cameras, realtime=realtime,
+                 fields=tuple(r.fields), file=file)
+
+
+def _parse_yaml(raw: bytes, label: str) -> dict:
+    import yaml
+
+    try:
+        data = yaml.safe_load(raw)
+    except yaml.YAMLError as err:
+        raise RobotFileError(f"{label}: not valid YAML ({err})") from None
+    if not isinstance(data, dict):
+        raise RobotFileError(f"{label}: expected a mapping at the top (device:, task:, ...), got {_shown(data)}")
+    return data
+
+
+def _device(r: _Reader, value) -> Callable[[], Device]:
+    """``device:``, a factory returning a Device, or a robot server's endpoint."""
+    data = r.mapping(value, "device", ("factory", "args", "endpoint", "keys", "allow_insecure", "timeout_s",
+                                       "retries"))
+    if r.one_of(data, "device", ("factory", "endpoint")) == "factory":
+        for key in ("keys", "allow_insecure", "timeout_s", "retries"):
+            if key in data:
+                r.fail(f"device.{key}", "belongs to a remote device (device.endpoint), not a factory")
+        factory = r.factory(data["factory"], "device.factory")
+        args = r.mapping(data.get("args", {}), "device.args", tuple(data.get("args", {}) or ()))
+
+        def made() -> Device:
+            device = factory(**args)
+            if not isinstance(device, Device):
+                r.fail("device.factory", f"{data['factory']} returned {type(device).__name__}, not a Device")
+            return device
+        return made
+    if "args" in data:
+        r.fail("device.args", "belongs to a device factory, not a remote device")
+    endpoint = r.text(data["endpoint"], "device.endpoint")
+    if not re.match(r"^(tcp|ipc)://", endpoint):
+        r.fail("device.endpoint", f"expected tcp://HOST:PORT, got {endpoint!r}")
+    keys = None
+    if "keys" in data:
+        given = r.mapping(data["keys"], "device.keys", ("secret_key", "server_key"), ("secret_key", "server_key"))
+        keys = (r.path(given["secret_key"], "device.keys.secret_key"),
+                r.path(given["server_key"], "device.keys.server_key"))
+    insecure = r.boolean(data.get("allow_insecure", False), "device.allow_insecure")
+    timeout_s = r.number(data.get("timeout_s", 0.5), "device.timeout_s", positive=True)
+    retries = r.integer(data.get("retries", 3), "device.retries")
+    from .hal.wire.security import ClientKeys, SecurityError, check_endpoint, is_loopback
+
+    if keys is None and not insecure and not is_loopback(endpoint):
+        r.fail("device.keys", f"{endpoint} is off this machine: give keys (secret_key, server_key; made with "
+                              "embodyrl keys DIR NAME), or allow_insecure: true")
+
+    def made() -> Device:
+        from .hal.drivers.remote import RemoteDevice, RemoteError
+
+        try:
+            check_endpoint(endpoint, keys is not None, insecure)
+            device = RemoteDevice(endpoint, keys=ClientKeys(*keys) if keys else None, allow_insecure=insecure,
+                                  timeout_s=timeout_s, retries=retries)
+            device.connect()  # the specs come from the robot server
+        except (RemoteError, SecurityError) as err:
+            where = "device.keys" if isinstance(err, SecurityError) else "device.endpoint"
+            r.fail(where, f"{err} (is the robot server running there, with this actor's key authorised?)")
+        return device
+    return made
+
+
+_TERMS = ("distance", "norm", "squared", "value", "function")
+_CONDITIONS = ("within_distance", "above", "below", "function")
+
+
+def _task(r: _Reader, value, name: str, steps: int | None) -> Callable[[], Task]:
+    """``task:``, a factory returning a Task, or a declared reward."""
+    data = r.mapping(value, "task", ("factory", "args", "reward", "end_on_success", "name"))
+    if r.one_of(data, "task", ("factory", "reward")) == "factory":
+        if "end_on_success" in data:
+            r.fail("task.end_on_success", "belongs to a declared reward (task.reward)")
+        factory = r.factory(data["factory"], "task.factory")
+        args = r.mapping(data.get("args", {}), "task.args", tuple(data.get("args", {}) or ()))
+
+        def made() -> Task:
+            task = factory(**args)
+            if not isinstance(task, Task):
+                r.fail("task.factory", f"{data['factory']} returned {type(task).__name__}, not a Task")
+            if steps is not None:
+                task.max_episode_steps = steps
+            if "name" in data:
+                task.name = r.text(data["name"], "task.name")
+            return task
+        return made
+    if "args" in data:
+        r.fail("task.args", "belongs to a task factory, not a declared reward")
+    if steps is None:
+        r.fail("control.episode_steps", "missing: a declared reward needs the episode length")
+    reward = r.mapping(data["reward"], "task.reward", ("terms", "success"))
+    if not reward.get("terms") and not reward.get("success"):
+        r.fail("task.reward", "declare terms, success conditions, or both")
+    terms = [_term(r, t, f"task.reward.terms[{i}]") for i, t in enumerate(_listed(r, reward, "terms"))]
+    names = [t.name for t in terms]
+    if len(set(names)) != len(names):
+        r.fail("task.reward.terms", f"names must differ (set name:), got {names}")
+    successes = [_condition(r, c, f"task.reward.success[{i}]") for i, c in enumerate(_listed(r, reward, "success"))]
+    end = r.boolean(data.get("end_on_success", False), "task.end_on_success")
+    if end and not successes:
+        r.fail("task.end_on_success", "needs success conditions (task.reward.success)")
+    task_name = r.text(data.get("name", name), "task.name")
+    return lambda: DeclaredTask(Shaped(tuple(terms)) if terms else None, tuple(successes), name=task_name,
+                                max_episode_steps=steps, end_on_success=end)
+
+
+def _listed(r: _Reader, data: dict, key: str) -> list:
+    value = data.get(key) or []
+    if not isinstance(value, list):
+        r.fail(f"task.reward.{key}", f"expected a list, got {_shown(value)}")
+    return value
+
+
+def _term(r: _Reader, value, where: str) -> Term:
+    data = r.mapping(value, where, ("name", "weight", *_TERMS), ("weight",))
+    kind = r.one_of(data, where, _TERMS)
+    weight = r.number(data["weight"], f"{where}.weight")
+    arg, at = data[kind], f"{where}.{kind}"
+    if kind == "distance":
+        a, b = (r.observed(n, f"{at}[{i}]") for i, n in enumerate(r.names(arg, at, 2)))
+        measure = distance(a, b)
+        fn, label = (lambda o, act, next_o: measure(next_o)), f"distance({a}, {b})"
+    elif kind == "function":
+        fn, label = r.factory(arg, at), arg
+    else:
+        target = r.text(arg, at)
+        if target != ACTION:
+            r.observed(target, at)
+        fn, label = _measure(kind, target), f"{kind}({target})"
+    return Term(r.text(data.get("name", label), f"{where}.name"), weight, fn)
+
+
+def _measure(kind: str, target: str):
+    """``norm``, ``squared`` or ``value`` of the action a_t or of a field of o_{t+1}."""
+    def read(action, next_observation) -> np.ndarray:
+        return np.asarray(action if target == ACTION else next_observation[target], np.float64)
+
+    if kind == "norm":
+        return lambda o, a, next_o: float(np.linalg.norm(read(a, next_o)))
+    if kind == "squared":
+        return lambda o, a, next_o: float(np.sum(read(a, next_o) ** 2))
+    return lambda o, a, next_o: float(np.sum(read(a, next_o)))
+
+
+def _condition(r: _Reader, value, where: str) -> Success:
+    data = r.mapping(value, where, ("value", *_CONDITIONS))
+    kind = r.one_of(data, where, _CONDITIONS)
+    paid = r.number(data.get("value", 1.0), f"{where}.value")
+    arg, at = data[kind], f"{where}.{kind}"
+    if kind == "function":
+        return Success(r.factory(arg, at), paid)
+    if kind == "within_distance":
+        if not isinstance(arg, list) or len(arg) != 3:
+            r.fail(at, f"expected [field_a, field_b, threshold], got {_shown(arg)}")
+        a, b = (r.observed(r.text(n, f"{at}[{i}]"), f"{at}[{i}]") for i, n in enumerate(arg[:2]))
+        return Success(within_distance(a, b, r.number(arg[2], f"{at}[2]", positive=True)), paid)
+    if not isinstance(arg, list) or len(arg) != 2:
+        r.fail(at, f"expected [field, threshold], got {_shown(arg)}")
+    name = r.observed(r.text(arg[0], f"{at}[0]"), f"{at}[0]")
+    threshold = r.number(arg[1], f"{at}[1]")
+    if kind == "above":
+        return Success(lambda o: bool(np.all(np.asarray(o[name]) > threshold)), paid)
+    return Success(lambda o: bool(np.all(np.asarray(o[name]) < threshold)), paid)
+
+
+class DeclaredTask(RewardTask):
+    """A robot file's task: shaped terms plus success conditions, each paying its value.
+
+    The episode succeeds when every success condition holds in its last observation
+    (``episode_metrics()["success"]``, :meth:`success`); with ``end_on_success`` it ends there
+    (terminated). A sparse task (success conditions only) pays ``success_reward`` for a person's
+    success label (:mod:`embodyrl.hal.operator`)."""
+
+    def __init__(self, shaped: Shaped | None, successes: tuple[Success, ...], *, name: str,
+                 max_episode_steps: int, end_on_success: bool = False):
+        self.shaped, self.successes = shaped, successes
+        self.success_reward = sum(s.value for s in successes) if shaped is None and successes else None
+        super().__init__(self._total, name=name, max_episode_steps=max_episode_steps,
+                         terminate_on=self.success if end_on_success else None)
+
+    def _total(self, observation, action, next_observation) -> float:
+        total = self.shaped(observation, action, next_observation) if self.shaped is not None else 0.0
+        return total + sum(s(observation, action, next_observation) for s in self.successes)
+
+    def success(self, observation) -> bool:
+        """Whether every success condition holds in ``observation`` (False without any)."""
+        return bool(self.successes) and all(s.detector(observation) for s in self.successes)
+
+    def episode_metrics(self, observations) -> dict[str, float]:
+        return {"success": float(self.success(observations[-1]))} if self.successes else {}
+
+
+def _safety(r: _Reader, value) -> SafetyConfig:
+    """``safety:``, what :class:`~embodyrl.hal.safety.SafetyConfig` enforces (clipping to the action
+    bounds is always on)."""
+    data = r.mapping(value, "safety", ("max_delta", "watchdog_s", "estop_after_faults", "safe_action", "workspace"))
+    boxes = []
+    workspace = data.get("workspace", [])
+    if not isinstance(workspace, list):
+        r.fail("safety.workspace", f"expected a list of boxes (field, low, high), got {_shown(workspace)}")
+    for i, box in enumerate(workspace):
+        at = f"safety.workspace[{i}]"
+        box = r.mapping(box, at, ("field", "low", "high", "safe_action"), ("field", "low", "high"))
+        low, high = r.numbers(box["low"], f"{at}.low"), r.numbers(box["high"], f"{at}.high")
+        if np.any(np.asarray(low) > np.asarray(high)):
+            r.fail(at, f"low {low} is above high {high}")
+        safe = r.numbers(box["safe_action"], f"{at}.safe_action") if "safe_action" in box else None
+        boxes.append(BoxLimit(r.observed(r.text(box["field"], f"{at}.field"), f"{at}.field"), low, high,
+                              (safe,) if isinstance(safe, float) else safe))
+    safe_action = r.numbers(data["safe_action"], "safety.safe_action") if "safe_action" in data else None
+    return SafetyConfig(
+        max_delta=r.numbers(data["max_delta"], "safety.max_delta") if "max_delta" in data else None,
+        workspace=None if not boxes else boxes[0] if len(boxes) == 1 else Boxes(tuple(boxes)),
+        safe_action=(safe_action,) if isinstance(safe_action, float) else safe_action,
+        watchdog_s=r.number(data["watchdog_s"], "safety.watchdog_s", positive=True) if "watchdog_s" in data else None,
+        estop_after_faults=r.integer(data.get("estop_after_faults", 3), "safety.estop_after_faults"))
+
+
+@dataclass(frozen=True)
+class Boxes:
+    """Several workspace limits: the first one violated decides."""
+
+    boxes: tuple[BoxLimit, ...]
+
+    def __call__(self, observation, action):
+        return next((o for o in (box(observation, action) for box in self.boxes) if o is not None), None)
+
+
+def _kind(part: _Part) -> DeviceKind:
+    """A part's device kind, the fields its file names checked against the specs."""
+    device, _ = part.build()
+    try:
+        observation_spec, action_spec = device.observation_spec, device.action_spec
+    finally:
+        _release(device)
+    for where, name in part.fields:
+        if name not in observation_spec:
+            raise RobotFileError(f"{part.source}: {where}: {name!r} is not an observation field; "
+                                 f"the robot observes {', '.join(observation_spec)}")
+    for i, name in enumerate(part.cameras):
+        spec = observation_spec[name]
+        if len(spec.shape) != 3 or spec.dtype != np.uint8:
+            raise RobotFileError(f"{part.source}: cameras[{i}]: {name!r} is {spec.dtype}{list(spec.shape)}, "
+                                 "not an HxWxC uint8 image")
+    return DeviceKind(part.name, observation_spec, action_spec)
+
+
+def _release(device: Device) -> None:
+    """Close a device made only for its specs (a safety wrapper's connected driver too)."""
+    device.close()
+    inner = getattr(device, "inner", None)
+    if isinstance(inner, Device):
+        _release(inner)
+
+
+# -- what a run recorded ----------------------------------------------------------
+
+def of_config(config) -> Robot:
+    """The robot of a run's config, as recorded (``config.robot``) when the run started.
+
+    A robot file is read again from its recorded absolute path, and refused when its content
+    changed (naming what changed); a file no longer there is rebuilt from the recorded
+    declaration. The layout is the recorded one."""
+    record = getattr(config, "robot", None) or {}
+    if not record:
+        return load(config.task)
+    files = record.get("files") or {}
+    pieces = envs.parts(config.task) if envs.SEPARATOR in config.task and config.task not in files else (config.task,)
+    gone, resolved = {}, []
+    for piece in pieces:
+        file = files.get(piece)
+        if file is not None:
+            path = Path(file["path"])
+            if path.is_file():
+                check_unchanged(piece, file)
+            else:
+                gone[str(path)] = file
+            piece = str(path)
+        resolved.append(piece)
+    robot = replace(_load(envs.SEPARATOR.join(resolved), gone), source=config.task)
+    if "layout" in record:
+        robot = replace(robot, recorded_layout=_layout_from(record["layout"]))
+    return robot
+
+
+def check_unchanged(label: str, file: dict) -> None:
+    """Refuse a robot file whose content differs from its record, naming what changed."""
+    raw = Path(file["path"]).read_bytes()
+    if hashlib.sha256(raw).hexdigest() == file["sha256"]:
+        return
+    try:
+        changed = "; ".join(changes(file["declaration"], _parse_yaml(raw, label))) or "its comments or layout"
+    except RobotFileError:
+        changed = "it is no longer valid YAML"
+    raise RobotFileError(f"{label}: the robot file changed since the run started ({changed}); restore "
+                         f"{file['path']} or start a new run")
+
+
+def layout_of(config) -> Layout:
+    """The layout a run trains over: the recorded one (the learner never reaches the robot), else
+    the task's."""
+    record = getattr(config, "robot", None) or {}
+    if "layout" in record:
+        return _layout_from(record["layout"])
+    return load(config.task).layout()
+
+
+def _layout_from(kinds: list) -> Layout:
+    return Layout(tuple(DeviceKind(k["name"], DictSpec.from_msg(k["observation_spec"]),
+                                   ArraySpec.from_msg(k["action_spec"])) for k in kinds))
+
+
+def changes(before, after, where: str = "") -> list[str]:
+    """What differs between two declarations, as ``field: old -> new`` lines."""
+    if isinstance(before, dict) and isinstance(after, dict):
+        found = []
+        for key in list(before) + [k for k in after if k not in before]:
+            at = _at(where, str(key))
+            if key not in after:
+                found.append(f"{at}: removed")
+            elif key not in before:
+                found.append(f"{at}: added")
+            else:
+                found += changes(before[key], after[key], at)
+        return found
+    if isinstance(before, list) and isinstance(after, list) and len(before) == len(after):
+        return [c for i, (b, a) in enumerate(zip(before, after, strict=True)) for c in changes(b, a, f"{where}[{i}]")]
+    return [] if before == after else [f"{where or 'the file'}: {_brief(before)} -> {_brief(after)}"]
+
+
+def _brief(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
