@@ -8,7 +8,7 @@ from .actor import ActorConfig, ActorLoop, ActorStats
 from .clock import RateClock
 from .coupling import CouplingConfig, CouplingError, CouplingLink, level_inputs
 from .demos import DemoWriter, load_demonstrations, send_demonstrations
-from .device import Device, EStopError, Health
+from .device import Device, EpisodeInterrupted, EStopError, Health
 from .drivers.remote import RemoteDevice
 from .group import DeviceGroup
 from .intervention import HeldCommand, InterventionSource, KeyboardTeleop, ScriptedIntervention
@@ -27,7 +27,7 @@ from .wire.spool import Spool, SpoolFull
 __all__ = [
     "NO_POLICY", "ActorConfig", "ActorLoop", "ActorStats", "ArraySpec", "BatchLedger", "BoxLimit", "CouplingConfig",
     "CouplingError", "CouplingLink", "DemoWriter", "Device",
-    "DeviceGroup", "DictSpec", "EStopError", "Health", "HeldCommand", "InterventionSource", "KeyboardTeleop",
+    "DeviceGroup", "DictSpec", "EpisodeInterrupted", "EStopError", "Health", "HeldCommand", "InterventionSource", "KeyboardTeleop",
     "LearnedReward", "LearnerLink", "LinkError", "NumpyPolicy", "Policy", "PolicyVersion", "RateClock",
     "RemoteDevice", "RewardTask", "RobotDriver", "RobotServer", "SafeDevice", "SafetyConfig",
     "ScriptedIntervention", "Shaped", "Source", "SpecError", "Spool", "SpoolFull", "StepRecorder", "Steps",

@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .clock import RateClock, set_realtime_priority
-from .device import Device
+from .device import Device, EpisodeInterrupted
 from .group import DeviceGroup
 from .intervention import EpisodeAborted, InterventionSource, new_episode
 from .link import Link
@@ -163,6 +163,8 @@ class ActorStats:
     """Control periods a device with no weights held its safe action because the learner was gone."""
     aborted: int = 0
     """Episodes the person threw away (ended without a final row)."""
+    interrupted: int = 0
+    """Episodes the device ended on its own (a robot server's watchdog after a pause): reset, then on."""
     labels: dict[str, int] = field(default_factory=dict)
     """The operator's answers at episodes' ends: go, success, failure."""
     operator_wait_s: float = 0.0
@@ -177,7 +179,7 @@ class ActorStats:
                 "credit_pauses": self.credit_pauses, "credit_paused_steps": self.credit_paused_steps,
                 "credit_wait_s": round(self.credit_wait_s, 3),
                 "link": dict(self.link), "learner": self.learner, "held_steps": self.held_steps,
-                "aborted": self.aborted, "labels": dict(self.labels),
+                "aborted": self.aborted, "interrupted": self.interrupted, "labels": dict(self.labels),
                 "operator_wait_s": round(self.operator_wait_s, 3),
                 "last_return": self.returns[-1] if self.returns else None}
 
@@ -303,7 +305,8 @@ class ActorLoop:
             try:
                 human = lane.intervention.poll(observation)
             except EpisodeAborted:
-                self._abort(lane)
+                self.stats.aborted += 1
+                self._restart(lane)
                 return
             if human is not None:
                 command, source = human, Source.INTERVENTION
@@ -312,7 +315,14 @@ class ActorLoop:
             self._hold(lane)  # a policy that never had weights, and no learner to send them: stay safe
             return
         lane.holding = False
-        next_observation = device.step(command)
+        try:
+            next_observation = device.step(command)
+        except EpisodeInterrupted as err:
+            warnings.warn(f"device {lane.device_id}: {err}; the episode ends without a final row, the device resets",
+                          stacklevel=2)
+            self.stats.interrupted += 1
+            self._restart(lane)
+            return
         applied = device.last_applied
         if applied is None:  # a bare device: the loop clips, as the device's own driver would
             applied = device.action_spec.clip(command)
@@ -342,9 +352,8 @@ class ActorLoop:
         if len(lane.recorder) >= self.config.send_every:
             self._send(lane)
 
-    def _abort(self, lane: _Lane) -> None:
-        """The person threw the episode away: it ends without a final row; a new one starts."""
-        self.stats.aborted += 1
+    def _restart(self, lane: _Lane) -> None:
+        """The episode ends without a final row (thrown away or interrupted); a new one starts."""
         lane.recorder.abandon_episode()
         lane.observation, lane.episode_return, lane.t = lane.device.reset(), 0.0, 0
         new_episode(lane.intervention)

@@ -40,6 +40,15 @@ class EStopError(RuntimeError):
     """The device is e-stopped; it will not move until the e-stop is cleared."""
 
 
+class EpisodeInterrupted(RuntimeError):
+    """The device ended the episode on its own and wants a reset before the next step.
+
+    A robot server's watchdog does this when the actor paused for longer than
+    its period (a learner compiling, a credit wait): the robot is already in
+    its safe state, so the actor loop resets and goes on instead of failing.
+    """
+
+
 class Device(abc.ABC):
     """Base class of every driver. Subclasses implement the ``_``-prefixed hooks.
 

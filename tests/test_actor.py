@@ -175,3 +175,43 @@ def test_a_stop_signal_ends_a_wait_for_credit_and_spools_the_rows():
         thread.join(5)
     finally:
         server.close()
+
+
+class StallsOnce(Alternating):
+    """Stalls past the robot server's watchdog before its sixth action (a learner compiling, say)."""
+
+    def __init__(self, stall_s: float):
+        super().__init__()
+        self.calls, self.stall_s = 0, stall_s
+
+    def act(self, observation, *, explore):
+        self.calls += 1
+        if self.calls == 6:
+            time.sleep(self.stall_s)
+        return super().act(observation, explore=explore)
+
+
+def test_a_robot_servers_watchdog_trip_restarts_the_episode_instead_of_ending_the_actor(learner):
+    from embodyrl.hal.drivers.remote import RemoteDevice
+    from embodyrl.hal.robot_server import DeviceDriver, RobotServer
+
+    server = RobotServer(DeviceDriver(envs.make("pendulum")[0]), watchdog_s=0.2)
+    stop = threading.Event()
+    thread = threading.Thread(target=server.serve, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        device, task = RemoteDevice(server.endpoint, timeout_s=2.0, retries=1), envs.make("pendulum")[1]
+        device.connect()
+        info = DeviceInfo(0, "pendulum", device.observation_spec, device.action_spec)
+        with device, LearnerLink(learner.server.endpoint, actor_name="t", actor_id=0, devices=[info],
+                                 handshake_timeout_s=20, peer_timeout_s=20) as link:
+            loop = ActorLoop(device, task, StallsOnce(stall_s=0.6), link,
+                             ActorConfig(actor_id=0, send_every=4, random_steps=0))
+            with pytest.warns(UserWarning, match="watchdog"):
+                stats = loop.run(max_steps=12)
+        assert stats.interrupted == 1 and stats.episodes == 0
+        assert stats.env_steps == 11  # the refused step is not recorded; every other one is
+        assert server.stats.watchdog_trips == 1
+    finally:
+        stop.set()
+        thread.join(5)

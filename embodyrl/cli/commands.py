@@ -168,6 +168,7 @@ def _run_dir(args) -> Path:
 
 def _train(args) -> int:
     from .launch import TrainingError, train
+    from .person import at_terminal
     from .security import check_address, local_key_pairs
 
     run_dir = _run_dir(args)
@@ -176,7 +177,10 @@ def _train(args) -> int:
     _keep_yaml(args, run_dir)
     keys = local_key_pairs(run_dir / "keys") if args.curve else None
     try:
-        summary = train(config, run_dir, progress="quiet" if args.quiet else args.progress,
+        progress = "quiet" if args.quiet else args.progress
+        if progress == "auto" and at_terminal(config):
+            progress = "plain"  # the live panel would redraw over the person's prompts
+        summary = train(config, run_dir, progress=progress,
                         keys=keys, allow_insecure=args.insecure)
     except KeyboardInterrupt:
         print("embodyrl: interrupted; every process stopped", file=sys.stderr)
@@ -395,7 +399,8 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="overrides: any config field as --SECTION.FIELD VALUE (or =VALUE), e.g.\n"
                "  --ddpg.actor_lr 3e-4  --learner.updates_per_step 2  --eval_episodes 5\n"
                "  --ddpg.hidden_sizes '[64, 64]'  (lists in YAML syntax)\n"
-               "progress: a live panel when stdout and stderr are terminals, else a line every 5 s;\n"
+               "progress: a live panel when stdout and stderr are terminals and no person answers there\n"
+               "  (--teleop keyboard or reset: operator), else a line every 5 s;\n"
                "  the summary JSON goes to stdout, progress and messages to stderr\n"
                "exit codes: 0 done, 1 training failed, 2 bad arguments or config, 130 interrupted")
     t.add_argument("task", help=TASK_HELP)

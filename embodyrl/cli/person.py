@@ -47,6 +47,12 @@ def reset_mode(config) -> str:
     return of_config(config).reset
 
 
+def at_terminal(config) -> bool:
+    """Whether a person answers at this terminal (the keyboard source or ``reset: operator``): the
+    live panel would redraw over their prompts, so ``train`` prints plain progress lines instead."""
+    return config.actor.teleop == "keyboard" or reset_mode(config) == "operator"
+
+
 def person_parts(config, group, index: int):
     """(teleop sources by member name or None, operator or None) of actor ``index`` of a run of
     ``config``; one it cannot make is said on stderr and ends the process with exit code 2."""
@@ -64,8 +70,7 @@ def _person_parts(teleop: str, reset: str, group, index: int):
     from ..hal.operator import TerminalOperator
     from ..hal.teleop import make_source
 
-    at_terminal = teleop == "keyboard" or reset == "operator"
-    if at_terminal and index > 0 and multiprocessing.parent_process() is not None:
+    if (teleop == "keyboard" or reset == "operator") and index > 0 and multiprocessing.parent_process() is not None:
         raise PersonRefused("a person at one terminal attends one actor of embodyrl train: train with "
                             "--actors 1, or start each robot's actor with embodyrl actor")
     sources = None

@@ -23,7 +23,7 @@ import time
 import numpy as np
 import zmq
 
-from ..device import Device, EStopError, Health
+from ..device import Device, EpisodeInterrupted, EStopError, Health
 from ..robot_server import BYE, CLEAR, ERROR, ESTOP, HELLO, OBS, REFUSED, RESET, SPECS, STATUS, STEP
 from ..specs import ArraySpec, DictSpec, SpecError
 from ..wire.codec import DEFAULT_LIMITS, Limits, Message, decode, encode
@@ -116,7 +116,12 @@ class RemoteDevice(Device):
         return self._observation(self._request(RESET, fields))
 
     def _step(self, action: np.ndarray) -> dict[str, np.ndarray]:
-        return self._observation(self._request(STEP, arrays={"action": action}))
+        try:
+            return self._observation(self._request(STEP, arrays={"action": action}))
+        except RemoteError as err:
+            if err.reason == "watchdog":
+                raise EpisodeInterrupted(str(err)) from err
+            raise
 
     def _on_estop(self) -> None:
         if self._socket is not None:
