@@ -414,3 +414,26 @@ def test_demos_directories_become_learner_demos(tmp_path):
     assert config.learner.demos == (str((tmp_path / "a").resolve()),)
     proc = cli("train", "pendulum", "--demos", "nowhere", "--run-dir", "run", cwd=tmp_path)
     assert proc.returncode == 2 and "--demos: no directory nowhere" in proc.stderr and not (tmp_path / "run").exists()
+
+
+def test_eval_of_a_robot_reset_by_hand_waits_for_the_person_and_takes_their_labels(arm_run, tmp_path):
+    import shutil
+
+    from embodyrl.cli.launch import evaluate_run
+    from embodyrl.config import load
+
+    run = tmp_path / "run"
+    shutil.copytree(arm_run / "run", run)
+    config = json.loads((run / "config.json").read_text())
+    config["actor"]["reset"] = "operator"
+    (run / "config.json").write_text(json.dumps(config))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, "-m", "embodyrl.cli", "eval", str(run), "--episodes", "3"],
+                          input="sxfs", capture_output=True, text=True, timeout=300, cwd=arm_run, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.count("reset the scene") == 3  # asked after every episode
+    assert json.loads(proc.stdout)["success_mean"] == pytest.approx(2 / 3)  # x is no answer: s, f, s
+    proc = subprocess.run([sys.executable, "-m", "embodyrl.cli", "eval", str(run), "--episodes", "2"],
+                          input="s", capture_output=True, text=True, timeout=300, cwd=arm_run, env=env)
+    assert proc.returncode == 1 and "operator's input closed" in proc.stderr  # no one answers: said, not hung
+    assert "eval_skipped" in evaluate_run(load(run / "config.json"), run)  # train leaves it to the person

@@ -245,8 +245,11 @@ def _is_finished_run(run_dir: Path) -> bool:
 
 
 def _eval(args) -> int:
+    from ..config import load
+    from ..hal.operator import OperatorGone, TerminalOperator
     from ..robot import RobotFileError
     from .evaluate import evaluate_saved_run, render_strip
+    from .person import reset_mode
 
     run_dir = Path(args.run_dir)
     if not _is_finished_run(run_dir):
@@ -254,17 +257,23 @@ def _eval(args) -> int:
     if args.episodes is not None and args.episodes < 1:
         print("embodyrl: --episodes must be at least 1", file=sys.stderr)
         return 2
+    operator = None
     try:
-        result = evaluate_saved_run(run_dir, args.episodes, args.seed)
+        if reset_mode(load(run_dir / "config.json")) == "operator":  # wait for the person between episodes
+            operator = TerminalOperator(0)  # standard input: a terminal, or a pipe of answers
+        result = evaluate_saved_run(run_dir, args.episodes, args.seed, operator)
         if args.strip:
             result.update(render_strip(run_dir, Path(args.strip), frames=args.frames,
                                        size=(args.width, args.height), seed=result["seed"], device=args.device))
     except RobotFileError as err:  # the run's robot cannot be rebuilt as recorded
         print(f"embodyrl: eval: {err}", file=sys.stderr)
         return 2
-    except ValueError as err:
+    except (ValueError, OperatorGone) as err:
         print(f"embodyrl: eval: {err}", file=sys.stderr)
         return 1
+    finally:
+        if operator is not None:
+            operator.close()
     print(json.dumps(result, indent=2))
     return 0
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..hal.device import Device
+from ..hal.operator import Operator
 from ..hal.policy import Policy
 from ..hal.task import Task
 
@@ -25,18 +26,44 @@ def run_episode(device: Device, task: Task, policy: Policy, seed: int, explore: 
     return total, observations
 
 
-def evaluate(device: Device, task: Task, policy: Policy, episodes: int, seed: int) -> dict:
-    """Mean return and task metrics over ``episodes`` seeded episodes."""
+def evaluate(device: Device, task: Task, policy: Policy, episodes: int, seed: int,
+             operator: Operator | None = None) -> dict:
+    """Mean return and task metrics over ``episodes`` seeded episodes.
+
+    With an ``operator`` (a robot reset by hand) each episode's end holds the
+    device safe until the person has reset the scene and answered; a success or
+    failure answer is the episode's ``success``, over the task's own signal.
+    """
     returns, metrics = [], {}
     for i in range(episodes):
         total, observations = run_episode(device, task, policy, seed + i)
         returns.append(total)
-        for name, value in task.episode_metrics(observations).items():
+        episode_metrics = task.episode_metrics(observations)
+        if operator is not None:
+            label = _ask(operator, device, task, observations, f"evaluation episode {i + 1}/{episodes} ended "
+                                                                f"after {len(observations) - 1} steps, return {total:.2f}")
+            if label is not None:
+                episode_metrics["success"] = float(label)
+        for name, value in episode_metrics.items():
             metrics.setdefault(name, []).append(value)
     result = {"return_mean": float(np.mean(returns)), "return_std": float(np.std(returns)),
               "returns": [float(r) for r in returns]}
     result.update({f"{name}_mean": float(np.mean(v)) for name, v in metrics.items()})
     return result
+
+
+def _ask(operator: Operator, device: Device, task: Task, observations, summary: str) -> bool | None:
+    """The person's label of a finished episode (None: go, the task's signal stands), the device
+    holding its safe action meanwhile."""
+    from ..hal.operator import task_success, wait_for_answer
+
+    def hold() -> None:
+        if getattr(device, "safe_action", None) is not None and not device.estopped:
+            device.step(device.safe_action)
+
+    answer = wait_for_answer(operator, summary, allow_go=task_success(task, observations) is not None,
+                             every=hold, period_s=device.control_period_s)
+    return answer.success
 
 
 def versus_random(device: Device, task: Task, policy: Policy, episodes: int, seed: int) -> dict:
@@ -55,8 +82,10 @@ def versus_random(device: Device, task: Task, policy: Policy, episodes: int, see
     return out
 
 
-def evaluate_saved_run(run_dir, episodes: int | None = None, seed: int | None = None) -> dict:
-    """The saved policy of ``run_dir`` on each device kind of its task: mean return and task metrics."""
+def evaluate_saved_run(run_dir, episodes: int | None = None, seed: int | None = None,
+                       operator: Operator | None = None) -> dict:
+    """The saved policy of ``run_dir`` on each device kind of its task: mean return and task metrics
+    (``operator``: a person resets the scene between episodes and labels them)."""
     from pathlib import Path
 
     from ..config import load
@@ -74,7 +103,7 @@ def evaluate_saved_run(run_dir, episodes: int | None = None, seed: int | None = 
     for kind, policy in zip(layout.kinds, policies, strict=True):
         device, task = robot.make(kind.name)
         with device:
-            per_kind[kind.name] = evaluate(device, task, policy, episodes, seed)
+            per_kind[kind.name] = evaluate(device, task, policy, episodes, seed, operator)
     return {"task": config.task, "algorithm": config.algorithm, "episodes": episodes, "seed": seed,
             "policy_version": list(policies[0].version), **layout.collect(per_kind)}
 

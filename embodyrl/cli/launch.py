@@ -118,7 +118,12 @@ def _last_metrics(run_dir: Path) -> dict:
 
 
 def evaluate_run(config: TrainConfig, run_dir: Path) -> dict:
-    """The saved policy and a uniform random policy on the same seeded episodes, per device kind."""
+    """The saved policy and a uniform random policy on the same seeded episodes, per device kind;
+    none where a person resets the robot (they evaluate with ``embodyrl eval``, which waits for them)."""
     from .evaluate import versus_random_run
+    from .person import reset_mode
 
+    if reset_mode(config) == "operator":
+        return {"eval_skipped": f"a person resets this robot: embodyrl eval {run_dir} waits for them "
+                                "between episodes"}
     return versus_random_run(config, run_dir)
