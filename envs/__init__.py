@@ -2,7 +2,7 @@
 
 ``make(name)`` returns a ``(device, task)`` pair for a task name:
 
-* a registered task (``names()``: pendulum, arm_reach, pendulum_pixels,
+* a registered task (``names()``: pendulum, arm_reach, arm_push, pendulum_pixels,
   pendulum_pixels_stacked, halfcheetah);
 * ``gym:ID``, any Gymnasium id with a ``Box`` action space, driven through
   :mod:`embodyrl.hal.drivers.gymnasium` (``gym:Pendulum-v1``,
@@ -32,6 +32,7 @@ from importlib import import_module
 _REGISTRY: dict[str, str] = {
     "pendulum": "embodyrl.envs.pendulum:make",
     "arm_reach": "embodyrl.envs.arm:make",
+    "arm_push": "embodyrl.envs.arm_push:make",
     "pendulum_pixels": "embodyrl.envs.pixels:make",
     "pendulum_pixels_stacked": "embodyrl.envs.pixels:make_stacked",
     "halfcheetah": "embodyrl.envs.gym_tasks:make_halfcheetah",
@@ -43,6 +44,7 @@ GYM_PREFIX = "gym:"
 GYMNASIUM_IDS: dict[str, tuple[str, int]] = {
     "pendulum": ("embodyrl/Pendulum-v0", 200),
     "arm_reach": ("embodyrl/ArmReach-v0", 250),
+    "arm_push": ("embodyrl/ArmPush-v0", 50),
     "pendulum_pixels": ("embodyrl/PendulumPixels-v0", 200),
     "pendulum_pixels_stacked": ("embodyrl/PendulumPixelsStacked-v0", 200),
 }
