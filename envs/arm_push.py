@@ -216,6 +216,15 @@ def make(config: ArmPushConfig = ArmPushConfig()):
     return make_device(config), Push(config)
 
 
+CAMERA_SIZE = (48, 48)
+"""The top camera's width and height in :func:`make_camera_device`."""
+
+
+def make_camera_device() -> ArmPushDevice:
+    """The push device with its top camera at 48 x 48 (a robot server's factory takes no arguments)."""
+    return make_device(ArmPushConfig(camera=CAMERA_SIZE))
+
+
 # -- scripted help ---------------------------------------------------------------------------
 
 CONTACT_M = BLOCK_HALF_M + PUSHER_RADIUS_M
@@ -260,6 +269,36 @@ def expert(observation, step: int = 0) -> np.ndarray:
     action = move / 0.02
     largest = float(np.max(np.abs(action)))
     return (action / max(largest, 1.0)).astype(np.float32)  # keeps the direction
+
+
+class Wander:
+    """A scripted near miss: ``wander(observation, step) -> action``, the expert pushing the block
+    toward a decoy target 8 to 20 cm from the real one, with noise.
+
+    Its episodes are the failures a success classifier needs (``embodyrl reward train``): the
+    block moved, often close to the target but not onto it, the arm in the poses pushing takes.
+    The decoy and the noise are drawn at step 0 from ``seed`` and a count of episodes, so a
+    recording is repeatable. Should the block pass over the target on the way, the task's own
+    success signal labels the episode a success.
+    """
+
+    def __init__(self, seed: int = 0):
+        self._rng = np.random.default_rng(seed)
+        self._decoy = np.zeros(3)
+
+    def __call__(self, observation, step: int) -> np.ndarray:
+        if step == 0:
+            target = np.asarray(observation["target_pos"], np.float64)
+            angle, radius = self._rng.uniform(0, 2 * np.pi), self._rng.uniform(0.08, 0.20)
+            decoy = target[:2] + radius * np.array([np.cos(angle), np.sin(angle)])
+            self._decoy = np.array([*_clip_to_workspace(decoy), target[2]])
+        aimed = expert({**observation, "target_pos": self._decoy.astype(np.float32)}, step)
+        noisy = aimed + self._rng.normal(0.0, 0.3, 2)
+        return np.clip(noisy, -1.0, 1.0).astype(np.float32)
+
+
+wander = Wander()
+"""The scripted near miss of ``script:embodyrl.envs.arm_push:wander``."""
 
 
 @dataclass(frozen=True)

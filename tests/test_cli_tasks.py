@@ -27,7 +27,7 @@ def test_names_and_gym_ids_are_known_and_the_rest_is_named_in_the_error():
     for name in ("cartwheel", "gym:", "gym:Nope-v0", "Pendulum-v1"):
         assert not envs.is_known(name), name
     assert "unknown Gymnasium id 'Nope-v0'" in envs.unknown_reason("gym:Nope-v0")
-    assert "known: arm_reach" in envs.unknown_reason("cartwheel") and "gym:ID" in envs.unknown_reason("cartwheel")
+    assert "known: arm_push, arm_reach" in envs.unknown_reason("cartwheel") and "gym:ID" in envs.unknown_reason("cartwheel")
     with pytest.raises(KeyError, match="unknown task 'cartwheel'"):
         envs.make("cartwheel")
 
