@@ -17,6 +17,13 @@ offset, independently per image, inside the jitted update.
 The encoder is opt-in (``encoder.image_fields``, or ``["auto"]`` for every
 HxWxC uint8 field); without it :func:`make_encoder` returns ``None`` and the
 networks flatten the observation as before.
+
+``encoder.ignore_fields`` are fields no network reads (a camera only the
+reward's classifier looks at): :func:`network_inputs` drops them from the
+spec the networks, their input width and the export are built on, and is the
+one place that does. The device still sends them and the replay still
+stores them; a batch may carry them, the networks never index them (and
+``jax.jit`` does not move an argument the update never reads to the device).
 """
 
 from __future__ import annotations
@@ -37,7 +44,9 @@ from .networks import flatten_observation
 class EncoderConfig:
     image_fields: tuple[str, ...] = ()
     """Observation fields the convolutions read (HxWxC, same HxW), e.g. ``camera/front``; ``["auto"]``:
-    every uint8 field of rank 3. Empty (the default): no encoder, every field is flattened."""
+    every uint8 field of rank 3 not ignored. Empty (the default): no encoder, every field read is flattened."""
+    ignore_fields: tuple[str, ...] = ()
+    """Fields no network reads: recorded and sent (the reward reads them at the edge), never an input."""
     pixels_only: bool = False
     """Drop the state fields: the networks see only the image features."""
     channels: tuple[int, ...] = (32, 32, 32, 32)
@@ -57,18 +66,36 @@ class EncoderConfig:
             raise ValueError("encoder: channels, strides and feature_dim must be positive, augment_pad >= 0")
 
 
-def image_fields(spec: DictSpec, config: EncoderConfig) -> tuple[str, ...]:
-    """The fields the encoder reads: the configured ones (checked), every HxWxC uint8 field for
-    ``("auto",)``, none when empty."""
+def network_inputs(observation_spec: DictSpec, config: EncoderConfig, section: str = "encoder") -> DictSpec:
+    """The fields the networks read: ``observation_spec`` without ``config.ignore_fields``. Refused,
+    naming the field and ``section`` (``sac.encoder``): a name that is not a field, a field also in
+    ``image_fields``, or ignoring every field."""
+    for name in config.ignore_fields:
+        if name not in observation_spec:
+            raise ValueError(f"{section}.ignore_fields: {name!r} is not an observation field; "
+                             f"fields: {list(observation_spec)}")
+        if name in config.image_fields:
+            raise ValueError(f"{section}: {name!r} is in both image_fields and ignore_fields")
+    if not config.ignore_fields:
+        return observation_spec
+    kept = tuple(s for s in observation_spec.specs if s.name not in config.ignore_fields)
+    if not kept:
+        raise ValueError(f"{section}.ignore_fields: every observation field is ignored; the networks need one")
+    return DictSpec(kept)
+
+
+def image_fields(spec: DictSpec, config: EncoderConfig, section: str = "encoder") -> tuple[str, ...]:
+    """The fields of ``spec`` (the fields read) the encoder reads: the configured ones (checked),
+    every HxWxC uint8 field for ``("auto",)``, none when empty."""
     if config.image_fields == ("auto",):
         return tuple(s.name for s in spec.specs if len(s.shape) == 3 and np.dtype(s.dtype) == np.uint8)
     if config.image_fields:
         for name in config.image_fields:
             if name not in spec:
-                raise ValueError(f"encoder.image_fields: {name!r} is not an observation field; "
+                raise ValueError(f"{section}.image_fields: {name!r} is not an observation field; "
                                  f"fields: {list(spec)}")
             if len(spec[name].shape) != 3:
-                raise ValueError(f"encoder.image_fields: {name!r} has shape {spec[name].shape}, not HxWxC")
+                raise ValueError(f"{section}.image_fields: {name!r} has shape {spec[name].shape}, not HxWxC")
         return tuple(config.image_fields)
     return ()
 
@@ -170,31 +197,36 @@ MIN_CAMERA_SIDE = 32
 
 
 def check_images(observation_spec: DictSpec, config: EncoderConfig, section: str = "encoder") -> None:
-    """Refuse, naming the field and the fix, to flatten a camera image into the MLP.
+    """Refuse, naming the field and the fix, to flatten a camera image into the MLP (and refuse
+    ``ignore_fields`` that :func:`network_inputs` refuses).
 
-    With ``image_fields`` empty every field is flattened; for an 84x84 camera that is a
-    21k-wide input layer that does not learn, silently. Small uint8 grids still flatten.
+    With ``image_fields`` empty every field read is flattened; for an 84x84 camera that is a
+    21k-wide input layer that does not learn, silently. Small uint8 grids still flatten; an
+    ignored camera is not read at all.
     """
+    inputs = network_inputs(observation_spec, config, section)
     if config.image_fields:
         return
-    for spec in observation_spec.specs:
+    for spec in inputs.specs:
         if (len(spec.shape) == 3 and np.dtype(spec.dtype) == np.uint8
                 and min(spec.shape[:2]) >= MIN_CAMERA_SIDE):
             raise ValueError(f"observation field {spec.name!r} is a camera image ({'x'.join(map(str, spec.shape))} "
                              f"uint8): set {section}.image_fields to [auto] to read it with the convolutional "
-                             "encoder")
+                             f"encoder, or list it in {section}.ignore_fields if no network should read it")
 
 
-def make_encoder(observation_spec: DictSpec, config: EncoderConfig, key: jax.Array):
-    """(encoder, params), or (None, None) when the observation has no image fields."""
-    check_images(observation_spec, config)
-    images = image_fields(observation_spec, config)
+def make_encoder(observation_spec: DictSpec, config: EncoderConfig, key: jax.Array, section: str = "encoder"):
+    """(encoder, params), or (None, None) when the fields read have no image fields. The encoder
+    reads only the fields :func:`network_inputs` keeps (its ``observation_spec`` is theirs)."""
+    check_images(observation_spec, config, section)
+    inputs = network_inputs(observation_spec, config, section)
+    images = image_fields(inputs, config, section)
     if not images:
         return None, None
-    state = () if config.pixels_only else tuple(s.name for s in observation_spec.specs if s.name not in images)
-    shape = _stacked_shape(observation_spec, images)
+    state = () if config.pixels_only else tuple(s.name for s in inputs.specs if s.name not in images)
+    shape = _stacked_shape(inputs, images)
     graph, params = nnx.split(ConvEncoder(shape, config, rngs=nnx.Rngs(key)))
-    encoder = ObservationEncoder(observation_spec, images, state, graph, config)
+    encoder = ObservationEncoder(inputs, images, state, graph, config)
     return encoder, nnx.to_pure_dict(params)
 
 

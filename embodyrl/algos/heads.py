@@ -240,9 +240,11 @@ def over(algorithm, layout: Layout):
         *most, last = registry.heterogeneous()
         raise ValueError(f"several device kinds train with an off-policy algorithm over per-device heads "
                          f"({', '.join(most)} or {last}), not {algorithm.name}")
-    if algorithm.config.encoder.image_fields:
-        raise ValueError(f"several device kinds train from state observations; "
-                         f"{entry.section}.encoder.image_fields must be empty")
+    encoder = algorithm.config.encoder
+    for name in ("image_fields", "ignore_fields"):  # the padded rows hold every field, flattened
+        if getattr(encoder, name):
+            raise ValueError(f"several device kinds train from state observations; "
+                             f"{entry.section}.encoder.{name} must be empty")
     return Headed(algorithm, layout)
 
 

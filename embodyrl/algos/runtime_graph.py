@@ -92,10 +92,11 @@ def _bounded(head: PolicyHead, graph: list[dict], scale: ActionScale, arrays: di
 
 def bounded_policy(networks, actor_params, head: PolicyHead,
                    version: PolicyVersion = NO_POLICY) -> tuple[dict, dict[str, np.ndarray]]:
-    """A DDPG- or SAC-style actor: the observation (flat, or through the image encoder), the MLP,
-    ``head``, then the action bounds."""
+    """A DDPG- or SAC-style actor: the fields it reads (flat, or through the image encoder), the MLP,
+    ``head``, then the action bounds. The meta declares the whole observation the device sends; the
+    graph names only ``networks.inputs`` (an ignored field is sent and never read)."""
     if networks.encoder is None:
-        inputs, prefix, body = [concat(networks.observation_spec)], "actor", actor_params
+        inputs, prefix, body = [concat(networks.inputs)], "actor", actor_params
     else:  # the encoder's ops, then the MLP's parameters under ``policy``
         inputs = export_ops(networks.encoder, actor_params["encoder"], "actor/encoder")
         prefix, body = "actor/policy", actor_params["policy"]

@@ -8,7 +8,7 @@ from functools import partial
 from ..actor_critic import ActorCritic
 from ..interface import Entry
 from . import learning
-from .config import DDPGConfig, td3
+from .config import SECTION, DDPGConfig, td3
 from .export import head
 from .networks import make_networks
 
@@ -35,7 +35,6 @@ class DDPG(ActorCritic):
         return headed(layout, self.config.hidden_sizes, key, self.config.num_critics)
 
 
-SECTION = "ddpg"
 ENTRIES = (
     Entry("ddpg", SECTION, DDPGConfig, partial(DDPG, "ddpg"), heterogeneous=True),
     Entry("td3", SECTION, DDPGConfig, lambda config: DDPG("td3", td3(config)), heterogeneous=True),

@@ -4,6 +4,9 @@ from dataclasses import dataclass, field, replace
 
 from ..encoders import EncoderConfig
 
+SECTION = "ddpg"
+"""The TrainConfig section holding these settings (for both of the package's registry names)."""
+
 
 @dataclass(frozen=True)
 class DDPGConfig:

@@ -8,7 +8,7 @@ from functools import partial
 from ..actor_critic import ActorCritic
 from ..interface import Entry
 from . import learning
-from .config import SACConfig, rlpd
+from .config import SECTION, SACConfig, rlpd
 from .export import head
 from .networks import make_networks
 
@@ -34,7 +34,6 @@ class SAC(ActorCritic):
         return headed(layout, self.config, key)
 
 
-SECTION = "sac"
 RLPD_MIX = {"demonstration": 0.5, "online": 0.5}
 """RLPD's symmetric sampling: half of every batch from demonstrations and interventions, half online."""
 ENTRIES = (
