@@ -13,7 +13,9 @@ train``, ``learner``, ``actor``, ``eval``, ``export``, ``record``) into a
   :class:`~embodyrl.hal.rewards.Shaped` terms and
   :class:`~embodyrl.hal.rewards.Success` conditions), the control rate and
   episode length, the reset mode, the safety limits and the camera fields
-  (docs/robots.md shows a complete one, ``examples/robots/arm.yaml``);
+  (docs/robots.md shows a complete one, ``examples/robots/arm.yaml``), or a
+  learnt success classifier of camera frames (``task.reward: classifier:DIR``,
+  written by ``embodyrl reward train``; :class:`ClassifierTask`);
 * any of these joined by ``+``: one policy over devices of different shapes.
 
 A bad robot file is refused by :func:`load` with a :class:`RobotFileError`
@@ -23,10 +25,11 @@ a field the robot does not observe) is refused by :meth:`Robot.layout`, which
 the command line calls before anything starts.
 
 A run keeps :meth:`Robot.record` in ``config.json`` (``robot``): the source,
-each robot file's absolute path, content hash and declaration, and the device
-kinds' specs. :func:`of_config` rebuilds the robot from it for ``--resume``,
-``eval`` and ``export`` (a robot file changed since is refused, naming what
-changed), and :func:`layout_of` gives the learner its layout without
+each robot file's absolute path, content hash and declaration (and its
+classifier's directory and file hashes), and the device kinds' specs.
+:func:`of_config` rebuilds the robot from it for ``--resume``, ``eval`` and
+``export`` (a robot file or a classifier changed since is refused, naming
+what changed), and :func:`layout_of` gives the learner its layout without
 reaching the robot. Nothing here imports JAX.
 """
 
@@ -45,9 +48,11 @@ from pathlib import Path
 import numpy as np
 
 from . import envs
+from .hal.classifier import FILES as CLASSIFIER_FILES
+from .hal.classifier import ClassifierError, SuccessClassifier, load_classifier
 from .hal.device import Device
 from .hal.layout import DeviceKind, Layout
-from .hal.rewards import RewardTask, Shaped, Success, Term, distance, within_distance
+from .hal.rewards import LearnedReward, RewardTask, Shaped, Success, Term, distance, within_distance
 from .hal.safety import BoxLimit, SafeDevice, SafetyConfig
 from .hal.specs import ArraySpec, DictSpec
 from .hal.task import Task
@@ -58,6 +63,8 @@ RESET_MODES = ("auto", "operator")
 """``auto``: the device resets itself between episodes; ``operator``: a person resets the scene."""
 ACTION = "action"
 """In a reward term, the action a_t rather than an observation field."""
+CLASSIFIER = "classifier:"
+"""``task.reward: classifier:DIR``: the reward is a success classifier's verdict."""
 
 _FACTORY = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 
@@ -79,8 +86,12 @@ class _Part:
     realtime: bool | None = None
     fields: tuple[tuple[str, str], ...] = ()
     """(where in the file, observation field) for every field the file names, checked against the specs."""
+    images: tuple[tuple[str, str, tuple[int, ...]], ...] = ()
+    """(where, field, HxWxC) of every camera image a classifier reads: the field must be uint8 of that shape."""
+    reward_only: tuple[str, ...] = ()
     file: dict | None = None
-    """A robot file's ``path``, ``sha256`` and ``declaration``."""
+    """A robot file's ``path``, ``sha256`` and ``declaration`` (and ``classifier``: its ``path`` and
+    ``sha256`` by file name)."""
 
 
 @dataclass(frozen=True)
@@ -93,6 +104,8 @@ class Robot:
     """``auto`` or ``operator`` (a person resets the scene and labels the episode)."""
     camera_fields: tuple[str, ...] = ()
     """Observation fields that are camera images (HxWxC uint8); the encoders read them."""
+    reward_only: tuple[str, ...] = ()
+    """Observation fields only the reward reads (a classifier's camera); no network reads them."""
     parts: tuple[_Part, ...] = field(default=(), repr=False)
     recorded_layout: Layout | None = field(default=None, repr=False, compare=False)
     """The layout a run recorded (:func:`of_config`); used instead of building the devices."""
@@ -148,17 +161,19 @@ class Robot:
     def config_defaults(self) -> dict:
         """Run settings the robot implies (a config mapping, merged under the user's): ``actor.realtime``
         from ``control.realtime``, ``actor.reset`` from ``reset``, and the encoders' ``image_fields``
-        from the camera fields."""
+        from the camera fields and ``ignore_fields`` from the reward-only fields."""
         defaults: dict = {}
         realtime = [part.realtime for part in self.parts if part.realtime is not None]
         if realtime:  # declared in a robot file
             defaults["actor"] = {"realtime": any(realtime), "reset": self.reset}
-        if self.camera_fields:
+        encoder = {key: list(fields) for key, fields in (("image_fields", self.camera_fields),
+                                                         ("ignore_fields", self.reward_only)) if fields}
+        if encoder:
             from .algos import registry
 
             for section, kind in registry.sections().items():
                 if "encoder" in kind.__dataclass_fields__:
-                    defaults[section] = {"encoder": {"image_fields": list(self.camera_fields)}}
+                    defaults[section] = {"encoder": dict(encoder)}
         return defaults
 
 
@@ -194,7 +209,8 @@ def _load(source: str, recorded: dict[str, dict]) -> Robot:
         raise RobotFileError(f"{source!r}: its robot files declare different reset modes ({', '.join(resets)}); "
                              "one run resets all its devices one way")
     cameras = tuple(dict.fromkeys(c for part in parts for c in part.cameras))
-    return Robot(source, reset=resets[0], camera_fields=cameras, parts=parts)
+    reward_only = tuple(dict.fromkeys(f for part in parts for f in part.reward_only))
+    return Robot(source, reset=resets[0], camera_fields=cameras, reward_only=reward_only, parts=parts)
 
 
 def _builtin(name: str):
@@ -249,6 +265,9 @@ class _Reader:
     def __init__(self, label: str, directory: Path):
         self.label, self.directory = label, directory
         self.fields: list[tuple[str, str]] = []
+        self.images: list[tuple[str, str, tuple[int, ...]]] = []
+        self.classifier: dict | None = None
+        """The record of the classifier the task reads: its directory and its files' hashes."""
 
     def fail(self, where: str, what: str):
         raise RobotFileError(f"{self.label}: {where}: {what}" if where else f"{self.label}: {what}")
@@ -336,7 +355,7 @@ def _shown(value) -> str:
     return "nothing" if value is None else repr(value)
 
 
-TOP = ("name", "device", "task", "control", "reset", "safety", "cameras")
+TOP = ("name", "device", "task", "control", "reset", "safety", "cameras", "reward_only")
 
 
 def _load_file(source: str, file: dict | None = None) -> _Part:
@@ -362,9 +381,20 @@ def _load_file(source: str, file: dict | None = None) -> _Part:
     if reset not in RESET_MODES:
         r.fail("reset", f"expected one of {', '.join(RESET_MODES)}, got {_shown(reset)}")
     cameras = tuple(r.observed(c, f"cameras[{i}]") for i, c in enumerate(r.names(data.get("cameras", []), "cameras")))
+    reward_only = tuple(r.observed(f, f"reward_only[{i}]")
+                        for i, f in enumerate(r.names(data.get("reward_only", []), "reward_only")))
+    for i, field_name in enumerate(reward_only):
+        if field_name in cameras:
+            r.fail(f"reward_only[{i}]", f"{field_name!r} is in cameras too: the policy reads a camera field, so "
+                                        "it is not reward-only")
     make_device = _device(r, data["device"])
     make_task = _task(r, data["task"], name, steps)
     safety = _safety(r, data.get("safety", {}))
+    if r.classifier is not None:
+        if "classifier" in file:  # rebuilt from a run's record: the classifier it trained with
+            _check_classifier(source, file["classifier"])
+        else:
+            file = {**file, "classifier": r.classifier}
 
     def build() -> tuple[Device, Task]:
         device = make_device()
@@ -378,7 +408,7 @@ def _load_file(source: str, file: dict | None = None) -> _Part:
         return safe, make_task()
 
     return _Part(name, source, build, reset=reset, cameras=cameras, realtime=realtime,
-                 fields=tuple(r.fields), file=file)
+                 fields=tuple(r.fields), images=tuple(r.images), reward_only=reward_only, file=file)
 
 
 def _parse_yaml(raw: bytes, label: str) -> dict:
@@ -450,10 +480,11 @@ _CONDITIONS = ("within_distance", "above", "below", "function")
 
 def _task(r: _Reader, value, name: str, steps: int | None) -> Callable[[], Task]:
     """``task:``, a factory returning a Task, or a declared reward."""
-    data = r.mapping(value, "task", ("factory", "args", "reward", "end_on_success", "name"))
+    data = r.mapping(value, "task", ("factory", "args", "reward", "end_on_success", "threshold", "name"))
     if r.one_of(data, "task", ("factory", "reward")) == "factory":
-        if "end_on_success" in data:
-            r.fail("task.end_on_success", "belongs to a declared reward (task.reward)")
+        for key in ("end_on_success", "threshold"):
+            if key in data:
+                r.fail(f"task.{key}", "belongs to a declared reward (task.reward)")
         factory = r.factory(data["factory"], "task.factory")
         args = r.mapping(data.get("args", {}), "task.args", tuple(data.get("args", {}) or ()))
 
@@ -471,6 +502,10 @@ def _task(r: _Reader, value, name: str, steps: int | None) -> Callable[[], Task]
         r.fail("task.args", "belongs to a task factory, not a declared reward")
     if steps is None:
         r.fail("control.episode_steps", "missing: a declared reward needs the episode length")
+    if isinstance(data["reward"], str):
+        return _classifier_task(r, data, name, steps)
+    if "threshold" in data:
+        r.fail("task.threshold", f"belongs to a classifier reward (task.reward: {CLASSIFIER}DIR)")
     reward = r.mapping(data["reward"], "task.reward", ("terms", "success"))
     if not reward.get("terms") and not reward.get("success"):
         r.fail("task.reward", "declare terms, success conditions, or both")
@@ -485,6 +520,53 @@ def _task(r: _Reader, value, name: str, steps: int | None) -> Callable[[], Task]
     task_name = r.text(data.get("name", name), "task.name")
     return lambda: DeclaredTask(Shaped(tuple(terms)) if terms else None, tuple(successes), name=task_name,
                                 max_episode_steps=steps, end_on_success=end)
+
+
+def _classifier_task(r: _Reader, data: dict, name: str, steps: int) -> Callable[[], Task]:
+    """``task.reward: classifier:DIR`` (DIR relative to the robot file), ``task.threshold`` (default:
+    the export's), ``task.end_on_success``."""
+    given = data["reward"]
+    if not given.startswith(CLASSIFIER) or not given[len(CLASSIFIER):]:
+        r.fail("task.reward", f"expected terms and success conditions, or {CLASSIFIER}DIR; got {given!r}")
+    directory = Path(given[len(CLASSIFIER):]).expanduser()
+    directory = directory if directory.is_absolute() else r.directory / directory
+    try:
+        classifier = load_classifier(directory)
+        hashes = classifier_hashes(directory)
+    except (ClassifierError, OSError) as err:
+        r.fail("task.reward", str(err))
+    threshold = classifier.threshold
+    if "threshold" in data:
+        threshold = r.number(data["threshold"], "task.threshold")
+        if not 0 < threshold < 1:
+            r.fail("task.threshold", f"must be between 0 and 1, got {threshold}")
+    r.observed(classifier.camera_field, "task.reward")
+    r.images.append(("task.reward", classifier.camera_field, classifier.input_shape))
+    r.classifier = {"path": str(directory.resolve()), "sha256": hashes}
+    end = r.boolean(data.get("end_on_success", False), "task.end_on_success")
+    task_name = r.text(data.get("name", name), "task.name")
+    return lambda: ClassifierTask(classifier, threshold=threshold, name=task_name, max_episode_steps=steps,
+                                  end_on_success=end)
+
+
+def classifier_hashes(directory: Path) -> dict[str, str]:
+    """The SHA-256 of each file of a classifier export, by name."""
+    return {name: hashlib.sha256((Path(directory) / name).read_bytes()).hexdigest() for name in CLASSIFIER_FILES}
+
+
+def _check_classifier(label: str, recorded: dict) -> None:
+    """Refuse a classifier whose files differ from a run's record, naming them."""
+    directory = Path(recorded["path"])
+    changed = []
+    for name, digest in recorded["sha256"].items():
+        path = directory / name
+        if not path.is_file():
+            changed.append(f"{name} is gone")
+        elif hashlib.sha256(path.read_bytes()).hexdigest() != digest:
+            changed.append(name)
+    if changed:
+        raise RobotFileError(f"{label}: task.reward: the classifier changed since the run started "
+                             f"({', '.join(changed)} in {directory}); restore it or start a new run")
 
 
 def _listed(r: _Reader, data: dict, key: str) -> list:
@@ -573,6 +655,31 @@ class DeclaredTask(RewardTask):
         return {"success": float(self.success(observations[-1]))} if self.successes else {}
 
 
+class ClassifierTask(RewardTask):
+    """A robot file's task judged by a success classifier of camera frames (``task.reward: classifier:DIR``).
+
+    The reward is :class:`~embodyrl.hal.rewards.LearnedReward`: 1.0 when the classifier's probability
+    of success in o_{t+1} reaches ``threshold``, else 0. The episode succeeds when its last
+    observation does (``episode_metrics()["success"]``); with ``end_on_success`` it ends there
+    (terminated). A person's success label pays ``success_reward`` (:mod:`embodyrl.hal.operator`)."""
+
+    success_reward = 1.0
+
+    def __init__(self, classifier: SuccessClassifier, *, threshold: float, name: str, max_episode_steps: int,
+                 end_on_success: bool = False):
+        self.classifier, self.threshold = classifier, threshold
+        self.learned = LearnedReward(classifier, threshold=threshold)
+        super().__init__(self.learned, name=name, max_episode_steps=max_episode_steps,
+                         terminate_on=self.success if end_on_success else None)
+
+    def success(self, observation) -> bool:
+        """Whether the classifier calls ``observation`` a success."""
+        return self.learned(observation, None, observation) == 1.0
+
+    def episode_metrics(self, observations) -> dict[str, float]:
+        return {"success": float(self.success(observations[-1]))}
+
+
 def _safety(r: _Reader, value) -> SafetyConfig:
     """``safety:``, what :class:`~embodyrl.hal.safety.SafetyConfig` enforces (clipping to the action
     bounds is always on)."""
@@ -625,6 +732,11 @@ def _kind(part: _Part) -> DeviceKind:
         if len(spec.shape) != 3 or spec.dtype != np.uint8:
             raise RobotFileError(f"{part.source}: cameras[{i}]: {name!r} is {spec.dtype}{list(spec.shape)}, "
                                  "not an HxWxC uint8 image")
+    for where, name, shape in part.images:
+        spec = observation_spec[name]
+        if spec.shape != tuple(shape) or spec.dtype != np.uint8:
+            raise RobotFileError(f"{part.source}: {where}: the classifier reads {name!r} as uint8{list(shape)}; "
+                                 f"the robot's is {spec.dtype}{list(spec.shape)}")
     return DeviceKind(part.name, observation_spec, action_spec)
 
 
@@ -667,9 +779,12 @@ def of_config(config) -> Robot:
 
 
 def check_unchanged(label: str, file: dict) -> None:
-    """Refuse a robot file whose content differs from its record, naming what changed."""
+    """Refuse a robot file whose content differs from its record, naming what changed (or whose
+    classifier's files do)."""
     raw = Path(file["path"]).read_bytes()
     if hashlib.sha256(raw).hexdigest() == file["sha256"]:
+        if "classifier" in file:
+            _check_classifier(label, file["classifier"])
         return
     try:
         changed = "; ".join(changes(file["declaration"], _parse_yaml(raw, label))) or "its comments or layout"

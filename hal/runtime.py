@@ -30,6 +30,10 @@ give the sample's log-probability, returned as ``log_prob`` by
 :meth:`NumpyPolicy.act`. Weight names are the learner's (``actor/...``), so
 :meth:`NumpyPolicy.load_weights` follows the weights it publishes. A new
 network extends ``OPS`` and passes the same parity test against JAX.
+
+The ops are evaluated by one :class:`Graph`, which the policy wraps with its
+action and exploration and a success classifier (:mod:`embodyrl.hal.classifier`,
+a graph ending in one logit) with its sigmoid and threshold.
 """
 
 from __future__ import annotations
@@ -58,138 +62,34 @@ OPS = ("concat", "dense", "relu", "tanh", "scale", "gaussian_head", "gaussian_no
 # ``stride``); ``flatten`` joins H, W, C; ``layer_norm`` normalises the last axis (``epsilon``,
 # ``scale``, ``bias``); ``append`` concatenates flattened state fields after the features.
 FIRST_OPS = ("concat", "image")
+ACTION_OPS = ("scale", "categorical", "argmax")
+"""Ops that read the action spec: a graph without one (a classifier's) refuses them."""
 EXPLORATION = ("gaussian", "squashed_gaussian", "sampled", "epsilon_greedy")
 """gaussian: noise of ``std`` half ranges on the action (DDPG); squashed_gaussian and sampled: the
 graph's own sample (SAC, PPO); epsilon_greedy: a uniform action with probability ``epsilon`` (DQN)."""
 
 
-class NumpyPolicy:
-    """Implements the HAL :class:`~embodyrl.hal.policy.Policy` with numpy."""
+class Graph:
+    """A checked list of ops over named float32 arrays: the forward pass every export shares.
 
-    def __init__(self, graph: Mapping, arrays: Mapping[str, np.ndarray], seed: int | None = None):
-        if graph.get("format") != FORMAT or graph.get("format_version") != FORMAT_VERSION:
-            raise ExportError(f"not an {FORMAT} v{FORMAT_VERSION} export: format "
-                              f"{graph.get('format')!r} v{graph.get('format_version')!r}")
-        self.graph = dict(graph)
-        self.observation_spec = DictSpec.from_msg(graph["observation_spec"])
-        self.action_spec = ArraySpec.from_msg(graph["action_spec"])
-        self.ops = list(graph["graph"])
-        exploration = graph.get("exploration", {"kind": "gaussian", "std": 0.0})
-        self.exploration_kind = exploration.get("kind")
-        if self.exploration_kind not in EXPLORATION:
-            raise ExportError(f"exploration kind {self.exploration_kind!r} is not one of {EXPLORATION}")
-        self.exploration_std = float(exploration.get("std", 0.0))
-        self.epsilon = float(exploration.get("epsilon", 0.0))
-        self._check_graph()
-        self.arrays = self._checked_arrays(arrays, require_all=True)
-        self.version = PolicyVersion(*graph.get("policy_version", NO_POLICY))
-        self.rng = np.random.default_rng(seed)
+    A policy (:class:`NumpyPolicy`) and a success classifier
+    (:mod:`embodyrl.hal.classifier`) are each a graph plus what they do with its output::
 
-    # -- the Policy protocol ----------------------------------------------
-    def act(self, observation: Mapping[str, np.ndarray], *, explore: bool = True) -> tuple[np.ndarray, dict]:
-        """mu(o), plus noise from this policy's own RNG when exploring, clipped: Gaussian on
-        the action (DDPG), or a sample of the squashed Gaussian the network outputs (SAC)."""
-        if explore and self.exploration_kind in ("squashed_gaussian", "sampled"):
-            action, log_prob = self._run(observation, sample=True)
-            extras = {} if log_prob is None else {"log_prob": float(np.sum(log_prob))}
-            return self.action_spec.clip(action), extras
-        if explore and self.exploration_kind == "epsilon_greedy" and self.rng.random() < self.epsilon:
-            spec = self.action_spec  # integers: every action equally likely, the maximum included
-            return np.asarray(self.rng.integers(int(spec.minimum), int(spec.maximum) + 1), spec.dtype), {}
-        action = self.mean_action(observation)
-        if explore and self.exploration_std > 0:
-            half_range = (self.action_spec.maximum - self.action_spec.minimum) / 2
-            action = action + self.rng.normal(0.0, self.exploration_std, action.shape) * half_range
-        return self.action_spec.clip(action), {}
+        graph = Graph(ops, observation_spec, action_spec)    # ops checked: names, fields
+        arrays, width = graph.checked_arrays(arrays)           # shapes checked; width of the output
+        x, log_prob = graph.run(arrays, observation, sample=False, rng=rng)
 
-    def load_weights(self, version: PolicyVersion, arrays: Mapping[str, np.ndarray]) -> None:
-        """Take the learner's published weights: every ``actor/...`` array the graph reads
-        must be there (others, like the action scale, stay from the export; extra names
-        are ignored). Nothing changes unless all of them fit."""
-        missing = sorted(n for n in self._names() if n.startswith("actor/") and n not in arrays)
-        if missing:
-            raise ExportError(f"published weights lack arrays {missing}")
-        merged = {**self.arrays, **{n: arrays[n] for n in self._names() if n in arrays}}
-        self.arrays = self._checked_arrays(merged, require_all=True)
-        self.version = PolicyVersion(*version)
+    ``action_spec`` is what ``scale``, ``categorical`` and ``argmax`` read (a policy's); a graph
+    without one (a classifier's logit) refuses those ops by name.
+    """
 
-    # -- the forward pass --------------------------------------------------
-    def mean_action(self, observation: Mapping[str, np.ndarray]) -> np.ndarray:
-        """The deterministic action; fields may carry leading batch dimensions."""
-        return self._forward(observation, sample=False)
+    def __init__(self, ops, observation_spec: DictSpec, action_spec: ArraySpec | None = None):
+        self.ops = list(ops)
+        self.observation_spec = observation_spec
+        self.action_spec = action_spec
+        self._check()
 
-    def _forward(self, observation: Mapping[str, np.ndarray], sample: bool) -> np.ndarray:
-        return self._run(observation, sample)[0]
-
-    def _run(self, observation: Mapping[str, np.ndarray], sample: bool) -> tuple[np.ndarray, np.ndarray | None]:
-        """(action, log-probability of a sample or None) through the graph."""
-        x, log_prob = None, None
-        for op in self.ops:
-            kind = op["op"]
-            if kind == "concat":
-                parts = []
-                for name in op["fields"]:
-                    if name not in observation:
-                        raise KeyError(f"observation lacks field {name!r} (the policy reads {op['fields']})")
-                    spec = self.observation_spec[name]
-                    value = np.asarray(observation[name], np.float32)
-                    parts.append(value.reshape(*value.shape[: value.ndim - len(spec.shape)], spec.size))
-                x = np.concatenate(parts, axis=-1)
-            elif kind == "image":
-                x = np.concatenate([np.asarray(observation[name], np.float32) for name in op["fields"]], -1) / 255.0
-            elif kind == "conv2d":
-                x = _conv2d(x, self.arrays[op["kernel"]], self.arrays[op["bias"]], int(op["stride"]))
-            elif kind == "flatten":
-                x = x.reshape(*x.shape[:-3], -1)
-            elif kind == "layer_norm":
-                mean, var = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
-                x = (x - mean) / np.sqrt(var + float(op["epsilon"])) * self.arrays[op["scale"]] + self.arrays[op["bias"]]
-            elif kind == "append":
-                parts = [x]
-                for name in op["fields"]:
-                    spec = self.observation_spec[name]
-                    value = np.asarray(observation[name], np.float32)
-                    parts.append(value.reshape(*value.shape[: value.ndim - len(spec.shape)], spec.size))
-                x = np.concatenate(parts, axis=-1)
-            elif kind == "dense":
-                x = x @ self.arrays[op["kernel"]] + self.arrays[op["bias"]]
-            elif kind == "relu":
-                x = np.maximum(x, 0.0)
-            elif kind == "tanh":
-                x = np.tanh(x)
-            elif kind == "scale":
-                x = x * self.arrays[op["half_range"]] + self.arrays[op["center"]]
-                if log_prob is not None:  # the density in environment units
-                    log_prob = log_prob - np.sum(np.log(self.arrays[op["half_range"]]))
-            elif kind == "gaussian_noise":  # a learned state-independent std, in the units so far
-                log_std = self.arrays[op["log_std"]]
-                z = self.rng.normal(size=x.shape) if sample else np.zeros_like(x)
-                x = x + np.exp(log_std) * z
-                log_prob = np.sum(-0.5 * z**2 - log_std - 0.5 * np.log(2 * np.pi), axis=-1)
-            elif kind in ("categorical", "argmax"):  # logits (or values) -> an integer action
-                if kind == "categorical" and sample:
-                    shifted = x - x.max(axis=-1, keepdims=True)
-                    probs = np.exp(shifted) / np.exp(shifted).sum(axis=-1, keepdims=True)
-                    flat = probs.reshape(-1, probs.shape[-1])
-                    choice = np.array([self.rng.choice(len(p), p=p / p.sum()) for p in flat]).reshape(probs.shape[:-1])
-                else:
-                    choice = np.argmax(x, axis=-1)
-                if kind == "categorical":
-                    logits = x - x.max(axis=-1, keepdims=True)
-                    logp = logits - np.log(np.exp(logits).sum(axis=-1, keepdims=True))
-                    log_prob = np.take_along_axis(logp, choice[..., None], -1)[..., 0]
-                x = choice + int(self.action_spec.minimum)
-            elif kind == "gaussian_head":  # [mean, raw log std] -> the mean, or a sample
-                mean, raw = np.split(x, 2, axis=-1)
-                lo, hi = float(op["log_std_min"]), float(op["log_std_max"])
-                x = mean
-                if sample:
-                    log_std = lo + 0.5 * (hi - lo) * (np.tanh(raw) + 1.0)
-                    x = mean + np.exp(log_std) * self.rng.normal(size=mean.shape)
-        return x.astype(self.action_spec.dtype, copy=False), log_prob
-
-    # -- validation ----------------------------------------------------------
-    def _names(self) -> dict[str, str]:
+    def names(self) -> dict[str, str]:
         """Array name -> the role it plays, for every array the graph reads."""
         names = {}
         for op in self.ops:
@@ -198,7 +98,7 @@ class NumpyPolicy:
                     names[op[role]] = role
         return names
 
-    def _check_graph(self) -> None:
+    def _check(self) -> None:
         for i, op in enumerate(self.ops):
             if not isinstance(op, Mapping) or op.get("op") not in OPS:
                 raise ExportError(f"graph op {i}: {op!r} is not one of {OPS}")
@@ -208,9 +108,14 @@ class NumpyPolicy:
             unknown = [f for f in op.get("fields", ()) if f not in self.observation_spec]
             if unknown:
                 raise ExportError(f"{op['op']} reads fields {unknown} missing from the observation spec")
+            if self.action_spec is None and op["op"] in ACTION_OPS:
+                raise ExportError(f"{op['op']}: an op of a policy's action; this graph has no action spec")
 
-    def _checked_arrays(self, arrays: Mapping[str, np.ndarray], require_all: bool) -> dict[str, np.ndarray]:
-        needed = self._names()
+    def checked_arrays(self, arrays: Mapping[str, np.ndarray],
+                       require_all: bool = True) -> tuple[dict[str, np.ndarray], int]:
+        """(the arrays the graph reads, as float32; the width of its output), every shape checked
+        against the op that reads it; :class:`ExportError` naming the array otherwise."""
+        needed = self.names()
         missing = sorted(n for n in needed if n not in arrays)
         if require_all and missing:
             raise ExportError(f"weights lack arrays {missing}")
@@ -263,11 +168,152 @@ class NumpyPolicy:
                 for role in ("center", "half_range"):
                     if out[op[role]].shape != self.action_spec.shape:
                         raise ExportError(f"{op[role]}: shape {out[op[role]].shape} is not the action's")
-        if width != self.action_spec.size:
-            raise ExportError(f"the graph outputs {width} values; the action has {self.action_spec.size}")
+        if image is not None:
+            raise ExportError("the graph ends on images: flatten them")
         for name, value in out.items():
             if not np.isfinite(value).all():
                 raise ExportError(f"{name}: non-finite values")
+        return out, width
+
+    def _fields(self, observation: Mapping[str, np.ndarray], names: list[str], flat: bool) -> list[np.ndarray]:
+        parts = []
+        for name in names:
+            if name not in observation:
+                raise KeyError(f"observation lacks field {name!r} (the graph reads {names})")
+            value = np.asarray(observation[name], np.float32)
+            if flat:
+                spec = self.observation_spec[name]
+                value = value.reshape(*value.shape[: value.ndim - len(spec.shape)], spec.size)
+            parts.append(value)
+        return parts
+
+    def run(self, arrays: Mapping[str, np.ndarray], observation: Mapping[str, np.ndarray], *,
+            sample: bool = False, rng: np.random.Generator | None = None) -> tuple[np.ndarray, np.ndarray | None]:
+        """(output, log-probability of a sample or None) of ``observation`` (fields may carry
+        leading batch dimensions) through the graph; ``rng`` draws the samples."""
+        x, log_prob = None, None
+        for op in self.ops:
+            kind = op["op"]
+            if kind == "concat":
+                x = np.concatenate(self._fields(observation, op["fields"], flat=True), axis=-1)
+            elif kind == "image":
+                x = np.concatenate(self._fields(observation, op["fields"], flat=False), -1) / 255.0
+            elif kind == "conv2d":
+                x = _conv2d(x, arrays[op["kernel"]], arrays[op["bias"]], int(op["stride"]))
+            elif kind == "flatten":
+                x = x.reshape(*x.shape[:-3], -1)
+            elif kind == "layer_norm":
+                mean, var = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
+                x = (x - mean) / np.sqrt(var + float(op["epsilon"])) * arrays[op["scale"]] + arrays[op["bias"]]
+            elif kind == "append":
+                x = np.concatenate([x, *self._fields(observation, op["fields"], flat=True)], axis=-1)
+            elif kind == "dense":
+                x = x @ arrays[op["kernel"]] + arrays[op["bias"]]
+            elif kind == "relu":
+                x = np.maximum(x, 0.0)
+            elif kind == "tanh":
+                x = np.tanh(x)
+            elif kind == "scale":
+                x = x * arrays[op["half_range"]] + arrays[op["center"]]
+                if log_prob is not None:  # the density in environment units
+                    log_prob = log_prob - np.sum(np.log(arrays[op["half_range"]]))
+            elif kind == "gaussian_noise":  # a learned state-independent std, in the units so far
+                log_std = arrays[op["log_std"]]
+                z = rng.normal(size=x.shape) if sample else np.zeros_like(x)
+                x = x + np.exp(log_std) * z
+                log_prob = np.sum(-0.5 * z**2 - log_std - 0.5 * np.log(2 * np.pi), axis=-1)
+            elif kind in ("categorical", "argmax"):  # logits (or values) -> an integer action
+                if kind == "categorical" and sample:
+                    shifted = x - x.max(axis=-1, keepdims=True)
+                    probs = np.exp(shifted) / np.exp(shifted).sum(axis=-1, keepdims=True)
+                    flat = probs.reshape(-1, probs.shape[-1])
+                    choice = np.array([rng.choice(len(p), p=p / p.sum()) for p in flat]).reshape(probs.shape[:-1])
+                else:
+                    choice = np.argmax(x, axis=-1)
+                if kind == "categorical":
+                    logits = x - x.max(axis=-1, keepdims=True)
+                    logp = logits - np.log(np.exp(logits).sum(axis=-1, keepdims=True))
+                    log_prob = np.take_along_axis(logp, choice[..., None], -1)[..., 0]
+                x = choice + int(self.action_spec.minimum)
+            elif kind == "gaussian_head":  # [mean, raw log std] -> the mean, or a sample
+                mean, raw = np.split(x, 2, axis=-1)
+                lo, hi = float(op["log_std_min"]), float(op["log_std_max"])
+                x = mean
+                if sample:
+                    log_std = lo + 0.5 * (hi - lo) * (np.tanh(raw) + 1.0)
+                    x = mean + np.exp(log_std) * rng.normal(size=mean.shape)
+        return x, log_prob
+
+
+class NumpyPolicy:
+    """Implements the HAL :class:`~embodyrl.hal.policy.Policy` with numpy: a :class:`Graph` from the
+    observation to the action, and exploration."""
+
+    def __init__(self, graph: Mapping, arrays: Mapping[str, np.ndarray], seed: int | None = None):
+        if graph.get("format") != FORMAT or graph.get("format_version") != FORMAT_VERSION:
+            raise ExportError(f"not an {FORMAT} v{FORMAT_VERSION} export: format "
+                              f"{graph.get('format')!r} v{graph.get('format_version')!r}")
+        self.graph = dict(graph)
+        self.observation_spec = DictSpec.from_msg(graph["observation_spec"])
+        self.action_spec = ArraySpec.from_msg(graph["action_spec"])
+        exploration = graph.get("exploration", {"kind": "gaussian", "std": 0.0})
+        self.exploration_kind = exploration.get("kind")
+        if self.exploration_kind not in EXPLORATION:
+            raise ExportError(f"exploration kind {self.exploration_kind!r} is not one of {EXPLORATION}")
+        self.exploration_std = float(exploration.get("std", 0.0))
+        self.epsilon = float(exploration.get("epsilon", 0.0))
+        self.network = Graph(graph["graph"], self.observation_spec, self.action_spec)
+        self.ops = self.network.ops
+        self.arrays = self._checked_arrays(arrays, require_all=True)
+        self.version = PolicyVersion(*graph.get("policy_version", NO_POLICY))
+        self.rng = np.random.default_rng(seed)
+
+    # -- the Policy protocol ----------------------------------------------
+    def act(self, observation: Mapping[str, np.ndarray], *, explore: bool = True) -> tuple[np.ndarray, dict]:
+        """mu(o), plus noise from this policy's own RNG when exploring, clipped: Gaussian on
+        the action (DDPG), or a sample of the squashed Gaussian the network outputs (SAC)."""
+        if explore and self.exploration_kind in ("squashed_gaussian", "sampled"):
+            action, log_prob = self._run(observation, sample=True)
+            extras = {} if log_prob is None else {"log_prob": float(np.sum(log_prob))}
+            return self.action_spec.clip(action), extras
+        if explore and self.exploration_kind == "epsilon_greedy" and self.rng.random() < self.epsilon:
+            spec = self.action_spec  # integers: every action equally likely, the maximum included
+            return np.asarray(self.rng.integers(int(spec.minimum), int(spec.maximum) + 1), spec.dtype), {}
+        action = self.mean_action(observation)
+        if explore and self.exploration_std > 0:
+            half_range = (self.action_spec.maximum - self.action_spec.minimum) / 2
+            action = action + self.rng.normal(0.0, self.exploration_std, action.shape) * half_range
+        return self.action_spec.clip(action), {}
+
+    def load_weights(self, version: PolicyVersion, arrays: Mapping[str, np.ndarray]) -> None:
+        """Take the learner's published weights: every ``actor/...`` array the graph reads
+        must be there (others, like the action scale, stay from the export; extra names
+        are ignored). Nothing changes unless all of them fit."""
+        missing = sorted(n for n in self._names() if n.startswith("actor/") and n not in arrays)
+        if missing:
+            raise ExportError(f"published weights lack arrays {missing}")
+        merged = {**self.arrays, **{n: arrays[n] for n in self._names() if n in arrays}}
+        self.arrays = self._checked_arrays(merged, require_all=True)
+        self.version = PolicyVersion(*version)
+
+    # -- the forward pass --------------------------------------------------
+    def mean_action(self, observation: Mapping[str, np.ndarray]) -> np.ndarray:
+        """The deterministic action; fields may carry leading batch dimensions."""
+        return self._run(observation, sample=False)[0]
+
+    def _run(self, observation: Mapping[str, np.ndarray], sample: bool) -> tuple[np.ndarray, np.ndarray | None]:
+        """(action, log-probability of a sample or None) through the graph."""
+        x, log_prob = self.network.run(self.arrays, observation, sample=sample, rng=self.rng)
+        return x.astype(self.action_spec.dtype, copy=False), log_prob
+
+    # -- validation ----------------------------------------------------------
+    def _names(self) -> dict[str, str]:
+        return self.network.names()
+
+    def _checked_arrays(self, arrays: Mapping[str, np.ndarray], require_all: bool) -> dict[str, np.ndarray]:
+        out, width = self.network.checked_arrays(arrays, require_all)
+        if width != self.action_spec.size:
+            raise ExportError(f"the graph outputs {width} values; the action has {self.action_spec.size}")
         return out
 
 

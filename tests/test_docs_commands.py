@@ -68,6 +68,8 @@ RULES = [
     Rule(r"^python3? examples/", skip="tests/test_examples.py runs every example on its tiny budget"),
     Rule(r"^embodyrl record .*--teleop (keyboard|gamepad|spacemouse)", skip="a person at an input device; "
          "tests/test_record.py records with a scripted source, tests/test_operator_reset.py answers at a pty"),
+    Rule(r"^embodyrl reward train ", skip="the page's arm has no camera; tests/test_reward_classifier.py trains a "
+                                          "success classifier through this command on recorded camera frames"),
     Rule(r"^embodyrl demos ", skip="summarises what a recording by a person wrote; tests/test_record.py "
                                    "runs it on a recorded directory"),
     Rule(r"^embodyrl train pendulum$", skip="the default run of the README's two commands; the quickstart's "

@@ -219,6 +219,22 @@ def test_cameras_set_the_encoders_image_fields():
     assert "ppo" not in made.config_defaults()  # no encoder there
 
 
+def test_reward_only_fields_set_the_encoders_ignore_fields(tmp_path):
+    both = robot.Robot("x", camera_fields=("front",), reward_only=("wrist",))
+    assert both.config_defaults()["sac"] == {"encoder": {"image_fields": ["front"], "ignore_fields": ["wrist"]}}
+    assert robot.Robot("x", reward_only=("wrist",)).config_defaults()["ddpg"] == {"encoder": {"ignore_fields": ["wrist"]}}
+    made = robot.load(write(tmp_path / "arm.yaml", local_arm(reward_only=["qvel"])))
+    assert made.reward_only == ("qvel",) and made.config_defaults()["sac"]["encoder"] == {"ignore_fields": ["qvel"]}
+    config = _resolved(["train", "arm.yaml", "--algorithm", "sac"], tmp_path, tmp_path / "run")
+    assert config.sac.encoder.ignore_fields == ("qvel",)  # checked against the specs too
+    with pytest.raises(robot.RobotFileError, match=r"reward_only\[0\]: 'wrist' is not an observation field"):
+        robot.load(write(tmp_path / "arm.yaml", local_arm(reward_only=["wrist"]))).layout()
+    with pytest.raises(robot.RobotFileError, match=r"arm.yaml: reward_only\[1\]: 'qpos' is in cameras too"):
+        robot.load(write(tmp_path / "arm.yaml", local_arm(cameras=["qpos"], reward_only=["qvel", "qpos"])))
+    with pytest.raises(robot.RobotFileError, match="reward_only: expected a list of some field names"):
+        robot.load(write(tmp_path / "arm.yaml", local_arm(reward_only="qvel")))
+
+
 # -- through the command line ----------------------------------------------------------
 
 def test_the_cli_refuses_a_bad_robot_file_with_exit_2_before_anything_starts(tmp_path):

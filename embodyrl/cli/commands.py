@@ -542,6 +542,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_teleop_option(t)
     add_teleop_option(a)
     register(sub)
+    from .reward import register as register_reward
+
+    register_reward(sub)
     return parser
 
 
