@@ -1,0 +1,353 @@
+"""A person in the loop pays off: four ways to learn the arm's push task through a robot server.
+
+::
+
+    nice -n 10 python examples/hil_robot.py --out runs/hil     # hours; resumes with the same command
+    python examples/hil_robot.py --out runs/hil-quick --quick  # minutes: the same steps and keys, tiny
+
+The stand-in for a real arm is :mod:`embodyrl.envs.arm_push` (the 7-joint
+arm pushing a block to a target, sparse success reward, a top camera),
+served by ``python -m embodyrl.hal.robot_server`` over TCP with CurveZMQ
+keys, exactly as a real arm would be; every step below drives it through
+robot files and the ``embodyrl`` command line:
+
+1. keys for the robot server and the actor (``embodyrl keys``);
+2. ``embodyrl record`` 20 demonstrations with the scripted expert as the
+   teleoperator, and episodes of a wandering script (the classifier's
+   negatives, as HIL-SERL records failures);
+3. ``embodyrl reward train`` a success classifier on the top camera's frames;
+4. ``embodyrl train``, per variant and seed, in segments of the step budget;
+   after each segment the saved policy runs ``--eval-episodes`` episodes
+   scored by the task's true success, whatever the run's reward was:
+
+   * ``scratch``: SAC, no demonstrations;
+   * ``demos``: RLPD with the demonstrations (50/50 sampling);
+   * ``demos_interventions``: RLPD with demonstrations and a scripted person
+     who takes over with the expert when the arm drifts out of a corridor
+     (:func:`embodyrl.envs.arm_push.person`);
+   * ``classifier_reward``: like the last, the reward given only by the
+     trained classifier (``reward: classifier:DIR`` in the robot file).
+
+Everything is written as it happens: the demonstrations, the classifier, each
+run directory (``--resume`` continues it), and ``results.json`` after every
+evaluation, so an interrupted experiment resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import socket
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+ROBOT_FACTORY = "embodyrl.envs.arm_push:make_camera_device"
+EXPERT = "script:embodyrl.envs.arm_push:expert"
+WANDER = "script:embodyrl.envs.arm_push:wander"
+PERSON = "script:embodyrl.envs.arm_push:person"
+CAMERA = "camera/top"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The experiment's sizes."""
+
+    seeds: tuple[int, ...] = (0, 1, 2)
+    steps: int = 20_000
+    """Environment steps per run (the same budget for every variant)."""
+    points: int = 8
+    """Evaluations per run, evenly spaced over the budget."""
+    eval_episodes: int = 20
+    demos: int = 20
+    negatives: int = 20
+    """Wandering episodes recorded for the classifier (its failures)."""
+    updates_per_step: float = 2.0
+    classifier_steps: int = 1500
+    port: int = 5671
+
+    @classmethod
+    def quick(cls) -> Plan:
+        return cls(seeds=(0,), steps=600, points=1, eval_episodes=3, demos=3, negatives=2,
+                   classifier_steps=60, port=5672)
+
+
+VARIANTS = {
+    "scratch": {"algorithm": "sac", "demos": False, "person": False, "classifier": False},
+    "demos": {"algorithm": "rlpd", "demos": True, "person": False, "classifier": False},
+    "demos_interventions": {"algorithm": "rlpd", "demos": True, "person": True, "classifier": False},
+    "classifier_reward": {"algorithm": "rlpd", "demos": True, "person": True, "classifier": True},
+}
+
+
+def cli(*args: str, cwd: Path, log: Path | None = None, timeout: float | None = None) -> str:
+    """``embodyrl ARGS`` in ``cwd``; its stdout (stderr appended to ``log``); a failure raises, with stderr's tail."""
+    proc = subprocess.run([sys.executable, "-m", "embodyrl.cli", *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=timeout)
+    if log is not None:
+        with log.open("a") as f:
+            f.write(f"$ embodyrl {' '.join(args)}\n{proc.stderr}")
+    if proc.returncode != 0:
+        raise RuntimeError(f"embodyrl {' '.join(args)} exited {proc.returncode}:\n{proc.stderr[-3000:]}")
+    return proc.stdout
+
+
+def make_keys(out: Path) -> None:
+    for who in ("robot", "actor"):
+        if not (out / "keys" / who / f"{who}.key_secret").exists():
+            cli("keys", str(out / "keys" / who), who, cwd=out)
+    authorized = out / "keys" / "authorized"
+    authorized.mkdir(exist_ok=True)
+    (authorized / "actor.key").write_bytes((out / "keys" / "actor" / "actor.key").read_bytes())
+
+
+def write_robot_files(out: Path, plan: Plan) -> None:
+    """``push.yaml`` (the task's own sparse reward) and ``push_classifier.yaml`` (the classifier's)."""
+    base = {
+        "name": "push",
+        "device": {"endpoint": f"tcp://127.0.0.1:{plan.port}",
+                   "keys": {"secret_key": "keys/actor/actor.key_secret", "server_key": "keys/robot/robot.key"},
+                   "timeout_s": 2.0, "retries": 3},
+        "task": {"factory": "embodyrl.envs.arm_push:Push"},
+        "control": {"rate_hz": 20, "episode_steps": 50, "realtime": False},
+        "reset": "auto",
+        "reward_only": [CAMERA],
+    }
+    with_classifier = {**base, "task": {"reward": "classifier:classifier", "end_on_success": True}}
+    for name, data in (("push.yaml", base), ("push_classifier.yaml", with_classifier)):
+        text = yaml.safe_dump(data, sort_keys=False)
+        path = out / name
+        if not path.exists() or path.read_text() != text:  # unchanged on a resume: runs record its hash
+            path.write_text(text)
+
+
+@contextmanager
+def robot_server(out: Path, plan: Plan):
+    """The robot server, as on the robot's own controller: keys, TCP, its own process."""
+    with socket.socket() as s:
+        if s.connect_ex(("127.0.0.1", plan.port)) == 0:
+            raise RuntimeError(f"port {plan.port} is taken: stop what listens there or pass --port")
+    log = (out / "robot_server.log").open("a")
+    proc = subprocess.Popen([sys.executable, "-m", "embodyrl.hal.robot_server", ROBOT_FACTORY,
+                             "--bind", f"tcp://127.0.0.1:{plan.port}", "--watchdog-s", "5",
+                             "--secret-key", "keys/robot/robot.key_secret", "--authorized-keys", "keys/authorized"],
+                            cwd=out, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", plan.port)) == 0:
+                    break
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the robot server did not start (see {out / 'robot_server.log'})")
+            time.sleep(0.2)
+        yield proc
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+
+
+def record(out: Path, plan: Plan) -> dict:
+    """The demonstrations and the classifier's extra failures (``embodyrl record`` resumes by itself)."""
+    log = out / "commands.log"
+    cli("record", "push.yaml", "--teleop", EXPERT, "--episodes", str(plan.demos), "--out", "demos", cwd=out, log=log)
+    cli("record", "push.yaml", "--teleop", WANDER, "--episodes", str(plan.negatives), "--out", "wander", cwd=out,
+        log=log)
+    summary = json.loads(cli("demos", "demos", "--json", cwd=out))
+    return {k: v for k, v in summary.items() if k != "by_episode"}
+
+
+def train_classifier(out: Path, plan: Plan) -> dict:
+    done = out / "classifier" / "metrics.json"
+    if not done.exists():
+        cli("reward", "train", "demos", "wander", "--out", "classifier", "--camera", CAMERA,
+            "--steps", str(plan.classifier_steps), "--seed", "0", cwd=out, log=out / "commands.log")
+    return json.loads(done.read_text())
+
+
+def run_dir(out: Path, variant: str, seed: int) -> Path:
+    return out / "runs" / f"{variant}-s{seed}"
+
+
+def train_to(out: Path, plan: Plan, variant: str, seed: int, steps: int) -> None:
+    """``embodyrl train`` of one variant and seed up to ``steps`` (a fresh run, or --resume)."""
+    spec = VARIANTS[variant]
+    run = run_dir(out, variant, seed)
+    args = ["train", "push_classifier.yaml" if spec["classifier"] else "push.yaml", "--run-dir", str(run),
+            "--algorithm", spec["algorithm"], "--steps", str(steps), "--seed", str(seed), "--quiet",
+            "--eval_episodes", "1", "--learner.updates_per_step", str(plan.updates_per_step),
+            "--actor.random_steps", str(min(1000, plan.steps // 10))]
+    if spec["demos"]:
+        args += ["--demos", "demos"]
+    if spec["person"]:
+        args += ["--teleop", PERSON]
+    if (run / "config.json").exists():
+        args.append("--resume")
+    cli(*args, cwd=out, log=out / "commands.log")
+
+
+def evaluate(out: Path, plan: Plan, variant: str, seed: int) -> dict:
+    """The run's saved policy on the robot, scored by the task's true success."""
+    from embodyrl.cli.evaluate import evaluate as run_episodes
+    from embodyrl.config import load
+    from embodyrl.envs.arm_push import Push
+    from embodyrl.policy import load_run_policies
+    from embodyrl.robot import of_config
+
+    run = run_dir(out, variant, seed)
+    config = load(run / "config.json")
+    robot = of_config(config)
+    policy = load_run_policies(run, config.algo, robot.layout(), seed=seed)[0]
+    device, _ = robot.make()  # the robot file's device: the robot server, with the actor's keys
+    with device:
+        result = run_episodes(device, Push(), policy, plan.eval_episodes, seed=50_000 + 1000 * seed)
+    metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    rates = [m["intervention_rate"] for m in metrics if m.get("intervention_rate") is not None]
+    return {"steps": int(metrics[-1]["env_steps"]), "success_rate": result["success_mean"],
+            "return_mean": result["return_mean"],
+            "intervention_rate": rates[-1] if rates else None, "policy_version": list(policy.version)}
+
+
+def load_progress(out: Path) -> dict:
+    path = out / "progress.json"
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def save_json(path: Path, data) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n")
+    tmp.replace(path)
+
+
+def results(progress: dict, plan: Plan, classifier: dict, demos: dict, wall_s: float) -> dict:
+    """``results.json``: per variant the curve (mean over seeds) and each seed's."""
+    variants = {}
+    for variant in VARIANTS:
+        by_seed = {seed: progress.get(f"{variant}/{seed}", []) for seed in plan.seeds}
+        points = min(len(v) for v in by_seed.values())
+        entry = {"steps": [], "success_rate": [], "success_rate_by_seed": {str(s): [] for s in plan.seeds}}
+        if VARIANTS[variant]["person"]:
+            entry["intervention_rate"] = []
+            entry["intervention_rate_by_seed"] = {str(s): [] for s in plan.seeds}
+        for i in range(points):
+            entry["steps"].append(int(np.mean([by_seed[s][i]["steps"] for s in plan.seeds])))
+            entry["success_rate"].append(float(np.mean([by_seed[s][i]["success_rate"] for s in plan.seeds])))
+            for s in plan.seeds:
+                entry["success_rate_by_seed"][str(s)].append(by_seed[s][i]["success_rate"])
+            if VARIANTS[variant]["person"]:
+                rates = [by_seed[s][i]["intervention_rate"] for s in plan.seeds]
+                known = [r for r in rates if r is not None]
+                entry["intervention_rate"].append(float(np.mean(known)) if known else None)
+                for s, r in zip(plan.seeds, rates, strict=True):
+                    entry["intervention_rate_by_seed"][str(s)].append(r)
+        variants[variant] = {**VARIANTS[variant], **entry}
+    return {"variants": variants,
+            "classifier": {"precision": classifier["precision"], "recall": classifier["recall"],
+                           **{k: v for k, v in classifier.items() if k not in ("precision", "recall")}},
+            "demonstrations": demos, "plan": asdict(plan), "wall_s": round(wall_s, 1),
+            "goals": goals(variants, plan)}
+
+
+def first_reaching(entry: dict, level: float) -> int | None:
+    for steps, rate in zip(entry["steps"], entry["success_rate"], strict=True):
+        if rate >= level:
+            return steps
+    return None
+
+
+def goals(variants: dict, plan: Plan) -> dict:
+    """Each goal: met, not met, or open (not all points are in yet)."""
+    complete = all(len(v["steps"]) == plan.points for v in variants.values())
+    c, a, d = variants["demos_interventions"], variants["scratch"], variants["classifier_reward"]
+    if not complete:
+        return {"complete": False}
+    c_at = first_reaching(c, 0.9)
+    a_at = first_reaching(a, 0.9)
+    final_rate = c["intervention_rate"][-1]
+    return {
+        "complete": True,
+        "demos_interventions_reaches_90": c_at is not None,
+        "demos_interventions_steps_to_90": c_at,
+        "scratch_steps_to_90": a_at,
+        "a_third_of_scratch": c_at is not None and (a_at is None or c_at <= a_at / 3),
+        "intervention_rate_final": final_rate,
+        "intervention_rate_below_5pct": final_rate is not None and final_rate < 0.05,
+        "classifier_within_10_points": abs(d["success_rate"][-1] - c["success_rate"][-1]) <= 0.10,
+    }
+
+
+def run(out: Path, plan: Plan) -> dict:
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    save_json(out / "plan.json", asdict(plan))
+    make_keys(out)
+    write_robot_files(out, plan)
+    progress = load_progress(out)
+    wall_before = progress.pop("_wall_s", 0.0)
+    checkpoints = [round(plan.steps * (i + 1) / plan.points) for i in range(plan.points)]
+    with robot_server(out, plan):
+        demos = record(out, plan)
+        print(f"demonstrations: {json.dumps(demos)}", flush=True)
+        classifier = train_classifier(out, plan)
+        print(f"classifier: held-out precision {classifier['precision']} recall {classifier['recall']}", flush=True)
+        for seed in plan.seeds:
+            for variant in VARIANTS:
+                key = f"{variant}/{seed}"
+                done = progress.setdefault(key, [])
+                for point in checkpoints[len(done):]:
+                    t0 = time.monotonic()
+                    train_to(out, plan, variant, seed, point)
+                    row = evaluate(out, plan, variant, seed)
+                    row["wall_s"] = round(time.monotonic() - t0, 1)
+                    done.append(row)
+                    wall = wall_before + time.monotonic() - started
+                    save_json(out / "progress.json", {**progress, "_wall_s": wall})
+                    save_json(out / "results.json", results(progress, plan, classifier, demos, wall))
+                    helped = VARIANTS[variant]["person"] and row["intervention_rate"] is not None
+                    print(f"{key} @ {row['steps']}: success {row['success_rate']:.2f}"
+                          + (f", interventions {row['intervention_rate']:.3f}" if helped else "")
+                          + f" ({row['wall_s']} s)", flush=True)
+    wall = wall_before + time.monotonic() - started
+    final = results(progress, plan, classifier, demos, wall)
+    save_json(out / "results.json", final)
+    return final
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description="Scratch vs demonstrations vs a person in the loop vs a learnt "
+                                                 "reward, on the arm's push task through a robot server")
+    parser.add_argument("--out", required=True, type=Path)
+    parser.add_argument("--quick", action="store_true", help="a tiny run of every step (minutes)")
+    parser.add_argument("--seeds", type=int, help="number of seeds (default 3; 1 with --quick)")
+    parser.add_argument("--steps", type=int, help="environment steps per run")
+    parser.add_argument("--port", type=int, help="the robot server's port on 127.0.0.1")
+    args = parser.parse_args(argv)
+    plan = Plan.quick() if args.quick else Plan()
+    if args.seeds is not None:
+        plan = replace(plan, seeds=tuple(range(args.seeds)))
+    if args.steps is not None:
+        plan = replace(plan, steps=args.steps)
+    if args.port is not None:
+        plan = replace(plan, port=args.port)
+    saved = args.out / "plan.json"
+    if saved.exists() and json.loads(saved.read_text()) != json.loads(json.dumps(asdict(plan))):
+        print(f"{args.out} holds an experiment of another plan ({saved}); use another --out", file=sys.stderr)
+        return 2
+    result = run(args.out.resolve(), plan)
+    print(json.dumps(result["goals"], indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,47 @@
+"""``examples/hil_robot.py --quick``: every step of the experiment (keys, robot server, recording, the
+classifier, four variants through the command line, evaluation) at a tiny size, and its keys."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_the_quick_experiment_writes_every_key_and_resumes_without_redoing_work(tmp_path):
+    command = [sys.executable, str(ROOT / "examples" / "hil_robot.py"), "--out", str(tmp_path / "hil"), "--quick",
+               "--port", str(free_port())]
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads((tmp_path / "hil" / "results.json").read_text())
+    assert set(result["variants"]) == {"scratch", "demos", "demos_interventions", "classifier_reward"}
+    for name, variant in result["variants"].items():
+        assert len(variant["steps"]) == len(variant["success_rate"]) == 1 and variant["steps"][0] >= 600
+        assert 0.0 <= variant["success_rate"][0] <= 1.0
+        assert set(variant["success_rate_by_seed"]) == {"0"}
+        assert ("intervention_rate" in variant) == (name in ("demos_interventions", "classifier_reward"))
+    assert 0.0 < result["variants"]["demos_interventions"]["intervention_rate"][0] <= 1.0  # the person acted
+    assert {"precision", "recall"} <= set(result["classifier"]) and result["wall_s"] > 0
+    assert result["demonstrations"]["episodes"] == 3 and result["goals"]["complete"]
+    for run in ("scratch-s0", "classifier_reward-s0"):  # every run is a real run directory
+        assert (tmp_path / "hil" / "runs" / run / "config.json").exists()
+    robot = json.loads((tmp_path / "hil" / "runs" / "classifier_reward-s0" / "config.json").read_text())["robot"]
+    recorded = robot["files"]["push_classifier.yaml"]
+    assert recorded["declaration"]["task"]["reward"] == "classifier:classifier" and recorded["classifier"]["sha256"]
+
+    started = time.monotonic()
+    again = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert time.monotonic() - started < 120  # nothing trained again: the same command resumes
+    assert json.loads((tmp_path / "hil" / "results.json").read_text())["variants"] == result["variants"]
