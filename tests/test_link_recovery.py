@@ -105,7 +105,10 @@ def test_actor_killed_and_restarted_resends_its_spool(tmp_path, ctx):
     first = context.Process(target=ledger_actor, args=(*args, 100_000))
     first.start()
     procs.append(first)
-    learner.serve(3.0)
+    deadline = time.monotonic() + 60  # a spawned actor may take seconds to import on a loaded machine
+    while 2 not in learner.received and time.monotonic() < deadline:
+        learner.serve(0.5)
+    learner.serve(2.0)
     # from now on the learner "loses" what arrives: it stays in the actor's spool
     learner.serve(1.5, accept=lambda b: False)
     os.kill(first.pid, signal.SIGKILL)

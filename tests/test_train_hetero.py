@@ -71,7 +71,7 @@ def test_each_device_exports_its_own_numpy_policy(run_dir, tmp_path):
 
 
 @pytest.mark.parametrize("args,reason", [
-    (("pendulum+pendulum",), "names a device twice"),
+    (("pendulum+pendulum",), "names device kind 'pendulum' twice"),
     (("pendulum+",), "is empty"),
     ((TASK, "--algorithm", "ppo"), "off-policy"),
     ((TASK, "--algorithm", "sac", "--sac.encoder.image_fields", "[auto]"), "image_fields must be empty"),

@@ -42,6 +42,11 @@ class RemoteTimeout(RemoteError):
     """No reply within every attempt's deadline."""
 
 
+class WatchdogStopped(RemoteError, EpisodeInterrupted):
+    """The server's watchdog stopped the robot (no command within its period): the episode is over,
+    ``reset()`` continues. The actor loop starts a new episode instead of failing."""
+
+
 class RemoteDevice(Device):
     """The actor's side of a remote robot."""
 
@@ -116,12 +121,7 @@ class RemoteDevice(Device):
         return self._observation(self._request(RESET, fields))
 
     def _step(self, action: np.ndarray) -> dict[str, np.ndarray]:
-        try:
-            return self._observation(self._request(STEP, arrays={"action": action}))
-        except RemoteError as err:
-            if err.reason == "watchdog":
-                raise EpisodeInterrupted(str(err)) from err
-            raise
+        return self._observation(self._request(STEP, arrays={"action": action}))
 
     def _on_estop(self) -> None:
         if self._socket is not None:
@@ -188,7 +188,8 @@ class RemoteDevice(Device):
                 raise EStopError(f"robot server: {detail}")
             if reason in ("bad_action", "out_of_bounds"):
                 raise SpecError(f"robot server refused the action ({reason}): {detail}")
-            raise RemoteError(reason, f"{kind} refused by {self.endpoint}: {detail}")
+            error = WatchdogStopped if reason == "watchdog" else RemoteError
+            raise error(reason, f"{kind} refused by {self.endpoint}: {detail}")
         if reply.kind == REFUSED:
             raise RemoteError("refused", f"{self.endpoint}: {reply.fields.get('reason')}")
         wanted = expect or (OBS if kind in (RESET, STEP) else "OK")
