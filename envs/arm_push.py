@@ -20,7 +20,8 @@ episodes are truncated after 50 steps (2 s).
 Observation (float32, metres and m/s, world frame, the arm's base at the origin, the
 table top at z = 0.2): ``ee_pos`` (the pusher's bottom centre), ``block_pos`` (the
 block's centre), ``target_pos`` (the target at the block's centre height), ``ee_vel``
-and ``block_vel`` (linear velocities), 3 each. With ``ArmPushConfig.camera = (w, h)``
+and ``block_vel`` (linear velocities), ``block_rel`` (block - pusher) and ``target_rel``
+(target - block), 3 each. With ``ArmPushConfig.camera = (w, h)``
 also ``camera/top``: uint8 h x w x 3 from above the table's far edge, looking down at
 75 degrees toward the arm (blue-grey table, red block, green target disc, the pusher
 under the light-grey arm), rendered offscreen without shadows or antialiasing (~0.6 ms
@@ -82,7 +83,10 @@ REACH_M = 0.70
 BLOCK_HALF_M = 0.025
 PUSHER_RADIUS_M = 0.015
 
-FIELDS = ("ee_pos", "block_pos", "target_pos", "ee_vel", "block_vel")
+SENSED = ("ee_pos", "block_pos", "target_pos", "ee_vel", "block_vel")
+RELATIVE = {"block_rel": ("block_pos", "ee_pos"), "target_rel": ("target_pos", "block_pos")}
+"""Differences of sensed positions (FetchPush's ``object_rel_pos``): what a policy needs, given."""
+FIELDS = (*SENSED, *RELATIVE)
 OBSERVATION_SPEC = DictSpec(tuple(ArraySpec(name, (3,), np.float32) for name in FIELDS))
 ACTION_SPEC = ArraySpec("action", (2,), np.float32, -1.0, 1.0)
 
@@ -156,7 +160,7 @@ class ArmPushDevice(MujocoDevice):
         name2id = mujoco.mj_name2id
         obj = mujoco.mjtObj
         self._sensors = {}
-        for field in FIELDS:
+        for field in SENSED:
             i = name2id(model, obj.mjOBJ_SENSOR, field)
             start = int(model.sensor_adr[i])
             self._sensors[field] = slice(start, start + 3)
@@ -173,7 +177,10 @@ class ArmPushDevice(MujocoDevice):
         self._low, self._high = ACTION_SPEC.minimum.astype(np.float64), ACTION_SPEC.maximum.astype(np.float64)
 
     def _observe_state(self, model, data) -> dict[str, np.ndarray]:
-        return {field: data.sensordata[s].astype(np.float32) for field, s in self._sensors.items()}
+        observation = {field: data.sensordata[s].astype(np.float32) for field, s in self._sensors.items()}
+        for field, (a, b) in RELATIVE.items():
+            observation[field] = observation[a] - observation[b]
+        return observation
 
     def _place(self, model, data, rng: np.random.Generator) -> None:
         c = self.config
