@@ -186,3 +186,17 @@ def test_the_actor_config_refuses_a_malformed_source_and_reset():
     with pytest.raises(ValueError, match="actor.reset"):
         ActorConfig(reset="sometimes")
     assert ActorConfig(teleop="script:m:f", reset="operator").reset == "operator"
+
+
+def test_a_person_sets_the_real_pace_a_script_does_not():
+    from embodyrl.cli.person import needs_real_pace
+    from embodyrl.config import TrainConfig
+
+    def config(**actor):
+        return TrainConfig(actor=ActorConfig(**actor))
+
+    assert not needs_real_pace(config())
+    assert not needs_real_pace(config(teleop="script:embodyrl.envs.arm_push:person"))  # waits for credit
+    for source in ("keyboard", "gamepad", "spacemouse:/dev/input/event3"):
+        assert needs_real_pace(config(teleop=source))
+    assert needs_real_pace(config(reset="operator"))

@@ -53,6 +53,14 @@ def at_terminal(config) -> bool:
     return config.actor.teleop == "keyboard" or reset_mode(config) == "operator"
 
 
+def needs_real_pace(config) -> bool:
+    """Whether a person drives or answers (a keyboard, gamepad or spacemouse; ``reset: operator``):
+    then the actor runs at the device's real pace. A ``script:`` source is no person: the actor
+    keeps ``actor.realtime`` (a simulator waits for the learner's credit)."""
+    teleop = config.actor.teleop
+    return reset_mode(config) == "operator" or (bool(teleop) and not teleop.startswith("script:"))
+
+
 def person_parts(config, group, index: int):
     """(teleop sources by member name or None, operator or None) of actor ``index`` of a run of
     ``config``; one it cannot make is said on stderr and ends the process with exit code 2."""

@@ -80,14 +80,14 @@ def actor_main(config_dict: dict, endpoint: str, index: int, run_dir: str | None
     from ..hal.ledger import BatchLedger
     from ..hal.wire.client import LearnerLink, LinkError, Undelivered
     from ..hal.wire.spool import Spool
-    from .person import LearnerNews, close_parts, person_parts
+    from .person import LearnerNews, close_parts, needs_real_pace, person_parts
 
     config = from_dict(TrainConfig, config_dict)
     ac = config.actor
     actor_config = dataclasses.replace(ac, actor_id=index, seed=config.seed * 1000 + index)
     group, tasks, policies, infos = actor_parts(config, actor_config.seed)
     teleop, operator = person_parts(config, group, index)
-    if teleop is not None or operator is not None:  # a person needs the device's real pace
+    if needs_real_pace(config):
         actor_config = dataclasses.replace(actor_config, realtime=True)
     news = LearnerNews(index, policies)
     spool = Spool(Path(ac.spool_dir) / f"actor-{index}" if ac.spool_dir else None,
