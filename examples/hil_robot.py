@@ -292,6 +292,50 @@ def goals(variants: dict, plan: Plan) -> dict:
     }
 
 
+LABELS = {"scratch": "SAC from scratch", "demos": "RLPD + 20 demonstrations",
+          "demos_interventions": "RLPD + demonstrations + interventions",
+          "classifier_reward": "the same, reward from the classifier"}
+
+
+def plot(result: dict, path: Path) -> None:
+    """Success rate (mean over seeds, each seed faint) and the intervention rate against steps."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8))
+    for i, (name, v) in enumerate(result["variants"].items()):
+        colour = f"C{i}"
+        left.plot(v["steps"], v["success_rate"], color=colour, marker="o", label=LABELS[name])
+        for curve in v["success_rate_by_seed"].values():
+            left.plot(v["steps"][:len(curve)], curve, color=colour, alpha=0.25, linewidth=0.8)
+        if "intervention_rate" in v:
+            right.plot(v["steps"], v["intervention_rate"], color=colour, marker="o", label=LABELS[name])
+    left.axhline(0.9, color="grey", linestyle=":", linewidth=0.8)
+    left.set(xlabel="environment steps", ylabel="evaluation success (20 episodes)", ylim=(-0.02, 1.02))
+    right.axhline(0.05, color="grey", linestyle=":", linewidth=0.8)
+    right.set(xlabel="environment steps", ylabel="steps a person took over", ylim=(0, None))
+    left.legend(fontsize=7, loc="upper left")
+    right.legend(fontsize=7)
+    fig.suptitle("arm_push through a robot server (CurveZMQ), mean of the seeds", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def table(result: dict) -> str:
+    """Markdown: each variant's success rate at every evaluation, and its last intervention rate."""
+    first = next(iter(result["variants"].values()))
+    head = "| variant | " + " | ".join(f"{s:,}" for s in first["steps"]) + " | interventions (last) |"
+    lines = [head, "|" + "---|" * (len(first["steps"]) + 2)]
+    for name, v in result["variants"].items():
+        rate = v.get("intervention_rate", [None])[-1] if v["steps"] else None
+        lines.append(f"| {LABELS[name]} | " + " | ".join(f"{x:.2f}" for x in v["success_rate"])
+                     + f" | {'—' if rate is None else f'{rate:.3f}'} |")
+    return "\n".join(lines)
+
+
 def run(out: Path, plan: Plan) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
@@ -326,6 +370,7 @@ def run(out: Path, plan: Plan) -> dict:
     wall = wall_before + time.monotonic() - started
     final = results(progress, plan, classifier, demos, wall)
     save_json(out / "results.json", final)
+    plot(final, out / "hil_robot.png")
     return final
 
 
@@ -350,6 +395,7 @@ def main(argv=None) -> int:
         print(f"{args.out} holds an experiment of another plan ({saved}); use another --out", file=sys.stderr)
         return 2
     result = run(args.out.resolve(), plan)
+    print(table(result))
     print(json.dumps(result["goals"], indent=2))
     return 0
 
