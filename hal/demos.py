@@ -83,6 +83,20 @@ class DemoWriter:
         return self.path
 
 
+def demo_files(directories) -> list[Path]:
+    """The demonstration files (``*.npz``) of each directory, in order. A missing or empty directory
+    raises ``ValueError`` naming it (the learner's ``--demos`` and the classifier's trainer read these)."""
+    files = []
+    for directory in map(Path, directories):
+        if not directory.is_dir():
+            raise ValueError(f"{directory}: no such directory")
+        found = sorted(directory.glob("*.npz"))
+        if not found:
+            raise ValueError(f"{directory}: holds no demonstration files (*.npz; embodyrl record writes them)")
+        files += found
+    return files
+
+
 def read_meta(path: str | Path) -> dict:
     """A demonstration file's meta: the format's keys and what its writer added (e.g. ``success``)."""
     with _open(path) as data:

@@ -100,6 +100,29 @@ def image_fields(spec: DictSpec, config: EncoderConfig, section: str = "encoder"
     return ()
 
 
+def conv_stack(image_shape: tuple[int, int, int], channels: tuple[int, ...], strides: tuple[int, ...],
+               rngs: nnx.Rngs, what: str = "encoder") -> tuple[nnx.List, int]:
+    """VALID 3x3 convolutions (``nnx.Conv`` layers holding the parameters) and the width of their
+    flattened output; an image too small for them is refused, naming ``what``."""
+    height, width, depth = image_shape
+    convs = []
+    for out, stride in zip(channels, strides, strict=True):
+        convs.append(nnx.Conv(depth, out, kernel_size=(3, 3), strides=(stride, stride), padding="VALID",
+                              rngs=rngs))
+        height, width, depth = (height - 3) // stride + 1, (width - 3) // stride + 1, out
+        if height < 1 or width < 1:
+            raise ValueError(f"{what}: image {tuple(image_shape)} is too small for {len(channels)} "
+                             f"convolutions with strides {tuple(strides)}")
+    return nnx.List(convs), height * width * depth
+
+
+def apply_convs(convs: nnx.List, x: jax.Array) -> jax.Array:
+    """The convolutions with ReLU, through :func:`embodyrl.algos.conv.conv` (fast gradients on XLA:CPU)."""
+    for conv in convs:
+        x = jax.nn.relu(conv2d(x, conv.kernel[...], conv.strides[0]) + conv.bias[...])
+    return x
+
+
 class ConvEncoder(nnx.Module):
     """3x3 convolutions (VALID, ReLU), then linear -> LayerNorm -> tanh.
 
@@ -108,24 +131,13 @@ class ConvEncoder(nnx.Module):
     inside the learner's ``lax.scan`` on XLA:CPU."""
 
     def __init__(self, image_shape: tuple[int, int, int], config: EncoderConfig, *, rngs: nnx.Rngs):
-        height, width, channels = image_shape
-        convs = []
-        for out, stride in zip(config.channels, config.strides, strict=True):
-            convs.append(nnx.Conv(channels, out, kernel_size=(3, 3), strides=(stride, stride),
-                                  padding="VALID", rngs=rngs))
-            height, width, channels = (height - 3) // stride + 1, (width - 3) // stride + 1, out
-            if height < 1 or width < 1:
-                raise ValueError(f"encoder: image {image_shape} is too small for {len(config.channels)} "
-                                 f"convolutions with strides {config.strides}")
-        self.convs = nnx.List(convs)
-        self.linear = nnx.Linear(height * width * channels, config.feature_dim, rngs=rngs)
+        self.convs, flat = conv_stack(image_shape, config.channels, config.strides, rngs)
+        self.linear = nnx.Linear(flat, config.feature_dim, rngs=rngs)
         self.norm = nnx.LayerNorm(config.feature_dim, rngs=rngs)
 
     def __call__(self, images: jax.Array) -> jax.Array:
         """``images``: float32 [N, H, W, C] in [0, 1] -> [N, feature_dim]."""
-        x = images
-        for conv in self.convs:
-            x = jax.nn.relu(conv2d(x, conv.kernel[...], conv.strides[0]) + conv.bias[...])
+        x = apply_convs(self.convs, images)
         return jnp.tanh(self.norm(self.linear(x.reshape(x.shape[0], -1))))
 
 

@@ -32,7 +32,7 @@ import jax
 import numpy as np
 
 from ..config import LearnerConfig
-from ..hal.demos import load_demonstrations, read_specs, spec_mismatch
+from ..hal.demos import demo_files, load_demonstrations, read_specs, spec_mismatch
 from ..hal.specs import ArraySpec, DictSpec, SpecError
 from ..hal.steps import PolicyVersion, Source, Steps
 from ..replay import PersistentReplay, Prefetcher, RateLimiter
@@ -295,16 +295,10 @@ class ReplayData:
 
 
 def _demonstration_files(directories: Sequence[str | Path]) -> list[Path]:
-    files = []
-    for directory in directories:
-        directory = Path(directory)
-        if not directory.is_dir():
-            raise ValueError(f"learner.demos: {directory} is not a directory")
-        found = sorted(directory.glob("*.npz"))
-        if not found:
-            raise ValueError(f"learner.demos: {directory} holds no demonstration files (*.npz)")
-        files += found
-    return files
+    try:
+        return demo_files(directories)
+    except ValueError as err:
+        raise ValueError(f"learner.demos: {err}") from None
 
 
 def _sha256(path: Path) -> str:

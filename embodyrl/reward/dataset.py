@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..hal.demos import demo_files as listed_demo_files
 from ..hal.demos import read_meta
 from ..hal.specs import DictSpec, SpecError
 
@@ -92,15 +93,10 @@ def demo_files(directories: list[str | Path]) -> list[Path]:
     """The demonstration files (``*.npz``) of each directory, in order; refuses a missing or empty one."""
     if not directories:
         raise DatasetError("no demonstration directories given")
-    files = []
-    for directory in map(Path, directories):
-        if not directory.is_dir():
-            raise DatasetError(f"{directory}: no such directory")
-        found = sorted(directory.glob("*.npz"))
-        if not found:
-            raise DatasetError(f"{directory}: holds no demonstration files (*.npz; embodyrl record writes them)")
-        files += found
-    return files
+    try:
+        return listed_demo_files(directories)
+    except ValueError as err:
+        raise DatasetError(str(err)) from None
 
 
 def load_frames(directories: list[str | Path], *, camera: str | None = None, last_k: int = 5) -> Frames:

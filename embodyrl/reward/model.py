@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from ..algos.conv import conv as conv2d
+from ..algos.encoders import apply_convs, conv_stack
 
 
 @dataclass(frozen=True)
@@ -40,23 +40,12 @@ class SuccessCNN(nnx.Module):
     """float32 images [N, H, W, C] in [0, 1] -> logits of success [N]."""
 
     def __init__(self, image_shape: tuple[int, int, int], config: ClassifierConfig, *, rngs: nnx.Rngs):
-        height, width, channels = image_shape
-        convs = []
-        for out, stride in zip(config.channels, config.strides, strict=True):
-            convs.append(nnx.Conv(channels, out, kernel_size=(3, 3), strides=(stride, stride), padding="VALID",
-                                  rngs=rngs))
-            height, width, channels = (height - 3) // stride + 1, (width - 3) // stride + 1, out
-            if height < 1 or width < 1:
-                raise ValueError(f"images of {image_shape[0]}x{image_shape[1]} are too small for "
-                                 f"{len(config.channels)} 3x3 convolutions with strides {config.strides}")
-        self.convs = nnx.List(convs)
-        self.hidden = nnx.Linear(height * width * channels, config.hidden, rngs=rngs)
+        self.convs, flat = conv_stack(image_shape, config.channels, config.strides, rngs, "classifier")
+        self.hidden = nnx.Linear(flat, config.hidden, rngs=rngs)
         self.out = nnx.Linear(config.hidden, 1, rngs=rngs)
 
     def __call__(self, images: jax.Array) -> jax.Array:
-        x = images
-        for conv in self.convs:
-            x = jax.nn.relu(conv2d(x, conv.kernel[...], conv.strides[0]) + conv.bias[...])
+        x = apply_convs(self.convs, images)
         x = jax.nn.relu(self.hidden(x.reshape(x.shape[0], -1)))
         return self.out(x)[:, 0]
 
