@@ -22,10 +22,11 @@ table top at z = 0.2): ``ee_pos`` (the pusher's bottom centre), ``block_pos`` (t
 block's centre), ``target_pos`` (the target at the block's centre height), ``ee_vel``
 and ``block_vel`` (linear velocities), ``block_rel`` (block - pusher) and ``target_rel``
 (target - block), 3 each. With ``ArmPushConfig.camera = (w, h)``
-also ``camera/top``: uint8 h x w x 3 from above the table's far edge, looking down at
-75 degrees toward the arm (blue-grey table, red block, green target disc, the pusher
-under the light-grey arm), rendered offscreen without shadows or antialiasing (~0.6 ms
-a 48 x 48 frame in software GL).
+also ``camera/top``: uint8 h x w x 3 looking straight down at the table from 1 m above
+it (blue-grey table, red block, the green target disc of the success radius, the dark
+pusher). The arm's links are left out of the image (geom group 3, which offscreen
+cameras do not draw, as a robot mask would), so they never hide the block. Rendered
+without shadows or antialiasing (~0.6 ms a 48 x 48 frame in software GL).
 
 Reset (seeded: ``device.reset(seed=...)`` is deterministic): the arm at its start pose
 (the pusher at x 0.33, y 0, near the base), the block (a 5 cm, 0.2 kg box, axis-aligned)

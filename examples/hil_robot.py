@@ -67,13 +67,16 @@ class Plan:
     """Evaluations per run, evenly spaced over the budget."""
     eval_episodes: int = 20
     demos: int = 20
-    negatives: int = 20
-    """Wandering episodes recorded for the classifier (its failures)."""
+    negatives: int = 40
+    """Near-miss episodes recorded for the classifier (its failures; a few succeed on the way)."""
     updates_per_step: float = 2.0
     settings: tuple[str, ...] = ("--learner.n_step", "3", "--sac.discount", "0.97", "--sac.init_temperature", "0.1")
     """The same for every variant: 3-step returns and a shorter horizon carry the sparse reward back
     faster (SERL trains at discount 0.95 to 0.97); a cooler start explores less at random."""
-    classifier_steps: int = 1500
+    classifier_steps: int = 3000
+    classifier_last_k: int = 2
+    """Positive frames per successful episode: the episode ends on success, so its last two frames
+    show the block on the target (the first touching the disc's edge)."""
     port: int = 5671
 
     @classmethod
@@ -177,7 +180,8 @@ def train_classifier(out: Path, plan: Plan) -> dict:
     done = out / "classifier" / "metrics.json"
     if not done.exists():
         cli("reward", "train", "demos", "wander", "--out", "classifier", "--camera", CAMERA,
-            "--steps", str(plan.classifier_steps), "--seed", "0", cwd=out, log=out / "commands.log")
+            "--steps", str(plan.classifier_steps), "--last-k", str(plan.classifier_last_k), "--seed", "0",
+            cwd=out, log=out / "commands.log")
     return json.loads(done.read_text())
 
 
