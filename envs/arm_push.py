@@ -23,8 +23,8 @@ block's centre), ``target_pos`` (the target at the block's centre height), ``ee_
 and ``block_vel`` (linear velocities), ``block_rel`` (block - pusher) and ``target_rel``
 (target - block), 3 each. With ``ArmPushConfig.camera = (w, h)``
 also ``camera/top``: uint8 h x w x 3 looking straight down at the table from 1 m above
-it (blue-grey table, red block, the green target disc of the success radius, the dark
-pusher). The arm's links are left out of the image (geom group 3, which offscreen
+it (blue-grey table, red block, the green target disc, the dark pusher; the 5 cm block
+reaches the 3 cm disc about when its centre comes within the 5 cm of success). The arm's links are left out of the image (geom group 3, which offscreen
 cameras do not draw, as a robot mask would), so they never hide the block. Rendered
 without shadows or antialiasing (~0.6 ms a 48 x 48 frame in software GL).
 
