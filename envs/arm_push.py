@@ -224,12 +224,12 @@ def make(config: ArmPushConfig = ArmPushConfig()):
     return make_device(config), Push(config)
 
 
-CAMERA_SIZE = (48, 48)
+CAMERA_SIZE = (64, 64)
 """The top camera's width and height in :func:`make_camera_device`."""
 
 
 def make_camera_device() -> ArmPushDevice:
-    """The push device with its top camera at 48 x 48 (a robot server's factory takes no arguments)."""
+    """The push device with its top camera at 64 x 64 (1 cm a pixel) (a robot server's factory takes no arguments)."""
     return make_device(ArmPushConfig(camera=CAMERA_SIZE))
 
 

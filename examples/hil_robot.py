@@ -13,9 +13,11 @@ robot files and the ``embodyrl`` command line:
 
 1. keys for the robot server and the actor (``embodyrl keys``);
 2. ``embodyrl record`` 20 demonstrations with the scripted expert as the
-   teleoperator, and episodes of a wandering script (the classifier's
-   negatives, as HIL-SERL records failures);
-3. ``embodyrl reward train`` a success classifier on the top camera's frames;
+   teleoperator; for the classifier only, 40 more expert episodes in other
+   scenes (its successes) and 40 near misses of a script that pushes the
+   block toward a decoy (its failures, as HIL-SERL records failures);
+3. ``embodyrl reward train`` a success classifier on the top camera's
+   64 x 64 frames (the last 2 of each successful episode are positive);
 4. ``embodyrl train``, per variant and seed, in segments of the step budget;
    after each segment the saved policy runs ``--eval-episodes`` episodes
    scored by the task's true success, whatever the run's reward was:
@@ -67,6 +69,8 @@ class Plan:
     """Evaluations per run, evenly spaced over the budget."""
     eval_episodes: int = 20
     demos: int = 20
+    successes: int = 40
+    """More expert episodes, for the classifier only (its positives: HIL-SERL records a few hundred)."""
     negatives: int = 40
     """Near-miss episodes recorded for the classifier (its failures; a few succeed on the way)."""
     updates_per_step: float = 2.0
@@ -81,7 +85,7 @@ class Plan:
 
     @classmethod
     def quick(cls) -> Plan:
-        return cls(seeds=(0,), steps=600, points=1, eval_episodes=3, demos=3, negatives=2,
+        return cls(seeds=(0,), steps=600, points=1, eval_episodes=3, demos=3, successes=1, negatives=2,
                    classifier_steps=60, port=5672)
 
 
@@ -170,8 +174,11 @@ def record(out: Path, plan: Plan) -> dict:
     """The demonstrations and the classifier's extra failures (``embodyrl record`` resumes by itself)."""
     log = out / "commands.log"
     cli("record", "push.yaml", "--teleop", EXPERT, "--episodes", str(plan.demos), "--out", "demos", cwd=out, log=log)
-    cli("record", "push.yaml", "--teleop", WANDER, "--episodes", str(plan.negatives), "--out", "wander", cwd=out,
-        log=log)
+    # other scenes than the demonstrations' (record seeds episode i with --seed + i)
+    cli("record", "push.yaml", "--teleop", EXPERT, "--episodes", str(plan.successes), "--out", "successes",
+        "--seed", "1000", cwd=out, log=log)
+    cli("record", "push.yaml", "--teleop", WANDER, "--episodes", str(plan.negatives), "--out", "wander",
+        "--seed", "2000", cwd=out, log=log)
     summary = json.loads(cli("demos", "demos", "--json", cwd=out))
     return {k: v for k, v in summary.items() if k != "by_episode"}
 
@@ -179,7 +186,7 @@ def record(out: Path, plan: Plan) -> dict:
 def train_classifier(out: Path, plan: Plan) -> dict:
     done = out / "classifier" / "metrics.json"
     if not done.exists():
-        cli("reward", "train", "demos", "wander", "--out", "classifier", "--camera", CAMERA,
+        cli("reward", "train", "demos", "successes", "wander", "--out", "classifier", "--camera", CAMERA,
             "--steps", str(plan.classifier_steps), "--last-k", str(plan.classifier_last_k), "--seed", "0",
             cwd=out, log=out / "commands.log")
     return json.loads(done.read_text())
