@@ -196,6 +196,13 @@ def run_dir(out: Path, variant: str, seed: int) -> Path:
     return out / "runs" / f"{variant}-s{seed}"
 
 
+def replay_rows(plan: Plan) -> int:
+    """A run's replay holds all it will see: its steps, an episode's final row each (at least 1 in
+    50), the demonstrations and a margin. The replay reserves its capacity on disk when it opens
+    (64 x 64 camera rows are ~16 KB: the default million rows would be 16 GB a run)."""
+    return int(plan.steps * 1.1) + 60 * plan.demos + 2048
+
+
 def train_to(out: Path, plan: Plan, variant: str, seed: int, steps: int) -> None:
     """``embodyrl train`` of one variant and seed up to ``steps`` (a fresh run, or --resume)."""
     spec = VARIANTS[variant]
@@ -203,7 +210,8 @@ def train_to(out: Path, plan: Plan, variant: str, seed: int, steps: int) -> None
     args = ["train", "push_classifier.yaml" if spec["classifier"] else "push.yaml", "--run-dir", str(run),
             "--algorithm", spec["algorithm"], "--steps", str(steps), "--seed", str(seed), "--quiet",
             "--eval_episodes", "1", "--learner.updates_per_step", str(plan.updates_per_step),
-            "--actor.random_steps", str(min(1000, plan.steps // 10)), *plan.settings]
+            "--actor.random_steps", str(min(1000, plan.steps // 10)),
+            "--learner.replay_capacity", str(replay_rows(plan)), *plan.settings]
     if spec["demos"]:
         args += ["--demos", "demos"]
     if spec["person"]:
