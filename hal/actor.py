@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .clock import RateClock, set_realtime_priority
-from .device import Device, EpisodeInterrupted
+from .device import Device, EpisodeInterrupted, hold_safe
 from .group import DeviceGroup
 from .intervention import EpisodeAborted, InterventionSource, new_episode
 from .link import Link
@@ -367,17 +367,16 @@ class ActorLoop:
             lane.episode_return, lane.t = 0.0, 0
             new_episode(lane.intervention)
         self.stats.held_steps += 1
-        device = lane.device
-        if getattr(device, "safe_action", None) is not None and not device.estopped:
-            lane.observation = device.step(device.safe_action)
+        observation = hold_safe(lane.device)
+        if observation is not None:
+            lane.observation = observation
 
     def _ask(self, lane: _Lane, reward: float, terminated: bool) -> Answer | None:
         """Hold the device safe (the link kept alive) until the operator answers; None on a stop."""
         device = lane.device
 
         def hold() -> None:
-            if getattr(device, "safe_action", None) is not None and not device.estopped:
-                device.step(device.safe_action)
+            hold_safe(device)
             self.link.poll(0)
 
         started = time.monotonic()

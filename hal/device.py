@@ -49,6 +49,15 @@ class EpisodeInterrupted(RuntimeError):
     """
 
 
+def hold_safe(device) -> dict[str, np.ndarray] | None:
+    """One control period of the device's safe action, if it declares one and is not e-stopped
+    (a watchdog sees clean steps, the robot stays put while a person resets or answers); the
+    observation it returned, else None."""
+    if getattr(device, "safe_action", None) is not None and not device.estopped:
+        return device.step(device.safe_action)
+    return None
+
+
 class Device(abc.ABC):
     """Base class of every driver. Subclasses implement the ``_``-prefixed hooks.
 

@@ -55,14 +55,11 @@ def evaluate(device: Device, task: Task, policy: Policy, episodes: int, seed: in
 def _ask(operator: Operator, device: Device, task: Task, observations, summary: str) -> bool | None:
     """The person's label of a finished episode (None: go, the task's signal stands), the device
     holding its safe action meanwhile."""
+    from ..hal.device import hold_safe
     from ..hal.operator import task_success, wait_for_answer
 
-    def hold() -> None:
-        if getattr(device, "safe_action", None) is not None and not device.estopped:
-            device.step(device.safe_action)
-
     answer = wait_for_answer(operator, summary, allow_go=task_success(task, observations) is not None,
-                             every=hold, period_s=device.control_period_s)
+                             every=lambda: hold_safe(device), period_s=device.control_period_s)
     return answer.success
 
 

@@ -50,7 +50,11 @@ def reset_mode(config) -> str:
 def at_terminal(config) -> bool:
     """Whether a person answers at this terminal (the keyboard source or ``reset: operator``): the
     live panel would redraw over their prompts, so ``train`` prints plain progress lines instead."""
-    return config.actor.teleop == "keyboard" or reset_mode(config) == "operator"
+    return _answers_at_terminal(config.actor.teleop, reset_mode(config))
+
+
+def _answers_at_terminal(teleop: str, reset: str) -> bool:
+    return teleop == "keyboard" or reset == "operator"
 
 
 def needs_real_pace(config) -> bool:
@@ -78,7 +82,7 @@ def _person_parts(teleop: str, reset: str, group, index: int):
     from ..hal.operator import TerminalOperator
     from ..hal.teleop import make_source
 
-    if (teleop == "keyboard" or reset == "operator") and index > 0 and multiprocessing.parent_process() is not None:
+    if _answers_at_terminal(teleop, reset) and index > 0 and multiprocessing.parent_process() is not None:
         raise PersonRefused("a person at one terminal attends one actor of embodyrl train: train with "
                             "--actors 1, or start each robot's actor with embodyrl actor")
     sources = None

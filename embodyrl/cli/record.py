@@ -58,15 +58,10 @@ def _say(text: str) -> None:
     print(f"embodyrl record: {text}", file=sys.stderr, flush=True)
 
 
-def _hold_safe(device) -> None:
-    """One control period of the safe action (the watchdog sees clean steps; the arm stays put)."""
-    if getattr(device, "safe_action", None) is not None and not device.estopped:
-        device.step(device.safe_action)
-
-
 def record(args) -> int:
     from ..hal.clock import RateClock
     from ..hal.demos import DemoWriter, read_specs
+    from ..hal.device import hold_safe
     from ..hal.intervention import EpisodeAborted, KeyboardTeleop
     from ..hal.operator import OperatorGone, TerminalOperator, wait_for_answer
     from ..hal.recording import Interrupted, record_episode
@@ -134,7 +129,7 @@ def record(args) -> int:
                     answer = wait_for_answer(
                         operator, f"{name}: {episode.length} steps, return {episode.episode_return:.2f}"
                         + ("" if label is None else f", the task says {'success' if label else 'failure'}"),
-                        allow_go=label is not None, every=lambda: _hold_safe(device),
+                        allow_go=label is not None, every=lambda: hold_safe(device),
                         period_s=period, should_stop=should_stop)
                     if answer is None:
                         return _interrupted(out, count, args.episodes)
