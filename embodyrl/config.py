@@ -115,6 +115,12 @@ class _Run:
     eval_episodes: int = 10
     algorithm: str = registry.DEFAULT
     """A registered name (:func:`embodyrl.algos.registry.names`); its settings are its section's."""
+    console: str = ""
+    """The operator console's control endpoint (``embodyrl console``), dialled by the learner and
+    every actor (``tcp://HOST:PORT``); empty: no console."""
+    console_key: str = ""
+    """The console's public key file (CurveZMQ); the learner and each actor present their own
+    secret keys. Empty: plain TCP, loopback only unless insecure links are allowed."""
     robot: dict = field(default_factory=dict)
     """Where ``task`` came from when it is not a built-in task (:meth:`embodyrl.robot.Robot.record`):
     each robot file's absolute path, content hash and declaration, and the device kinds' specs.

@@ -48,12 +48,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .actor_console import ConsoleControl, device_entries
 from .clock import RateClock, set_realtime_priority
-from .device import Device, EpisodeInterrupted, hold_safe
+from .console import ConsoleLink
+from .device import Device, EpisodeInterrupted, EStopError, hold_safe
 from .group import DeviceGroup
 from .intervention import EpisodeAborted, InterventionSource, new_episode
 from .link import Link
-from .operator import Answer, Operator, apply_label, wait_for_answer
+from .operator import Answer, FirstAnswer, Operator, apply_label, task_success, wait_for_answer
 from .policy import Policy, UniformRandomPolicy
 from .steps import NO_POLICY, Source, StepRecorder, Steps
 from .task import Task
@@ -169,6 +171,8 @@ class ActorStats:
     """The operator's answers at episodes' ends: go, success, failure."""
     operator_wait_s: float = 0.0
     """Seconds spent waiting for the operator to reset the scene and answer."""
+    console_held_steps: int = 0
+    """Control periods a device spent e-stopped or paused from the operator console."""
 
     def snapshot(self) -> dict:
         """A JSON-able summary (the latest return rather than all of them)."""
@@ -180,7 +184,7 @@ class ActorStats:
                 "credit_wait_s": round(self.credit_wait_s, 3),
                 "link": dict(self.link), "learner": self.learner, "held_steps": self.held_steps,
                 "aborted": self.aborted, "interrupted": self.interrupted, "labels": dict(self.labels),
-                "operator_wait_s": round(self.operator_wait_s, 3),
+                "operator_wait_s": round(self.operator_wait_s, 3), "console_held_steps": self.console_held_steps,
                 "last_return": self.returns[-1] if self.returns else None}
 
 
@@ -200,6 +204,10 @@ class _Lane:
     t: int = 0
     holding: bool = False
     """Holding the safe action (no weights, learner gone); the next acted step starts an episode."""
+    paused: bool = False
+    """Paused from the operator console: held in its safe state until resumed."""
+    takeover: bool = False
+    """Taken over from the operator console: every step is the teleop source's."""
 
 
 class ActorLoop:
@@ -208,13 +216,15 @@ class ActorLoop:
     One device: ``task``, ``policy`` (and ``intervention``) are its own, ``device_id`` tags its
     rows. A group: each is a mapping by member name, and each member's rows carry its device id.
     ``operator``: a person resets the scene and labels each episode (``reset: operator``); while
-    one device waits for the answer the others are not stepped.
+    one device waits for the answer the others are not stepped. ``console``: the operator
+    console's link (:mod:`.actor_console`: e-stop, pause, take over, answer, status, frames).
     """
 
     def __init__(self, device: Device, task: Task | Mapping[str, Task], policy: Policy | Mapping[str, Policy],
                  link: Link, config: ActorConfig = ActorConfig(), device_id: int = 0,
                  intervention: InterventionSource | Mapping[str, InterventionSource] | None = None,
-                 tap: Callable[[int, Steps], None] | None = None, operator: Operator | None = None):
+                 tap: Callable[[int, Steps], None] | None = None, operator: Operator | None = None,
+                 console: ConsoleLink | None = None):
         self.operator = operator
         self._clock: RateClock | None = None
         self._should_stop = lambda: False  # run()'s, so a wait for credit ends on a stop signal
@@ -228,6 +238,12 @@ class ActorLoop:
         self.device, self.task, self.policy = device, task, policy
         self.lanes = [self._lane(*lane) for lane in _members(device, task, policy, device_id, intervention)]
         self.recorder = self.lanes[0].recorder
+        self.console: ConsoleControl | None = None
+        if console is not None:
+            self.console = ConsoleControl(console, self)
+            if operator is not None:
+                self.operator = FirstAnswer(operator, self.console.answers)
+            console.start(device_entries(self.lanes))
 
     def _lane(self, device_id, device, task, policy, intervention) -> _Lane:
         cfg = self.config
@@ -259,6 +275,8 @@ class ActorLoop:
         steps = 0
         while link.bye_reason is None and not should_stop() and (max_steps is None or steps < max_steps):
             link.poll(0)
+            if self.console is not None:
+                self.console.tick()
             self._refresh_weights()
             self.stats.learner = "connected" if getattr(link, "connected", True) else "gone"
             if self._held:  # the spool is full: devices stay in their safe state until it drains
@@ -292,6 +310,8 @@ class ActorLoop:
                 if len(lane.recorder):
                     self._hand_over(lane.device_id, lane.recorder.flush())
         self._collect(clock)
+        if self.console is not None:
+            self.console.link.publish_status(self.console.status())
         if report is not None:
             report(self.stats.snapshot())
         return self.stats
@@ -299,6 +319,11 @@ class ActorLoop:
     def _step(self, lane: _Lane, warm: bool) -> None:
         policy = lane.warmup if warm else lane.policy
         observation, device, task = lane.observation, lane.device, lane.task
+        if self.console is not None and (device.estopped or lane.paused):  # held until the console says
+            self.stats.console_held_steps += 1
+            if not device.estopped:
+                hold_safe(device)
+            return
         proposed, extras = policy.act(observation, explore=True)
         command, source = proposed, Source.ONLINE
         if lane.intervention is not None:
@@ -308,6 +333,10 @@ class ActorLoop:
                 self.stats.aborted += 1
                 self._restart(lane)
                 return
+            if human is None and lane.takeover:  # the person has the device: no command holds it
+                human = device.safe_action
+                if human is None:
+                    return
             if human is not None:
                 command, source = human, Source.INTERVENTION
                 self.stats.interventions += 1
@@ -323,6 +352,13 @@ class ActorLoop:
             self.stats.interrupted += 1
             self._restart(lane)
             return
+        except EStopError:
+            if self.console is None:  # no one to clear it: the actor stops, naming the e-stop
+                raise
+            self._stop_episode(lane)  # the safety layer latched it: held until the console clears it
+            return
+        if self.console is not None:
+            self.console.link.offer(lane.device_id, next_observation)
         applied = device.last_applied
         if applied is None:  # a bare device: the loop clips, as the device's own driver would
             applied = device.action_spec.clip(command)
@@ -332,11 +368,15 @@ class ActorLoop:
         truncated = not terminated and (
             (task.max_episode_steps is not None and lane.t >= task.max_episode_steps)
             or task.truncated(next_observation))  # e.g. a wrapped Gymnasium env's
+        answer = None
         if (terminated or truncated) and self.operator is not None:
             answer = self._ask(lane, reward, terminated)
             if answer is not None:
                 self.stats.labels[answer.name.lower()] = self.stats.labels.get(answer.name.lower(), 0) + 1
                 reward, terminated, truncated = apply_label(task, answer.success, reward, terminated, truncated)
+        if (terminated or truncated) and self.console is not None:
+            label = answer.success if answer is not None else None
+            self.console.episode_ended(label if label is not None else task_success(task, [next_observation]))
         lane.recorder.add(observation, applied, proposed, reward, terminated, truncated,
                           policy.version, log_prob=extras.get("log_prob", 0.0), source=source)
         self.stats.env_steps += 1
@@ -354,8 +394,13 @@ class ActorLoop:
 
     def _restart(self, lane: _Lane) -> None:
         """The episode ends without a final row (thrown away or interrupted); a new one starts."""
+        self._stop_episode(lane)
+        lane.observation = lane.device.reset()
+
+    def _stop_episode(self, lane: _Lane) -> None:
+        """The episode in progress ends without a final row (its rows are not sent)."""
         lane.recorder.abandon_episode()
-        lane.observation, lane.episode_return, lane.t = lane.device.reset(), 0.0, 0
+        lane.episode_return, lane.t = 0.0, 0
         new_episode(lane.intervention)
 
     def _hold(self, lane: _Lane) -> None:
@@ -378,6 +423,8 @@ class ActorLoop:
         def hold() -> None:
             hold_safe(device)
             self.link.poll(0)
+            if self.console is not None:
+                self.console.tick()
 
         started = time.monotonic()
         summary = (f"actor {self.config.actor_id}, device {lane.device_id}: episode {self.stats.episodes + 1} "
@@ -413,6 +460,8 @@ class ActorLoop:
             if time.monotonic() > deadline:
                 raise LinkError(f"no credit from the learner for {self.config.credit_timeout_s} s")
             self.link.poll(20)
+            if self.console is not None:
+                self.console.tick()
 
     def _collect(self, clock: RateClock | None) -> ActorStats:
         safety: dict[str, int] = {}
@@ -444,7 +493,9 @@ class ActorLoop:
                     return
                 if time.monotonic() > deadline:
                     raise LinkError(f"no credit from the learner for {self.config.credit_timeout_s} s")
-                self.link.poll(50)
+                self.link.poll(20)
+                if self.console is not None:
+                    self.console.tick()
         self._hand_over(lane.device_id, lane.recorder.flush())
 
     def _hand_over(self, device_id: int, steps: Steps) -> None:

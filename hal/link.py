@@ -11,6 +11,7 @@ The loop it expects::
 
 from __future__ import annotations
 
+import time
 from typing import Protocol
 
 import numpy as np
@@ -38,3 +39,29 @@ class Link(Protocol):
 
     def metrics(self) -> dict:
         """The link's figures for the actor's report (traffic, RTT, resends, backlog)."""
+
+
+class NullLink:
+    """A link to no learner: takes every batch and keeps none, sends nothing back, never says
+    goodbye. For a loop run without a learner: tests, benchmarks, watching a robot in the console."""
+
+    bye_reason: str | None = None
+    credits = 1 << 40
+
+    def __init__(self):
+        self.rows = self.batches = 0
+
+    def poll(self, timeout_ms: int = 0) -> None:
+        if timeout_ms > 0:
+            time.sleep(timeout_ms / 1000)
+
+    def send_steps(self, device_id: int, steps: Steps) -> int:
+        self.rows += len(steps)
+        self.batches += 1
+        return self.batches
+
+    def take_weights(self) -> None:
+        return None
+
+    def metrics(self) -> dict:
+        return {"rows_sent": self.rows, "batches_sent": self.batches}

@@ -214,3 +214,57 @@ class ScriptedOperator:
         if not self._answers:
             raise OperatorGone("the scripted operator has no answer left")
         return self._answers.pop(0)
+
+
+class ConsoleAnswers:
+    """Answers given at the operator console (``embodyrl console``): the prompt waiting, and
+    the answer once the console's command gave one."""
+
+    def __init__(self):
+        self.prompt: dict | None = None
+        """``{"device_id", "summary", "allow_go"}`` while a device waits for its answer."""
+        self._given: Answer | None = None
+
+    def ask(self, device_id: int, summary: str, *, allow_go: bool = True) -> None:
+        self.prompt = {"device_id": device_id, "summary": summary, "allow_go": allow_go}
+        self._given = None
+
+    def give(self, device_id: int, answer: Answer) -> str:
+        """Take the console's answer for ``device_id``; the reason it cannot ('' if it can)."""
+        if self.prompt is None or self.prompt["device_id"] != device_id:
+            return f"device {device_id} is not waiting for an answer"
+        if answer is Answer.GO and not self.prompt["allow_go"]:
+            return "the task has no success signal: answer success or failure"
+        self._given = answer
+        return ""
+
+    def answer(self) -> Answer | None:
+        answer, self._given = self._given, None
+        if answer is not None:
+            self.prompt = None
+        return answer
+
+    def cancel(self) -> None:
+        """Someone else answered: the prompt is gone."""
+        self.prompt, self._given = None, None
+
+
+class FirstAnswer:
+    """Several operators asked at once (a terminal and the console): the first answer counts."""
+
+    def __init__(self, *operators):
+        self.operators = operators
+
+    def ask(self, device_id: int, summary: str, *, allow_go: bool = True) -> None:
+        for operator in self.operators:
+            operator.ask(device_id, summary, allow_go=allow_go)
+
+    def answer(self) -> Answer | None:
+        for operator in self.operators:
+            answer = operator.answer()
+            if answer is not None:
+                for other in self.operators:
+                    if other is not operator and hasattr(other, "cancel"):
+                        other.cancel()
+                return answer
+        return None

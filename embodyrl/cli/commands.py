@@ -169,11 +169,17 @@ def _run_dir(args) -> Path:
 def _train(args) -> int:
     from .launch import TrainingError, train
     from .person import at_terminal
-    from .security import check_address, local_key_pairs
+    from .security import check_address, console_key_pairs, local_key_pairs
 
     run_dir = _run_dir(args)
-    config = _resolve_config(args, run_dir, {"actors": args.actors, "actor.teleop": args.teleop, "algorithm": args.algorithm, **_demos(args)})
+    console_key = args.console_key
+    if args.curve and args.console and not console_key:  # the pairs embodyrl console --curve uses
+        console_key = str(console_key_pairs(run_dir / "keys").secret_key_file.with_suffix(".key"))
+    config = _resolve_config(args, run_dir, {"actors": args.actors, "actor.teleop": args.teleop, "algorithm": args.algorithm,
+                                             "console": args.console, "console_key": console_key, **_demos(args)})
     check_address(config.learner.bind, args.curve or None, args.insecure, "--learner.bind")
+    if config.console:
+        check_address(config.console, config.console_key or None, args.insecure, "--console")
     _keep_yaml(args, run_dir)
     keys = local_key_pairs(run_dir / "keys") if args.curve else None
     try:
@@ -223,7 +229,12 @@ def _actor(args) -> int:
 
     keys = client_keys(args)
     check_address(args.connect, keys, args.insecure, "--connect")
-    config = _resolve_config(args, None, {"actor.teleop": args.teleop})
+    config = _resolve_config(args, None, {"actor.teleop": args.teleop, "console": args.console,
+                                          "console_key": args.console_key})
+    if config.console:
+        check_address(config.console, config.console_key or None, args.insecure, "--console")
+        if config.console_key and keys is None:
+            raise SecurityOptionError("--console-key: a CurveZMQ console needs this actor's --secret-key")
     if args.log_dir:
         Path(args.log_dir).mkdir(parents=True, exist_ok=True)
     try:
@@ -542,6 +553,12 @@ def build_parser() -> argparse.ArgumentParser:
     add_teleop_option(t)
     add_teleop_option(a)
     register(sub)
+    from .console import add_console_option
+    from .console import register as register_console
+
+    add_console_option(t)
+    add_console_option(a)
+    register_console(sub)
     from .reward import register as register_reward
 
     register_reward(sub)

@@ -77,6 +77,7 @@ def actor_main(config_dict: dict, endpoint: str, index: int, run_dir: str | None
     should_stop = stop_on_signals()
     from ..config import TrainConfig, from_dict
     from ..hal.actor import ActorLoop
+    from ..hal.console import dial_console
     from ..hal.ledger import BatchLedger
     from ..hal.wire.client import LearnerLink, LinkError, Undelivered
     from ..hal.wire.spool import Spool
@@ -99,6 +100,8 @@ def actor_main(config_dict: dict, endpoint: str, index: int, run_dir: str | None
                        peer_timeout_s=config.learner.peer_timeout_s, spool=spool,
                        keys=keys, allow_insecure=allow_insecure, on_sent=ledger.record if ledger else None)
     log = open(Path(run_dir) / f"actor-{index}.jsonl", "a") if run_dir else None  # noqa: SIM115
+    console = dial_console(config.console, role="actor", actor_id=index, console_key=config.console_key,
+                           own_secret_key=keys.secret_key_file if keys else None, allow_insecure=allow_insecure)
 
     def report(snapshot: dict) -> None:
         news(snapshot)
@@ -108,8 +111,8 @@ def actor_main(config_dict: dict, endpoint: str, index: int, run_dir: str | None
 
     try:
         with group, link:
-            ActorLoop(group, tasks, policies, link, actor_config, intervention=teleop, operator=operator).run(
-                max_steps=max_steps, should_stop=should_stop, report=report)
+            ActorLoop(group, tasks, policies, link, actor_config, intervention=teleop, operator=operator,
+                      console=console).run(max_steps=max_steps, should_stop=should_stop, report=report)
             if link.bye_reason is None:
                 link.drain(ac.flush_timeout_s, should_stop=should_stop.insisted)
             elif len(spool):
@@ -121,6 +124,8 @@ def actor_main(config_dict: dict, endpoint: str, index: int, run_dir: str | None
         raise Undelivered(str(err), spool) from err
     finally:
         close_parts(teleop, operator)
+        if console is not None:
+            console.close()
         for file in (log, ledger):
             if file is not None:
                 file.close()

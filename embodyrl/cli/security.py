@@ -115,3 +115,17 @@ def local_key_pairs(directory: Path) -> tuple[ServerKeys, ClientKeys]:
     shutil.copyfile(actor_public, authorized / "actor.key")
     return (ServerKeys(directory / "learner" / "learner.key_secret", authorized),
             ClientKeys(directory / "actor" / "actor.key_secret", learner_public))
+
+
+def console_key_pairs(directory: Path) -> ServerKeys:
+    """The console's keys under ``directory`` beside the learner's and the actor's of
+    :func:`local_key_pairs` (all made once, reused): it admits the learner and the actor."""
+    directory = Path(directory)
+    local_key_pairs(directory)
+    if not (directory / "console" / "console.key").exists():
+        generate_keys(directory / "console", "console")
+    authorized = directory / "console_authorized"
+    authorized.mkdir(parents=True, exist_ok=True)
+    for name in ("learner", "actor"):
+        shutil.copyfile(directory / name / f"{name}.key", authorized / f"{name}.key")
+    return ServerKeys(directory / "console" / "console.key_secret", authorized)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..algos.heads import over
+from ..hal.console import dial_console
 from ..hal.layout import Layout
 from ..hal.steps import PolicyVersion, new_incarnation
 from ..hal.wire.protocol import DeviceInfo
@@ -75,8 +76,11 @@ def build_learner(config, layout: Layout, run_dir: Path, *, keys: ServerKeys | N
     def save(version: PolicyVersion, weights) -> None:
         save_policy(run_dir / "policy", version, weights, observation_spec, action_spec, algorithm)
 
+    console = dial_console(config.console, role="learner", console_key=config.console_key,
+                           own_secret_key=keys.secret_key_file if keys else None, allow_insecure=allow_insecure)
     service = LearnerService(
-        server, data, training, checkpointer=Checkpointer(run_dir / "checkpoints"),
+        server, data, training, console=console.start() if console else None,
+        checkpointer=Checkpointer(run_dir / "checkpoints"),
         metrics_sink=MetricsLog(run_dir), save_policy=save, budget=config.steps, incarnation=incarnation,
         log_every_s=lc.log_every_s, checkpoint_every_s=lc.checkpoint_every_s,
         kinds=(layout.names, layout.kind_of))

@@ -280,6 +280,7 @@ class ReplayData:
         record = {"replay_size": self.replay.size, "replay_commits": self.replay.commits,
                   "rows_awaiting_commit": self.replay.pending_rows,
                   "replay_demonstration_steps": self.replay.group_rows(DEMONSTRATION_SIDE),
+                  "replay_by_source": {source.name.lower(): self.replay.group_rows((source,)) for source in Source},
                   "sampled_demo_fraction": float(sampled[list(DEMONSTRATION_SIDE)].sum() / total) if total else None,
                   "sampled_intervention_fraction": float(sampled[Source.INTERVENTION] / total) if total else None}
         if self._mix is not None:

@@ -10,6 +10,8 @@
     every second            -> heartbeats
     every checkpoint_every_s-> checkpoint (state + counters)
     every log_every_s       -> one metrics record: the service's counters and each part's metrics()
+    with a console          -> its commands (pause/resume training), a status 4 times a second,
+                               each metrics record forwarded
 
 What varies is plugged in. The *data side* (:class:`DataSide`) is the
 persistent replay (off-policy; :mod:`.replay_side`), PPO's rollouts
@@ -145,15 +147,20 @@ class LearnerService:
     ``checkpointer``, ``metrics_sink`` and ``save_policy`` may be None (a coupling learner keeps
     no run directory). ``kinds``: (the device kinds' names, device id -> kind index); the metrics
     carry a return per kind (``episode_return/<name>``). ``budget``: env steps to run for (None:
-    until stopped).
+    until stopped). ``console``: the operator console's link (:class:`~embodyrl.hal.console.ConsoleLink`):
+    it shows the learner's figures and may pause training (ingest, acks and credit go on).
     """
 
     def __init__(self, server: LearnerServer, data: DataSide, training: Training, *,
                  checkpointer=None, metrics_sink=None, save_policy: Callable | None = None,
                  budget: int | None = None, incarnation: int | None = None, log_every_s: float = 1.0,
                  checkpoint_every_s: float = 60.0,
-                 kinds: tuple[tuple[str, ...], Callable[[int], int]] = ((), int)):
+                 kinds: tuple[tuple[str, ...], Callable[[int], int]] = ((), int), console=None):
         self.server, self.data, self.training = server, data, training
+        self.console = console
+        self.training_paused = False
+        self._next_status = 0.0
+        self._last_record: dict = {}
         self.checkpointer, self.metrics_sink, self.save_policy = checkpointer, metrics_sink, save_policy
         self.budget = budget
         self.incarnation = incarnation if incarnation is not None else new_incarnation()
@@ -212,8 +219,11 @@ class LearnerService:
     def serve(self, should_stop: Callable[[], bool] = lambda: False) -> None:
         """The loop, without start or shutdown."""
         while not self.done() and not should_stop():
-            self.poll(0 if self.data.trainable() else 10)
+            self.poll(0 if self._may_train() else 10)
             self.train()
+
+    def _may_train(self) -> bool:
+        return not self.training_paused and self.data.trainable()
 
     def done(self) -> bool:
         return self.budget is not None and self.counters.env_steps >= self.budget
@@ -230,8 +240,8 @@ class LearnerService:
         return taken
 
     def train(self) -> bool:
-        """One training call when the data side has one; publish when due."""
-        if not self.data.trainable():
+        """One training call when the data side has one (and training is not paused); publish when due."""
+        if not self._may_train():
             return False
         started = time.monotonic()
         batch, batch_metrics = self.data.batch()
@@ -273,6 +283,9 @@ class LearnerService:
             self.checkpointer.close()
         if self.metrics_sink is not None:
             self.metrics_sink.close()
+        if self.console is not None:
+            self.console.publish_status(self.console_status())
+            self.console.close()
         self.server.close()
         try:
             self.data.close(failed=error is not None)
@@ -323,6 +336,30 @@ class LearnerService:
             clock["checkpoint"] = now
         if now - clock["log"] >= self.log_every_s:
             self.log()
+        if self.console is not None:
+            self._console_tick(now)
+
+    def _console_tick(self, now: float) -> None:
+        """Apply the console's commands; publish the learner's status about 4 times a second."""
+        for command in self.console.take_commands():
+            if command.action in ("pause_training", "resume_training"):
+                self.training_paused = command.action == "pause_training"
+                self.console.done(command, True)
+            else:
+                self.console.done(command, False, f"the learner does not {command.action}")
+        if now >= self._next_status:
+            self._next_status = now + 0.25
+            self.console.publish_status(self.console_status())
+
+    def console_status(self) -> dict:
+        """What the console shows of the learner: progress, speed, version, replay by source, losses."""
+        c, record = self.counters, self._last_record
+        return {"env_steps": c.env_steps, "budget": self.budget, "updates": c.updates,
+                "updates_per_s": record.get("updates_per_s"), "policy_version": c.publications,
+                "training": "paused" if self.training_paused else "running",
+                "replay": {"size": record.get("replay_size"), "by_source": record.get("replay_by_source", {})},
+                "losses": {k: v for k, v in self.train_metrics.items()
+                           if "loss" in k and isinstance(v, (int, float))}}
 
     def checkpoint(self) -> None:
         """Save the training state and counters, once per update count."""
@@ -374,5 +411,8 @@ class LearnerService:
         self._clock["log"], self._updates_at_log = now, c.updates
         if self.metrics_sink is not None:
             self.metrics_sink.write(record, step=c.env_steps)
+        self._last_record = record
+        if self.console is not None:
+            self.console.send_metrics(record)
         return record
 

@@ -121,11 +121,13 @@ class _KeySet:
         return key in self.keys
 
 
-def secure_server(socket: zmq.Socket, keys: ServerKeys, *extra_dirs: str | Path) -> ThreadAuthenticator:
+def secure_server(socket: zmq.Socket, keys: ServerKeys, *extra_dirs: str | Path,
+                  context: zmq.Context | None = None) -> ThreadAuthenticator:
     """Make ``socket`` a CURVE server that admits only the authorised keys
     (those in ``keys.authorized_dir`` and in any of ``extra_dirs``, e.g. admins').
 
-    Call before ``bind``; stop the returned authenticator when closing.
+    Call before ``bind``; stop the returned authenticator when closing. ``context``: the plain
+    context an asyncio socket's context shadows (the authenticator's thread needs a plain one).
     """
     public, secret = load_keys(keys.secret_key_file)
     if secret is None:
@@ -133,7 +135,7 @@ def secure_server(socket: zmq.Socket, keys: ServerKeys, *extra_dirs: str | Path)
     allowed = set()
     for directory in (keys.authorized_dir, *extra_dirs):
         allowed |= {key.encode("ascii") for key in public_keys(directory)}
-    auth = ThreadAuthenticator(socket.context)
+    auth = ThreadAuthenticator(context or socket.context)
     auth.start()
     auth.configure_curve_callback(domain="*", credentials_provider=_KeySet(allowed))
     socket.curve_secretkey = secret

@@ -1,0 +1,10 @@
+"""The operator console: one page to watch every robot and the learner, and to act on them.
+
+* :mod:`.state`: what the console knows (peers, frames, curves, actions);
+* :mod:`.control`: the control endpoint that peers dial, and the actions sent through it;
+* :mod:`.app`: the web face (the page, a WebSocket of the state, frames, actions);
+* :mod:`.server`: both in one event loop (``embodyrl console``).
+
+The peer side is :mod:`embodyrl.hal.console` (the link) and
+:mod:`embodyrl.hal.actor_console` (what an actor does with the commands).
+"""

@@ -1,0 +1,254 @@
+"""What the console knows: its peers, their latest status and frames, the curves, the actions.
+
+Everything a peer sends is untrusted: :func:`_clean` keeps only JSON-able
+scalars, lists and maps of bounded size, so a peer cannot make the page or
+the log hold what it should not. :meth:`ConsoleState.snapshot` is the page's
+state object (see ``docs/console.md``); a finished run is loaded from its
+``metrics.jsonl`` (:meth:`ConsoleState.load_metrics`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+
+CONNECTED_WITHIN_S = 5.0
+"""A peer heard from within this long is connected (peers say something at least every 2 s)."""
+MAX_POINTS = 1000
+"""Curve points sent to the page (a longer run is thinned evenly)."""
+MAX_ACTIONS = 50
+
+
+def _clean(value, depth: int = 0):
+    """A JSON-able copy of what a peer sent: scalars, strings up to 500 characters, lists and maps
+    of up to 64 entries, 4 levels deep; anything else becomes None."""
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        return value if abs(value) < 2**62 else None
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, str):
+        return value[:500]
+    if depth >= 4:
+        return None
+    if isinstance(value, dict):
+        return {str(k)[:64]: _clean(v, depth + 1) for k, v in list(value.items())[:64]}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v, depth + 1) for v in value[:64]]
+    return None
+
+
+def _number(value) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+@dataclass
+class Frame:
+    seq: int
+    jpeg: bytes
+    width: int
+    height: int
+    received: float
+
+
+@dataclass
+class Peer:
+    """One actor or the learner, as last heard."""
+
+    identity: bytes
+    role: str
+    actor_id: int
+    devices: list[dict]
+    last_seen: float
+    status: dict = field(default_factory=dict)
+    frames: dict[tuple[int, str], Frame] = field(default_factory=dict)
+
+    @property
+    def connected(self) -> bool:
+        return time.monotonic() - self.last_seen < CONNECTED_WITHIN_S
+
+    def name(self) -> str:
+        return "the learner" if self.role == "learner" else f"actor {self.actor_id}"
+
+
+@dataclass
+class Action:
+    """One request of the operator's and what became of it."""
+
+    id: str
+    time: float
+    origin: str
+    action: str
+    target: str
+    status: str = "pending"
+    error: str = ""
+    ms: float | None = None
+    received: float = field(default_factory=time.monotonic)
+    results: list[dict] = field(default_factory=list)
+
+    def entry(self) -> dict:
+        return {"id": self.id, "time": self.time, "origin": self.origin, "action": self.action,
+                "target": self.target, "status": self.status, "error": self.error, "ms": self.ms}
+
+
+class ConsoleState:
+    def __init__(self, run_dir: Path):
+        self.run_dir = Path(run_dir)
+        self.learner: Peer | None = None
+        self.actors: dict[int, Peer] = {}
+        self.learner_record: dict = {}
+        self.points: list[dict] = []
+        """Curve points against env steps: episode_return, success_rate, intervention_rate, losses."""
+        self.actions: deque[Action] = deque(maxlen=MAX_ACTIONS)
+        self._judged: tuple[int, int] = (0, 0)  # successes, judged: over every actor, at the last point
+
+    # -- peers -----------------------------------------------------------------
+    def peer(self, identity: bytes) -> Peer | None:
+        if self.learner is not None and self.learner.identity == identity:
+            return self.learner
+        return next((p for p in self.actors.values() if p.identity == identity), None)
+
+    def hello(self, identity: bytes, role: str, actor_id: int, devices: list[dict]) -> Peer:
+        """A peer said HELLO: known again (a restarted peer replaces its old self by actor id)."""
+        known = self.peer(identity)
+        if known is not None and known.role == role and known.actor_id == actor_id:
+            known.last_seen, known.devices = time.monotonic(), devices
+            return known
+        peer = Peer(identity, role, actor_id, devices, time.monotonic())
+        if role == "learner":
+            self.learner = peer
+        else:
+            self.actors[actor_id] = peer
+        return peer
+
+    def status(self, peer: Peer, status: dict) -> None:
+        peer.last_seen = time.monotonic()
+        peer.status = _clean(status) if isinstance(status, dict) else {}
+
+    def frame(self, peer: Peer, device_id: int, name: str, seq: int, jpeg: bytes, width: int, height: int) -> None:
+        peer.last_seen = time.monotonic()
+        peer.frames[(device_id, name)] = Frame(seq, jpeg, width, height, time.monotonic())
+
+    def metrics(self, peer: Peer, record: dict) -> dict | None:
+        """A learner's metrics record: a curve point (with the actors' success rate since the last
+        one); returns the console's own row for ``metrics.jsonl`` when it has a success rate."""
+        peer.last_seen = time.monotonic()
+        record = _clean(record) if isinstance(record, dict) else {}
+        self.learner_record = record
+        success = self._success_rate()
+        self._add_point(record, success)
+        if success is None or _number(record.get("env_steps")) is None:
+            return None
+        return {"source": "console", "time": round(time.time(), 3), "env_steps": record["env_steps"],
+                "success_rate": success}
+
+    def _success_rate(self) -> float | None:
+        """Successes over episodes judged, every actor, since the last curve point."""
+        successes = sum(int(_number(p.status.get("successes")) or 0) for p in self.actors.values())
+        judged = sum(int(_number(p.status.get("judged")) or 0) for p in self.actors.values())
+        before_s, before_j = self._judged
+        self._judged = (successes, judged)
+        if judged <= before_j or successes < before_s:
+            return None
+        return min(1.0, (successes - before_s) / (judged - before_j))
+
+    def _add_point(self, record: dict, success: float | None) -> None:
+        steps = _number(record.get("env_steps"))
+        if steps is None:
+            return
+        point = {"env_steps": steps, "episode_return": _number(record.get("episode_return")),
+                 "success_rate": success if success is not None else _number(record.get("success_rate")),
+                 "intervention_rate": _number(record.get("intervention_rate"))}
+        point.update({k: _number(v) for k, v in record.items() if "loss" in k and _number(v) is not None})
+        self.points.append(point)
+
+    # -- a finished run ----------------------------------------------------------
+    def load_metrics(self) -> int:
+        """Fill the curves, the learner's last figures and the action log from ``metrics.jsonl``;
+        the number of records read (0 when there is none yet)."""
+        path = self.run_dir / "metrics.jsonl"
+        if not path.exists():
+            return 0
+        read = 0
+        with path.open() as lines:
+            for line in lines:
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError:
+                    continue  # a line cut short by a crash
+                if not isinstance(record, dict):
+                    continue
+                read += 1
+                if record.get("source") != "console":
+                    self.learner_record = _clean(record)
+                    self._add_point(self.learner_record, None)
+                elif record.get("event") == "action":
+                    self.actions.append(Action(**{k: record.get(k) for k in (
+                        "id", "time", "origin", "action", "target", "status", "error", "ms")}))
+                elif _number(record.get("success_rate")) is not None and self.points:
+                    self.points[-1]["success_rate"] = record["success_rate"]
+        return read
+
+    # -- the page's view ---------------------------------------------------------
+    def snapshot(self) -> dict:
+        now = time.monotonic()
+        learner = None
+        if self.learner is not None or self.learner_record:
+            status = self.learner.status if self.learner is not None else {}
+            record = self.learner_record
+            learner = {
+                "connected": self.learner is not None and self.learner.connected,
+                "last_seen_s": round(now - self.learner.last_seen, 2) if self.learner is not None else None,
+                "env_steps": status.get("env_steps", record.get("env_steps")),
+                "budget": status.get("budget"), "updates": status.get("updates", record.get("updates")),
+                "updates_per_s": status.get("updates_per_s", record.get("updates_per_s")),
+                "policy_version": status.get("policy_version", record.get("policy_version")),
+                "training": status.get("training", "finished" if self.learner is None else "running"),
+                "replay": status.get("replay") or {"size": record.get("replay_size"),
+                                                   "by_source": record.get("replay_by_source") or {}},
+                "losses": status.get("losses") or {k: v for k, v in record.items()
+                                                   if "loss" in k and _number(v) is not None}}
+        actors = [self._actor_view(peer, now) for _, peer in sorted(self.actors.items())]
+        live = any(p.connected for p in self.actors.values()) or (self.learner is not None and self.learner.connected)
+        return {"t": "state", "time": time.time(), "run": str(self.run_dir),
+                "finished": not live and bool(self.points),
+                "learner": learner, "actors": actors, **self._curves(),
+                "actions": [a.entry() for a in self.actions]}
+
+    def _actor_view(self, peer: Peer, now: float) -> dict:
+        status = peer.status
+        by_id = {d.get("device_id"): d for d in status.get("devices") or [] if isinstance(d, dict)}
+        devices = []
+        for declared in peer.devices:
+            device_id = declared["device_id"]
+            live = by_id.get(device_id, {})
+            frames = {name: {"seq": f.seq, "width": f.width, "height": f.height, "age_s": round(now - f.received, 2)}
+                      for (d, name), f in peer.frames.items() if d == device_id}
+            devices.append({
+                "device_id": device_id, "name": declared.get("name", ""),
+                "estopped": bool(live.get("estopped", False)), "estop_reason": live.get("estop_reason") or "",
+                "paused": bool(live.get("paused", False)), "takeover": bool(live.get("takeover", False)),
+                "episode": live.get("episode") or {"step": None, "return": None},
+                "safety": live.get("safety") or {}, "watchdog_trips": live.get("watchdog_trips", 0),
+                "prompt": live.get("prompt"), "frames": frames})
+        return {"actor_id": peer.actor_id, "connected": peer.connected,
+                "last_seen_s": round(now - peer.last_seen, 2), "learner": status.get("learner", "unknown"),
+                "env_steps": status.get("env_steps"), "episodes": status.get("episodes"),
+                "teleop": any(d.get("teleop") for d in peer.devices), "reset": status.get("reset", "auto"),
+                "link": status.get("link") or {}, "stream": status.get("stream") or {},
+                "stream_error": status.get("stream_error", ""), "devices": devices}
+
+    def _curves(self) -> dict:
+        points = self.points
+        if len(points) > MAX_POINTS:  # evenly thinned, the newest kept
+            stride = -(-len(points) // MAX_POINTS)
+            points = points[::-1][::stride][::-1]
+        names = ("env_steps", "episode_return", "success_rate", "intervention_rate")
+        losses = sorted({k for p in points for k in p if "loss" in k})
+        return {"curves": {n: [p.get(n) for p in points] for n in names},
+                "losses": {n: [p.get(n) for p in points] for n in ("env_steps", *losses)}}

@@ -1,0 +1,155 @@
+"""A console run in pieces for tests: the console process, and actors in threads of the test."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+from embodyrl.hal.actor import ActorConfig, ActorLoop
+from embodyrl.hal.console import ConsoleLink
+from embodyrl.hal.device import Device
+from embodyrl.hal.intervention import ScriptedIntervention
+from embodyrl.hal.link import NullLink
+from embodyrl.hal.policy import UniformRandomPolicy
+from embodyrl.hal.safety import SafeDevice, SafetyConfig
+from embodyrl.hal.specs import ArraySpec, DictSpec
+from embodyrl.hal.task import Task
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class CameraToy(Device):
+    """A point that the action moves, seen by a 48 x 64 camera; its safe action is rest. It keeps
+    the time its e-stop commanded the safe state (what an e-stop's latency ends at)."""
+
+    def __init__(self, name: str = "toy"):
+        super().__init__()
+        self.name = name
+        self.observation_spec = DictSpec([ArraySpec("position", (2,), np.float32),
+                                          ArraySpec("camera/front", (48, 64, 3), np.uint8)])
+        self.action_spec = ArraySpec("velocity", (2,), np.float32, minimum=-1.0, maximum=1.0)
+        self.control_period_s = 0.01
+        self.safe_action = np.zeros(2, np.float32)
+        self.position = np.zeros(2, np.float32)
+        self.estopped_at: list[float] = []
+
+    def _observe(self):
+        image = np.zeros((48, 64, 3), np.uint8)
+        x, y = (np.clip(self.position, -1, 1) * [30, 22] + [32, 24]).astype(int)
+        image[max(y - 3, 0):y + 3, max(x - 3, 0):x + 3] = (255, 120, 0)
+        return {"position": self.position.copy(), "camera/front": image}
+
+    def _reset(self, seed):
+        self.position = np.zeros(2, np.float32)
+        return self._observe()
+
+    def _step(self, action):
+        self.position = np.clip(self.position + 0.05 * action, -1, 1).astype(np.float32)
+        return self._observe()
+
+    def _on_estop(self):
+        self.estopped_at.append(time.monotonic())
+
+
+class ShortTask(Task):
+    """Episodes of ``length`` steps; reward: closeness to the origin; success: ending near it."""
+
+    def __init__(self, length: int = 20):
+        self.max_episode_steps = length
+
+    def reward(self, observation, action, next_observation):
+        return float(-np.linalg.norm(next_observation["position"]))
+
+    def terminated(self, next_observation):
+        return False
+
+    def episode_metrics(self, observations):
+        return {"success": float(np.linalg.norm(observations[-1]["position"]) < 0.3)}
+
+
+class NeverAnswers:
+    """An operator who never answers (the console must)."""
+
+    def ask(self, device_id, summary, *, allow_go=True):
+        pass
+
+    def answer(self):
+        return None
+
+
+class ThreadActor:
+    """An actor loop in a thread of the test: a SafeDevice(CameraToy), random actions, no learner,
+    paced in real time at 100 Hz, dialling the console at ``endpoint``."""
+
+    def __init__(self, endpoint: str, actor_id: int, *, teleop: bool = False, operator: bool = False):
+        self.device = SafeDevice(CameraToy(f"toy-{actor_id}"), SafetyConfig(safe_action=(0.0, 0.0)))
+        self.console = ConsoleLink(endpoint, role="actor", actor_id=actor_id)
+        intervention = ScriptedIntervention(rule=lambda t, o: None) if teleop else None
+        self.loop = ActorLoop(self.device, ShortTask(), UniformRandomPolicy(self.device.action_spec, seed=actor_id),
+                              NullLink(), ActorConfig(actor_id=actor_id, realtime=True, random_steps=10**9),
+                              intervention=intervention, operator=NeverAnswers() if operator else None,
+                              console=self.console)
+        self._stop = threading.Event()
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        try:
+            with self.device:
+                self.loop.run(should_stop=self._stop.is_set)
+        except BaseException as err:  # noqa: BLE001 - the test reads it
+            self.error = err
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self.thread.join(timeout=10)
+        self.console.close()
+
+
+class ConsoleProcess:
+    """``embodyrl console RUN_DIR`` in its own process, on free ports."""
+
+    def __init__(self, run_dir: Path, *args: str, bind_host: str = "127.0.0.1"):
+        self.port, control_port = free_port(), free_port()
+        self.control = f"tcp://127.0.0.1:{control_port}"
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.command = [sys.executable, "-m", "embodyrl.cli", "console", str(run_dir),
+                        "--bind", f"{bind_host}:{self.port}", "--control", self.control, *args]
+        self.process: subprocess.Popen | None = None
+        self.token: str | None = None
+
+    def __enter__(self):
+        self.process = subprocess.Popen(self.command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                        env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            line = self.process.stdout.readline()
+            if not line:
+                raise RuntimeError(f"the console exited: {self.process.stderr.read()}")
+            if line.startswith("console: "):
+                if "?token=" in line:
+                    self.token = line.strip().split("?token=", 1)[1]
+                return self
+        raise RuntimeError("the console did not start within 60 s")
+
+    def __exit__(self, *exc):
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()

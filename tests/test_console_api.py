@@ -1,0 +1,205 @@
+"""The operator console's API against a real console process and real actor loops: each action,
+an action to an actor that cannot be reached, the token off loopback, the refusals."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+pytest.importorskip("starlette")
+pytest.importorskip("uvicorn")
+pytest.importorskip("PIL")
+
+from console_helpers import ConsoleProcess, ThreadActor  # noqa: E402
+
+
+def request(url: str, body: dict | None = None, headers: dict | None = None, token: str | None = None):
+    """(status, decoded JSON or bytes) of a GET, or a POST of ``body`` as JSON."""
+    if token is not None:
+        url += ("&" if "?" in url else "?") + f"token={token}"
+    data = None if body is None else json.dumps(body).encode()
+    headers = {**({"Content-Type": "application/json"} if body is not None else {}), **(headers or {})}
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, data=data, headers=headers), timeout=10) as answer:
+            status, payload, kind = answer.status, answer.read(), answer.headers.get("content-type", "")
+    except urllib.error.HTTPError as err:
+        status, payload, kind = err.code, err.read(), err.headers.get("content-type", "")
+    return status, (json.loads(payload) if kind.startswith("application/json") else payload)
+
+
+def act(console, action, actor=None, device=None, value=None):
+    status, answer = request(f"{console.url}/api/action",
+                             {"action": action, "actor": actor, "device": device, "value": value})
+    assert status == 200, answer
+    return answer
+
+
+def state(console) -> dict:
+    status, answer = request(f"{console.url}/api/state")
+    assert status == 200
+    return answer
+
+
+def wait_for(predicate, timeout=20.0, what="the condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def device_view(console, actor, device=0):
+    for a in state(console)["actors"]:
+        if a["actor_id"] == actor:
+            return next(d for d in a["devices"] if d["device_id"] == device)
+    return None
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("console-run")
+    with ConsoleProcess(run_dir) as console, \
+            ThreadActor(console.control, 0, teleop=True) as teleop_actor, \
+            ThreadActor(console.control, 1, operator=True) as reset_actor:
+        wait_for(lambda: len([a for a in state(console)["actors"] if a["connected"]]) == 2, what="two actors")
+        yield console, teleop_actor, reset_actor, run_dir
+
+
+def test_the_state_shows_each_actor_and_its_numbers_move(live):
+    console, *_ = live
+    first = state(console)["actors"][0]["env_steps"] or 0
+    wait_for(lambda: (state(console)["actors"][0]["env_steps"] or 0) > first + 20, what="env steps to grow")
+    actor, waiting = state(console)["actors"]
+    assert actor["devices"][0]["name"] == "toy-0" and actor["teleop"] is True
+    assert waiting["teleop"] is False and waiting["reset"] == "operator"
+    assert set(actor["link"]) >= {"rtt_ms", "resends", "spool_batches", "spool_rows"}
+    assert "clipped" in actor["devices"][0]["safety"]
+
+
+def test_estop_latches_until_cleared(live):
+    console, actor, _, _ = live
+    answer = act(console, "estop", 0, 0)
+    assert answer["status"] == "ok", answer
+    assert actor.device.estopped and actor.device.inner.estopped_at
+    steps = actor.loop.stats.env_steps
+    time.sleep(0.3)
+    assert actor.loop.stats.env_steps == steps, "an e-stopped device was stepped"
+    assert wait_for(lambda: device_view(console, 0)["estopped"], what="the e-stop in the state")
+    assert act(console, "clear_estop", 0, 0)["status"] == "ok"
+    assert not actor.device.estopped
+    wait_for(lambda: actor.loop.stats.env_steps > steps, what="acting again")
+
+
+def test_estop_all_and_clear_all(live):
+    console, a0, a1, _ = live
+    assert act(console, "estop")["status"] == "ok"
+    assert a0.device.estopped and a1.device.estopped
+    assert act(console, "clear_estop")["status"] == "ok"
+    assert not a0.device.estopped and not a1.device.estopped
+
+
+def test_pause_holds_the_device_and_resume_acts_again(live):
+    console, actor, _, _ = live
+    assert act(console, "pause", 0, 0)["status"] == "ok"
+    held = actor.loop.stats.console_held_steps
+    steps = actor.loop.stats.env_steps
+    wait_for(lambda: actor.loop.stats.console_held_steps > held + 10, what="held periods")
+    assert actor.loop.stats.env_steps == steps
+    assert wait_for(lambda: device_view(console, 0)["paused"], what="paused in the state")
+    assert act(console, "resume", 0, 0)["status"] == "ok"
+    wait_for(lambda: actor.loop.stats.env_steps > steps, what="acting again")
+
+
+def test_take_over_needs_a_teleop_source(live):
+    console, actor, _, _ = live
+    assert act(console, "takeover", 0, 0)["status"] == "ok"
+    before = actor.loop.stats.interventions
+    wait_for(lambda: actor.loop.stats.interventions > before + 5, what="the person's steps")
+    assert act(console, "release", 0, 0)["status"] == "ok"
+    refused = act(console, "takeover", 1, 0)
+    assert refused["status"] == "failed" and "no teleop source" in refused["error"]
+
+
+def test_answer_the_reset_prompt(live):
+    console, _, actor, _ = live
+    prompt = wait_for(lambda: device_view(console, 1)["prompt"], what="the reset prompt")
+    assert "episode" in prompt["summary"]
+    assert act(console, "answer", 1, 0, "success")["status"] == "ok"
+    wait_for(lambda: actor.loop.stats.labels.get("success"), what="the label")
+    refused = act(console, "answer", 0, 0, "go")
+    assert refused["status"] == "failed" and "actor.reset is auto" in refused["error"]
+
+
+def test_camera_frames_arrive_at_the_picked_size(live):
+    console, *_ = live
+    assert act(console, "stream", 0, None, {"fps": 10, "width": 80})["status"] == "ok"
+    frames = wait_for(lambda: device_view(console, 0)["frames"].get("camera/front"), what="a frame")
+    status, jpeg = request(f"{console.url}/frame?actor=0&device=0&field=camera/front")
+    assert status == 200 and jpeg[:2] == b"\xff\xd8"
+    assert frames["width"] <= 80
+
+
+def test_an_unreachable_actor_fails_visibly(live):
+    console, *_ = live
+    answer = act(console, "estop", 7, 0)
+    assert answer["status"] == "failed" and "actor 7 has never connected" in answer["error"]
+    entry = wait_for(lambda: next((a for a in state(console)["actions"] if a["id"] == answer["id"]), None))
+    assert entry["status"] == "failed"
+    training = act(console, "pause_training")
+    assert training["status"] == "failed" and "learner" in training["error"]
+
+
+def test_an_actor_that_left_fails_visibly(tmp_path):
+    with ConsoleProcess(tmp_path) as console:
+        with ThreadActor(console.control, 3):
+            wait_for(lambda: state(console)["actors"], what="the actor")
+        answer = act(console, "estop", 3, 0)
+        assert answer["status"] == "failed" and "actor 3" in answer["error"]
+
+
+def test_bad_requests_are_refused_by_name(live):
+    console, *_ = live
+    assert request(f"{console.url}/api/action", {"action": "explode"})[0] == 400
+    assert request(f"{console.url}/api/action", {"action": "answer", "actor": 1, "value": "maybe"})[0] == 400
+    assert request(f"{console.url}/api/action", {"action": "estop", "actor": -1})[0] == 400
+    form = urllib.request.Request(f"{console.url}/api/action", data=b"action=estop",
+                                  headers={"Content-Type": "application/x-www-form-urlencoded"})
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(form, timeout=10)
+    assert refused.value.code == 415
+    status, _ = request(f"{console.url}/api/action", {"action": "estop", "actor": 0, "device": 0},
+                        headers={"Origin": "http://evil.example"})
+    assert status == 403
+
+
+def test_every_action_is_logged_in_metrics_jsonl(live):
+    console, _, _, run_dir = live
+    act(console, "resume", 0, 0)
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    actions = [r for r in rows if r.get("event") == "action"]
+    assert actions and all({"time", "origin", "action", "target", "status"} <= set(r) for r in actions)
+    assert any(r["status"] == "failed" for r in actions)
+
+
+def test_off_loopback_a_token_is_required(tmp_path):
+    with ConsoleProcess(tmp_path, "--insecure", bind_host="0.0.0.0") as console:
+        assert console.token
+        assert request(f"{console.url}/api/state")[0] == 401
+        assert request(f"{console.url}/api/state", token="wrong")[0] == 401
+        assert request(f"{console.url}/api/state", token=console.token)[0] == 200
+        assert request(f"{console.url}/api/state", headers={"Authorization": f"Bearer {console.token}"})[0] == 200
+
+
+def test_plain_http_off_loopback_is_refused(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "embodyrl.cli", "console", str(tmp_path), "--bind", "0.0.0.0:8799"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert "refusing plain HTTP on 0.0.0.0:8799" in done.stderr and "--insecure" in done.stderr
