@@ -243,7 +243,8 @@ class ActorLoop:
             self.console = ConsoleControl(console, self)
             if operator is not None:
                 self.operator = FirstAnswer(operator, self.console.answers)
-            console.start(device_entries(self.lanes))
+            names = {m.device_id: m.name for m in device.members} if isinstance(device, DeviceGroup) else {}
+            console.start(device_entries(self.lanes, names))
 
     def _lane(self, device_id, device, task, policy, intervention) -> _Lane:
         cfg = self.config

@@ -45,9 +45,10 @@ def device_name(device) -> str:
         device = inner
 
 
-def device_entries(lanes) -> list[dict]:
-    """What a HELLO says of each device: id, name, cameras, whether a person can take over."""
-    return [{"device_id": lane.device_id, "name": device_name(lane.device),
+def device_entries(lanes, names: dict[int, str]) -> list[dict]:
+    """What a HELLO says of each device: id, name (a group member's, else the device's own),
+    cameras, whether a person can take over."""
+    return [{"device_id": lane.device_id, "name": names.get(lane.device_id) or device_name(lane.device),
              "cameras": camera_fields(lane.device.observation_spec), "teleop": lane.intervention is not None}
             for lane in lanes]
 

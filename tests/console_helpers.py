@@ -1,17 +1,13 @@
-"""A console run in pieces for tests: the console process, and actors in threads of the test."""
+"""A console run in pieces for tests: actors in threads of the test (the console runs in its own process)."""
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
-import sys
 import threading
 import time
-from pathlib import Path
 
 import numpy as np
 
+from embodyrl.console.process import ConsoleProcess, free_port  # noqa: F401 - the tests' too
 from embodyrl.hal.actor import ActorConfig, ActorLoop
 from embodyrl.hal.console import ConsoleLink
 from embodyrl.hal.device import Device
@@ -21,12 +17,6 @@ from embodyrl.hal.policy import UniformRandomPolicy
 from embodyrl.hal.safety import SafeDevice, SafetyConfig
 from embodyrl.hal.specs import ArraySpec, DictSpec
 from embodyrl.hal.task import Task
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class CameraToy(Device):
@@ -119,37 +109,3 @@ class ThreadActor:
         self._stop.set()
         self.thread.join(timeout=10)
         self.console.close()
-
-
-class ConsoleProcess:
-    """``embodyrl console RUN_DIR`` in its own process, on free ports."""
-
-    def __init__(self, run_dir: Path, *args: str, bind_host: str = "127.0.0.1"):
-        self.port, control_port = free_port(), free_port()
-        self.control = f"tcp://127.0.0.1:{control_port}"
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.command = [sys.executable, "-m", "embodyrl.cli", "console", str(run_dir),
-                        "--bind", f"{bind_host}:{self.port}", "--control", self.control, *args]
-        self.process: subprocess.Popen | None = None
-        self.token: str | None = None
-
-    def __enter__(self):
-        self.process = subprocess.Popen(self.command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                        env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            line = self.process.stdout.readline()
-            if not line:
-                raise RuntimeError(f"the console exited: {self.process.stderr.read()}")
-            if line.startswith("console: "):
-                if "?token=" in line:
-                    self.token = line.strip().split("?token=", 1)[1]
-                return self
-        raise RuntimeError("the console did not start within 60 s")
-
-    def __exit__(self, *exc):
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()

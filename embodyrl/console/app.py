@@ -127,7 +127,7 @@ def create_app(server: ControlServer, token: str | None = None) -> Starlette:
         except BadAction as err:
             return JSONResponse({"error": str(err)}, status_code=400)
         return JSONResponse({"id": entry.id, "status": entry.status, "error": entry.error,
-                             "results": entry.results})
+                             "received_at": entry.received, "results": entry.results})
 
     async def live(websocket: WebSocket) -> None:
         await websocket.accept()

@@ -92,8 +92,10 @@ class Action:
     results: list[dict] = field(default_factory=list)
 
     def entry(self) -> dict:
+        applied = [r["applied_ms"] for r in self.results if r.get("applied_ms") is not None]
         return {"id": self.id, "time": self.time, "origin": self.origin, "action": self.action,
-                "target": self.target, "status": self.status, "error": self.error, "ms": self.ms}
+                "target": self.target, "status": self.status, "error": self.error, "ms": self.ms,
+                "applied_ms": max(applied) if applied else None}
 
 
 class ConsoleState:
@@ -190,6 +192,7 @@ class ConsoleState:
                 elif record.get("event") == "action":
                     self.actions.append(Action(**{k: record.get(k) for k in (
                         "id", "time", "origin", "action", "target", "status", "error", "ms")}))
+                    self.actions[-1].results = [{"applied_ms": record.get("applied_ms")}]
                 elif _number(record.get("success_rate")) is not None and self.points:
                     self.points[-1]["success_rate"] = record["success_rate"]
         return read
