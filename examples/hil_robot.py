@@ -228,6 +228,7 @@ def evaluate(out: Path, plan: Plan, variant: str, seed: int) -> dict:
     from embodyrl.envs.arm_push import Push
     from embodyrl.policy import load_run_policies
     from embodyrl.robot import of_config
+    from embodyrl.runlog import learner_records
 
     run = run_dir(out, variant, seed)
     config = load(run / "config.json")
@@ -236,7 +237,7 @@ def evaluate(out: Path, plan: Plan, variant: str, seed: int) -> dict:
     device, _ = robot.make()  # the robot file's device: the robot server, with the actor's keys
     with device:
         result = run_episodes(device, Push(), policy, plan.eval_episodes, seed=50_000 + 1000 * seed)
-    metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    metrics = learner_records(run)
     rates = [m["intervention_rate"] for m in metrics if m.get("intervention_rate") is not None]
     return {"steps": int(metrics[-1]["env_steps"]), "success_rate": result["success_mean"],
             "return_mean": result["return_mean"],

@@ -7,8 +7,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_edge_import_does_not_pull_in_jax_or_mujoco():
-    code = ("import sys, embodyrl.hal, embodyrl.hal.actor, embodyrl.hal.wire.client, embodyrl.envs; "
-            "bad = [m for m in ('jax', 'flax', 'optax', 'mujoco') if m in sys.modules]; "
+    """Nor the console's web server or image library: the edge's console link imports Pillow only
+    when it streams a camera."""
+    code = ("import sys, embodyrl.hal, embodyrl.hal.actor, embodyrl.hal.console, embodyrl.hal.wire.client, "
+            "embodyrl.envs; bad = [m for m in ('jax', 'flax', 'optax', 'mujoco', 'starlette', 'uvicorn', 'PIL') "
+            "if m in sys.modules]; "
             "print(','.join(bad)); sys.exit(1 if bad else 0)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, f"importing the edge pulled in: {out.stdout} {out.stderr}"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import signal
 import sys
 import time
 from pathlib import Path
@@ -182,6 +183,7 @@ def _train(args) -> int:
         check_address(config.console, config.console_key or None, args.insecure, "--console")
     _keep_yaml(args, run_dir)
     keys = local_key_pairs(run_dir / "keys") if args.curve else None
+    signal.signal(signal.SIGTERM, _interrupted)  # a stop signal stops every process, as Ctrl-C does
     try:
         progress = "quiet" if args.quiet else args.progress
         if progress == "auto" and at_terminal(config):
@@ -197,6 +199,10 @@ def _train(args) -> int:
     print(json.dumps(summary, indent=2))
     print(f"run directory: {run_dir}", file=sys.stderr)
     return 0
+
+
+def _interrupted(signum, frame):
+    raise KeyboardInterrupt
 
 
 def _learner(args) -> int:

@@ -26,6 +26,8 @@ import time
 from pathlib import Path
 from typing import TextIO
 
+from ..runlog import is_learner_record
+
 MODES = ("auto", "live", "plain", "quiet")
 
 # label -> how to read it from a metrics record; the order is the panel's
@@ -71,7 +73,7 @@ class MetricsFollower:
                 record = json.loads(line)
             except ValueError:
                 continue  # a line we cannot read is the log's problem, not the display's
-            if not isinstance(record, dict):
+            if not is_learner_record(record):
                 continue
             self.latest, fresh = record, True
             self.fresh_at = time.monotonic()

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from ..config import TrainConfig, save, to_dict
+from ..runlog import learner_records
 from .display import Display
 from .processes import actor_main, learner_main
 
@@ -113,8 +114,7 @@ def _expect(conn, process, kind: str, timeout_s: float):
 
 
 def _last_metrics(run_dir: Path) -> dict:
-    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
-    return json.loads(lines[-1])
+    return learner_records(run_dir)[-1]
 
 
 def evaluate_run(config: TrainConfig, run_dir: Path) -> dict:

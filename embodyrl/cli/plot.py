@@ -15,6 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ..runlog import learner_records
+
 GRID_POINTS = 200
 
 
@@ -96,8 +98,7 @@ def aggregate(curves: list[tuple[np.ndarray, np.ndarray]]) -> dict[str, np.ndarr
 def _series(run_dir: Path, metric: str, label: str) -> list[tuple[str, str]]:
     """(metric, legend label) pairs to draw for a group: one per device kind where the metrics carry
     ``metric/<kind>`` for several kinds (a run over ``a+b``), else the metric itself."""
-    with open(Path(run_dir) / "metrics.jsonl") as lines:
-        first = json.loads(lines.readline() or "{}")
+    first = next(iter(learner_records(run_dir)), {})
     kinds = [name.split("/", 1)[1] for name in first if name.startswith(f"{metric}/")]
     if len(kinds) < 2:
         return [(metric, label)]

@@ -27,6 +27,7 @@ from ..hal.wire import control
 from ..hal.wire.codec import MessageError, decode_arrays, encode, parse_header
 from ..hal.wire.control import Command
 from ..hal.wire.security import ServerKeys, secure_server
+from ..runlog import CONSOLE
 from .state import Action, ConsoleState, Peer
 
 ANSWER_TIMEOUT_S = 2.0
@@ -179,7 +180,7 @@ class ControlServer:
         done = [r["ms"] for r in entry.results if r["ms"] is not None]
         entry.ms = round(max(done), 2) if done else None
         if self.log is not None:
-            self.log.write({"source": "console", "event": "action", **entry.entry()})
+            self.log.write({"source": CONSOLE, "event": "action", **entry.entry()})
         return entry
 
     async def _command(self, name: str, peer: Peer | None, command: Command, received: float) -> dict:

@@ -16,6 +16,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..runlog import CONSOLE, is_learner_record
+
 CONNECTED_WITHIN_S = 5.0
 """A peer heard from within this long is connected (peers say something at least every 2 s)."""
 MAX_POINTS = 1000
@@ -146,7 +148,7 @@ class ConsoleState:
         self._add_point(record, success)
         if success is None or _number(record.get("env_steps")) is None:
             return None
-        return {"source": "console", "time": round(time.time(), 3), "env_steps": record["env_steps"],
+        return {"source": CONSOLE, "time": round(time.time(), 3), "env_steps": record["env_steps"],
                 "success_rate": success}
 
     def _success_rate(self) -> float | None:
@@ -186,7 +188,7 @@ class ConsoleState:
                 if not isinstance(record, dict):
                     continue
                 read += 1
-                if record.get("source") != "console":
+                if is_learner_record(record):
                     self.learner_record = _clean(record)
                     self._add_point(self.learner_record, None)
                 elif record.get("event") == "action":

@@ -1,4 +1,5 @@
-"""Where a learner's metrics records go: ``metrics.jsonl`` and TensorBoard, for every kind of learner."""
+"""Where a learner's metrics records go: ``metrics.jsonl`` and TensorBoard, for every kind of learner
+(read back with :mod:`embodyrl.runlog`)."""
 
 from __future__ import annotations
 
