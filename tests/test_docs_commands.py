@@ -61,6 +61,8 @@ RULES = [
     Rule(r"^embodyrl record arm\.yaml ", replace=ON_THE_SIMULATED_ARM,
          append=("--episodes", "2", "--episode-steps", "50", "--unpaced")),
     Rule(r"^embodyrl train arm\.yaml ", replace=ON_THE_SIMULATED_ARM, append=TINY_TRAIN),
+    Rule(r"^embodyrl console ", skip="the console serves until stopped; tests/test_console_api.py and "
+                                      "tests/test_console_browser.py run it as a process with live actors"),
     Rule(r"^embodyrl bench ", skip="each benchmark runs with quick=True in tests/test_bench_*.py and "
                                     "tests/test_chaos.py; full sizes take minutes"),
     Rule(r"^embodyrl (learner|actor) ", skip="learner and actors run at once on two machines; "

@@ -140,7 +140,8 @@ def _stream_timing(actor: _Actor, blocks: int) -> dict:
     result = {}
     for streaming, name in ((True, "with_stream"), (False, "without_stream")):
         values = np.array(errors[streaming])
-        result[f"control_period_error_p99_ms_{name}"] = round(float(np.percentile(values, 99)), 3)
+        for q in (50, 95, 99):
+            result[f"control_period_error_p{q}_ms_{name}"] = round(float(np.percentile(values, q)), 3)
         result[f"control_period_error_max_ms_{name}"] = round(float(values.max()), 3)
         result[f"control_ticks_{name}"] = int(values.size)
         result[f"control_overruns_1ms_{name}"] = int(np.sum(values > 1.0))
