@@ -98,6 +98,11 @@ def test_the_console_in_a_browser(browser, live_run, tmp_path):
               "click_to_page_shows_estopped_ms": round((seen - clicked) * 1000, 1)}
     print(json.dumps(report))
     assert 0 < click_to_safe_ms < 2000
+    # training paused and resumed from the page's bar: the learner answers and says so
+    browser.find_element(By.ID, "pause-training").click()
+    wait.until(lambda d: text(d, "#learner-training") == "paused")
+    browser.find_element(By.ID, "resume-training").click()
+    wait.until(lambda d: text(d, "#learner-training") == "running")
     assert train.poll() is None, train.stderr.read()
     shot = Path(os.environ.get("EMBODYRL_SCREENSHOT", tmp_path / "console.png"))
     browser.save_screenshot(str(shot))
