@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import threading
 import time
 
 import numpy as np
 
-from embodyrl.console.process import ConsoleProcess, free_port  # noqa: F401 - the tests' too
+from embodyrl.console.process import ConsoleProcess, LoopThread, free_port  # noqa: F401 - the tests' too
 from embodyrl.hal.actor import ActorConfig, ActorLoop
 from embodyrl.hal.console import ConsoleLink
 from embodyrl.hal.device import Device
@@ -78,34 +77,15 @@ class NeverAnswers:
         return None
 
 
-class ThreadActor:
+class ThreadActor(LoopThread):
     """An actor loop in a thread of the test: a SafeDevice(CameraToy), random actions, no learner,
     paced in real time at 100 Hz, dialling the console at ``endpoint``."""
 
     def __init__(self, endpoint: str, actor_id: int, *, teleop: bool = False, operator: bool = False):
-        self.device = SafeDevice(CameraToy(f"toy-{actor_id}"), SafetyConfig(safe_action=(0.0, 0.0)))
-        self.console = ConsoleLink(endpoint, role="actor", actor_id=actor_id)
+        device = SafeDevice(CameraToy(f"toy-{actor_id}"), SafetyConfig(safe_action=(0.0, 0.0)))
+        console = ConsoleLink(endpoint, role="actor", actor_id=actor_id)
         intervention = ScriptedIntervention(rule=lambda t, o: None) if teleop else None
-        self.loop = ActorLoop(self.device, ShortTask(), UniformRandomPolicy(self.device.action_spec, seed=actor_id),
-                              NullLink(), ActorConfig(actor_id=actor_id, realtime=True, random_steps=10**9),
-                              intervention=intervention, operator=NeverAnswers() if operator else None,
-                              console=self.console)
-        self._stop = threading.Event()
-        self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self):
-        try:
-            with self.device:
-                self.loop.run(should_stop=self._stop.is_set)
-        except BaseException as err:  # noqa: BLE001 - the test reads it
-            self.error = err
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self.thread.join(timeout=10)
-        self.console.close()
+        loop = ActorLoop(device, ShortTask(), UniformRandomPolicy(device.action_spec, seed=actor_id),
+                         NullLink(), ActorConfig(actor_id=actor_id, realtime=True, random_steps=10**9),
+                         intervention=intervention, operator=NeverAnswers() if operator else None, console=console)
+        super().__init__(device, loop, console)

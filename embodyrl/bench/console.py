@@ -26,11 +26,12 @@ from __future__ import annotations
 
 import json
 import tempfile
-import threading
 import time
 import urllib.request
 
 import numpy as np
+
+from ..console.process import LoopThread
 
 NOMINAL_S = 0.01
 
@@ -42,70 +43,55 @@ def _post(url: str, body: dict) -> dict:
         return json.loads(answer.read())
 
 
-class _Actor:
-    """The loop under test, in a thread: SafeDevice(arm push with camera) at 100 Hz, dialling the console;
-    every step's time and every e-stop's time at the driver are kept."""
+def _actor(control: str) -> LoopThread:
+    """The loop under test: SafeDevice(arm push with camera) at 100 Hz, dialling the console; every
+    step's time (``step_times``) and every e-stop's time at the driver (``estopped_at``) kept."""
+    from ..envs.arm_push import make_camera_device
+    from ..hal.actor import ActorConfig, ActorLoop
+    from ..hal.console import ConsoleLink
+    from ..hal.link import NullLink
+    from ..hal.policy import UniformRandomPolicy
+    from ..hal.safety import SafeDevice, SafetyConfig
+    from ..hal.task import Task
 
-    def __init__(self, control: str):
-        from ..envs.arm_push import make_camera_device
-        from ..hal.actor import ActorConfig, ActorLoop
-        from ..hal.console import ConsoleLink
-        from ..hal.link import NullLink
-        from ..hal.policy import UniformRandomPolicy
-        from ..hal.safety import SafeDevice, SafetyConfig
-        from ..hal.task import Task
+    driver = make_camera_device()
+    estopped_at: list[float] = []
+    commanded = driver._on_estop
 
-        driver = make_camera_device()
-        self.estopped_at: list[float] = []
-        commanded = driver._on_estop
+    def timed_estop() -> None:  # the driver commands its safe state here
+        commanded()
+        estopped_at.append(time.monotonic())
 
-        def timed_estop() -> None:  # the driver commands its safe state here
-            commanded()
-            self.estopped_at.append(time.monotonic())
+    driver._on_estop = timed_estop
+    device = SafeDevice(driver, SafetyConfig())
+    step_times: list[float] = []
+    step = device.step
 
-        driver._on_estop = timed_estop
-        self.device = SafeDevice(driver, SafetyConfig())
-        self.step_times: list[float] = []
-        step = self.device.step
+    def timed_step(action):
+        step_times.append(time.monotonic())
+        return step(action)
 
-        def timed_step(action):
-            self.step_times.append(time.monotonic())
-            return step(action)
+    device.step = timed_step
 
-        self.device.step = timed_step
+    class Endless(Task):
+        max_episode_steps = 200
 
-        class Endless(Task):
-            max_episode_steps = 200
+        def reward(self, observation, action, next_observation):
+            return 0.0
 
-            def reward(self, observation, action, next_observation):
-                return 0.0
+        def terminated(self, next_observation):
+            return False
 
-            def terminated(self, next_observation):
-                return False
-
-        self.console = ConsoleLink(control, role="actor", actor_id=0)
-        scale = self.device.control_period_s / NOMINAL_S  # the arm's own period is 40 ms: paced at 10 ms
-        self.loop = ActorLoop(self.device, Endless(), UniformRandomPolicy(self.device.action_spec, seed=0),
-                              NullLink(), ActorConfig(realtime=True, time_scale=scale, random_steps=10**9),
-                              console=self.console)
-        self._stop = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        with self.device:
-            self.loop.run(should_stop=self._stop.is_set)
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self.thread.join(timeout=10)
-        self.console.close()
+    console = ConsoleLink(control, role="actor", actor_id=0)
+    scale = device.control_period_s / NOMINAL_S  # the arm's own period is 40 ms: paced at 10 ms
+    loop = ActorLoop(device, Endless(), UniformRandomPolicy(device.action_spec, seed=0), NullLink(),
+                     ActorConfig(realtime=True, time_scale=scale, random_steps=10**9), console=console)
+    actor = LoopThread(device, loop, console)
+    actor.step_times, actor.estopped_at = step_times, estopped_at
+    return actor
 
 
-def _estop_latency(url: str, actor: _Actor, requests: int) -> dict:
+def _estop_latency(url: str, actor: LoopThread, requests: int) -> dict:
     latency, roundtrip = [], []
     for _ in range(requests):
         seen = len(actor.estopped_at)
@@ -125,7 +111,7 @@ def _estop_latency(url: str, actor: _Actor, requests: int) -> dict:
             "console_estop_requests": requests}
 
 
-def _stream_timing(actor: _Actor, blocks: int) -> dict:
+def _stream_timing(actor: LoopThread, blocks: int) -> dict:
     from ..hal.wire.control import StreamSettings
 
     errors = {True: [], False: []}
@@ -158,7 +144,7 @@ def run(quick: bool = False) -> dict:
 
     from ..console.process import ConsoleProcess
 
-    with tempfile.TemporaryDirectory() as run_dir, ConsoleProcess(run_dir) as console, _Actor(console.control) as actor:
+    with tempfile.TemporaryDirectory() as run_dir, ConsoleProcess(run_dir) as console, _actor(console.control) as actor:
         deadline = time.monotonic() + 30
         while not actor.console.connected or len(actor.step_times) < 50:
             if time.monotonic() > deadline:

@@ -6,6 +6,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -51,3 +52,31 @@ class ConsoleProcess:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
+
+
+class LoopThread:
+    """An actor loop in a thread of this process, with its device connected, until the ``with``
+    block ends (then its console link closes); ``error`` is what ended it early, if anything.
+    Benchmarks and tests watch such a loop through a :class:`ConsoleProcess`."""
+
+    def __init__(self, device, loop, console):
+        self.device, self.loop, self.console = device, loop, console
+        self.error: BaseException | None = None
+        self._stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        try:
+            with self.device:
+                self.loop.run(should_stop=self._stop.is_set)
+        except BaseException as err:  # noqa: BLE001 - read by whoever runs it
+            self.error = err
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self.thread.join(timeout=10)
+        self.console.close()
