@@ -211,6 +211,7 @@ def train_to(out: Path, plan: Plan, variant: str, seed: int, steps: int) -> None
             "--algorithm", spec["algorithm"], "--steps", str(steps), "--seed", str(seed), "--quiet",
             "--eval_episodes", "1", "--learner.updates_per_step", str(plan.updates_per_step),
             "--actor.random_steps", str(min(1000, plan.steps // 10)),
+            "--actor.credit_timeout_s", "3600",  # a learner slowed by other work is waited for, not failed
             "--learner.replay_capacity", str(replay_rows(plan)), *plan.settings]
     if spec["demos"]:
         args += ["--demos", "demos"]

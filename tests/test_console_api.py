@@ -10,6 +10,7 @@ import time
 import urllib.error
 import urllib.request
 
+import numpy as np
 import pytest
 
 pytest.importorskip("starlette")
@@ -203,3 +204,96 @@ def test_plain_http_off_loopback_is_refused(tmp_path):
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
     assert "refusing plain HTTP on 0.0.0.0:8799" in done.stderr and "--insecure" in done.stderr
+
+
+def test_a_hostile_peer_costs_nothing_and_claims_nothing(tmp_path):
+    import msgpack
+    import zmq
+
+    from embodyrl.hal.wire import control
+    from embodyrl.hal.wire.codec import encode
+
+    with ConsoleProcess(tmp_path) as console:
+        context = zmq.Context()
+        peer = context.socket(zmq.DEALER)
+        peer.setsockopt(zmq.LINGER, 0)
+        peer.connect(console.control)
+        garbage = [[b"\x00\xff not msgpack"], [msgpack.packb({"p": 2, "k": "HELLO"})], [b"x" * (300 * 1024)],
+                   encode(control.STATUS, {"status": {"env_steps": 5}}),  # no HELLO first: no session
+                   encode(control.HELLO, {"protocol": 99, "role": "actor", "actor_id": 1, "devices": []}),
+                   encode(control.HELLO, {"protocol": 1, "role": "root", "actor_id": 1, "devices": []})]
+        for frames in garbage:
+            peer.send_multipart(frames)
+        assert peer.poll(5000), "a refused HELLO is answered with its reason"
+        refusals = []
+        while peer.poll(500):
+            refusals.append(peer.recv_multipart())
+        assert any(b"protocol" in frames[0] for frames in refusals)
+        assert state(console)["actors"] == []
+        # a peer with a session may not send frames of a camera it did not declare
+        peer.send_multipart(encode(control.HELLO, {"protocol": 1, "role": "actor", "actor_id": 2, "devices": [
+            {"device_id": 0, "name": "arm", "cameras": [], "teleop": False}]}))
+        peer.send_multipart(encode(control.FRAME, {"device": 0, "field": "camera/x", "seq": 1, "width": 8, "height": 8},
+                                   {"jpeg": np.zeros(16, np.uint8)}))
+        wait_for(lambda: state(console)["actors"], what="the HELLO")
+        assert state(console)["actors"][0]["devices"][0]["frames"] == {}
+        assert console.process.poll() is None
+        context.destroy(linger=0)
+
+
+def test_curvezmq_admits_only_the_run_keys(tmp_path):
+    from embodyrl.cli.security import console_key_pairs
+    from embodyrl.hal.console import ConsoleLink
+    from embodyrl.hal.wire.security import ClientKeys, generate_keys
+
+    server = console_key_pairs(tmp_path / "keys")
+    console_public = server.secret_key_file.with_suffix(".key")
+    actor_keys = ClientKeys(tmp_path / "keys" / "actor" / "actor.key_secret", console_public)
+    _, stranger_secret = generate_keys(tmp_path / "stranger", "stranger")
+    with ConsoleProcess(tmp_path, "--curve") as console:
+        with ConsoleLink(console.control, role="actor", actor_id=4,
+                         keys=ClientKeys(stranger_secret, console_public)).start([]) as stranger:
+            time.sleep(3)
+            assert not stranger.connected and state(console)["actors"] == []
+        with ConsoleLink(console.control, role="actor", actor_id=5, keys=actor_keys).start([]) as admitted:
+            wait_for(lambda: admitted.connected, what="the handshake")
+            assert [a["actor_id"] for a in state(console)["actors"]] == [5]
+
+
+def test_https_off_loopback_needs_no_insecure(tmp_path):
+    import shutil
+    import ssl
+
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl makes the test's certificate")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
+                    "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True, timeout=60)
+    with ConsoleProcess(tmp_path, "--tls-cert", str(cert), "--tls-key", str(key), bind_host="0.0.0.0") as console:
+        context = ssl.create_default_context(cafile=str(cert))
+        context.check_hostname = False
+        url = console.url.replace("http://", "https://")
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(f"{url}/api/state", context=context, timeout=10)
+        assert refused.value.code == 401
+        with urllib.request.urlopen(f"{url}/api/state?token={console.token}", context=context, timeout=10) as answer:
+            assert json.loads(answer.read())["t"] == "state"
+
+
+def test_a_finished_run_is_shown_from_its_metrics(tmp_path):
+    rows = [{"time": 1.0, "env_steps": 100, "episode_return": -5.0, "intervention_rate": 0.5, "critic_loss": 2.0,
+             "updates": 10, "policy_version": 2, "replay_size": 100},
+            {"source": "console", "time": 2.0, "env_steps": 100, "success_rate": 0.25},
+            {"source": "console", "event": "action", "id": "a1", "time": 3.0, "origin": "browser 127.0.0.1",
+             "action": "estop", "target": "actor 0 device 0", "status": "ok", "error": "", "ms": 4.0, "applied_ms": 2.0},
+            {"time": 4.0, "env_steps": 200, "episode_return": -3.0, "intervention_rate": 0.25, "critic_loss": 1.0,
+             "updates": 20, "policy_version": 4, "replay_size": 200}]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"time": 5, "env_')
+    with ConsoleProcess(tmp_path) as console:
+        shown = state(console)
+    assert shown["finished"] and shown["learner"]["env_steps"] == 200 and not shown["learner"]["connected"]
+    assert shown["curves"]["env_steps"] == [100, 200]
+    assert shown["curves"]["success_rate"] == [0.25, None]
+    assert shown["curves"]["episode_return"] == [-5.0, -3.0]
+    assert shown["losses"]["critic_loss"] == [2.0, 1.0]
+    assert [a["action"] for a in shown["actions"]] == ["estop"]
