@@ -69,10 +69,10 @@ from .wire.security import (
     RateLimiter,
     RateLimits,
     ServerKeys,
+    ServerSocket,
     check_endpoint,
     peer_key,
     public_keys,
-    secure_server,
 )
 
 log = logging.getLogger(__name__)
@@ -291,20 +291,12 @@ class RobotServer:
         self._rng = np.random.default_rng(faults.seed)
         self._limiter = RateLimiter(rate_limits, time.monotonic())
         self._lock = threading.Lock()
-        # CurveZMQ's ZAP handler is one per context: a secured server gets its own.
-        self._own_context = context is None and keys is not None
-        self._context = context or (zmq.Context() if keys is not None else zmq.Context.instance())
-        self.socket = self._context.socket(zmq.ROUTER)
-        self.socket.linger = 0
-        self.socket.setsockopt(zmq.MAXMSGSIZE, limits.max_message_bytes + limits.max_header_bytes)
-        self.socket.setsockopt(zmq.RCVHWM, 1024)
-        self._auth = None
         self._secured = keys is not None
+        self._server = ServerSocket(bind, keys, *([admin_keys] if admin_keys is not None else []), context=context,
+                                    options={zmq.MAXMSGSIZE: limits.max_message_bytes + limits.max_header_bytes,
+                                             zmq.RCVHWM: 1024})
+        self.socket, self.endpoint = self._server.socket, self._server.endpoint
         try:
-            if keys is not None:
-                self._auth = secure_server(self.socket, keys, *([admin_keys] if admin_keys is not None else []))
-            self.socket.bind(bind)
-            self.endpoint = self.socket.getsockopt(zmq.LAST_ENDPOINT).decode()
             self._worker = DriverWorker(name="robot-driver")
             self._worker.call("open", driver.open, deadline_s=self.deadlines.reset_s)
         except BaseException:
@@ -333,13 +325,7 @@ class RobotServer:
         self._close_socket()
 
     def _close_socket(self) -> None:
-        self.socket.close()
-        if self._auth is not None:
-            self._auth.stop()
-            self._auth = None
-        if self._own_context:
-            self._context.term()
-            self._own_context = False
+        self._server.close()
 
     def serve(self, stop: threading.Event | None = None, duration_s: float | None = None) -> None:
         """Handle requests until ``stop`` is set or time is up (the watchdog runs on its own thread)."""

@@ -21,12 +21,11 @@ import warnings
 from pathlib import Path
 
 import zmq
-import zmq.asyncio
 
 from ..hal.wire import control
 from ..hal.wire.codec import MessageError, decode_arrays, encode, parse_header
 from ..hal.wire.control import Command
-from ..hal.wire.security import ServerKeys, secure_server
+from ..hal.wire.security import ServerKeys, ServerSocket
 from ..runlog import CONSOLE
 from .state import Action, ConsoleState, Peer
 
@@ -62,16 +61,11 @@ class ControlServer:
     def __init__(self, state: ConsoleState, endpoint: str, keys: ServerKeys | None = None,
                  log: ActionLog | None = None):
         self.state, self.log = state, log
-        self._plain = zmq.Context()
-        self._context = zmq.asyncio.Context.shadow(self._plain)
-        self.socket = self._context.socket(zmq.ROUTER)
-        self.socket.setsockopt(zmq.LINGER, 0)
-        self.socket.setsockopt(zmq.ROUTER_MANDATORY, 1)  # an unknown peer is an error, not a silent drop
-        self.socket.setsockopt(zmq.MAXMSGSIZE, control.LIMITS.max_message_bytes + control.LIMITS.max_header_bytes)
-        self.socket.setsockopt(zmq.SNDHWM, 256)
-        self._auth = secure_server(self.socket, keys, context=self._plain) if keys is not None else None
-        self.socket.bind(endpoint)
-        self.endpoint = self.socket.getsockopt_string(zmq.LAST_ENDPOINT)
+        self._server = ServerSocket(endpoint, keys, asyncio=True, options={
+            zmq.ROUTER_MANDATORY: 1,  # an unknown peer is an error, not a silent drop
+            zmq.MAXMSGSIZE: control.LIMITS.max_message_bytes + control.LIMITS.max_header_bytes,
+            zmq.SNDHWM: 256})
+        self.socket, self.endpoint = self._server.socket, self._server.endpoint
         self._ids = itertools.count(1)
         self._pending: dict[str, asyncio.Future] = {}
         self.refused = 0
@@ -83,10 +77,7 @@ class ControlServer:
             self._receive(frames[0].bytes, frames[1:])
 
     def close(self) -> None:
-        self.socket.close(linger=0)
-        if self._auth is not None:
-            self._auth.stop()
-        self._plain.term()
+        self._server.close()
 
     # -- what peers send ---------------------------------------------------------
     def _receive(self, identity: bytes, frames: list) -> None:

@@ -43,9 +43,9 @@ from ..hal.wire.security import (
     RateLimiter,
     RateLimits,
     ServerKeys,
+    ServerSocket,
     check_endpoint,
     peer_key,
-    secure_server,
 )
 from .credits import CreditBook
 from .identity import IndexClaims
@@ -151,21 +151,13 @@ class LearnerServer:
         self.claims = IndexClaims(keys.authorized_dir, bindings_path) if keys is not None else None
         self.hello_rate = RateLimiter(RateLimits(hellos_per_s, 2 * hellos_per_s, hellos_total_per_s,
                                                  2 * hellos_total_per_s), time.monotonic())
-        # CurveZMQ's ZAP handler is one per context: a secured server gets its own.
-        self._own_context = context is None and keys is not None
-        self._context = context or (zmq.Context() if keys is not None else zmq.Context.instance())
-        sock = self._context.socket(zmq.ROUTER)
-        sock.setsockopt(zmq.LINGER, 0)
-        sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
-        sock.setsockopt(zmq.MAXMSGSIZE, limits.max_message_bytes + limits.max_header_bytes)
-        sock.setsockopt(zmq.RCVHWM, 1024)
-        sock.setsockopt(zmq.SNDHWM, 1024)
-        sock.setsockopt(zmq.HANDSHAKE_IVL, HANDSHAKE_MS)  # a peer that never finishes CURVE holds little, briefly
         check_endpoint(bind, keys is not None, allow_insecure)
-        self._auth = secure_server(sock, keys) if keys is not None else None
-        sock.bind(bind)
-        self._socket = sock
-        self.endpoint: str = sock.getsockopt_string(zmq.LAST_ENDPOINT)
+        self._server = ServerSocket(bind, keys, context=context, options={
+            zmq.ROUTER_MANDATORY: 1, zmq.MAXMSGSIZE: limits.max_message_bytes + limits.max_header_bytes,
+            zmq.RCVHWM: 1024, zmq.SNDHWM: 1024,
+            zmq.HANDSHAKE_IVL: HANDSHAKE_MS})  # a peer that never finishes CURVE holds little, briefly
+        self._socket = self._server.socket
+        self.endpoint: str = self._server.endpoint
         self.sessions: dict[bytes, ActorSession] = {}
         self.stats = ServerStats()
         self.credits = CreditBook()
@@ -173,15 +165,7 @@ class LearnerServer:
         self._io_last: dict = {}  # counters at the previous metrics(), for per-second rates
 
     def close(self) -> None:
-        if self._socket is not None:
-            self._socket.close(linger=0)
-            self._socket = None
-        if self._auth is not None:
-            self._auth.stop()
-            self._auth = None
-        if self._own_context:
-            self._context.term()
-            self._own_context = False
+        self._server.close()
 
     # -- receiving -------------------------------------------------------
     def poll(self, timeout_ms: int = 0, max_messages: int = 256) -> list[ReceivedSteps]:

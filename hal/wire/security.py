@@ -144,6 +144,52 @@ def secure_server(socket: zmq.Socket, keys: ServerKeys, *extra_dirs: str | Path,
     return auth
 
 
+class ServerSocket:
+    """A ROUTER bound at ``bind``, secured with CurveZMQ when ``keys`` are given, and everything
+    closing it releases: the socket, its authenticator, and the context it made.
+
+    CurveZMQ's ZAP handler is one per context, so a secured server makes its own context unless
+    one is given (a given one is left open). ``options``: socket options set before binding.
+    ``asyncio``: a ``zmq.asyncio`` socket, on a shadow of its own plain context (the
+    authenticator's thread needs the plain one). ``extra_dirs``: more directories of admitted keys.
+    """
+
+    def __init__(self, bind: str, keys: ServerKeys | None = None, *extra_dirs: str | Path,
+                 context: zmq.Context | None = None, options: dict[int, int] | None = None,
+                 asyncio: bool = False):
+        self._own_context = context is None and (keys is not None or asyncio)
+        self._context = context or (zmq.Context() if self._own_context else zmq.Context.instance())
+        if asyncio:
+            from zmq.asyncio import Context as AsyncContext
+
+            self.socket = AsyncContext.shadow(self._context).socket(zmq.ROUTER)
+        else:
+            self.socket = self._context.socket(zmq.ROUTER)
+        self._auth: ThreadAuthenticator | None = None
+        try:
+            self.socket.setsockopt(zmq.LINGER, 0)
+            for option, value in (options or {}).items():
+                self.socket.setsockopt(option, value)
+            if keys is not None:
+                self._auth = secure_server(self.socket, keys, *extra_dirs, context=self._context)
+            self.socket.bind(bind)
+        except BaseException:
+            self.close()
+            raise
+        self.endpoint: str = self.socket.getsockopt_string(zmq.LAST_ENDPOINT)
+
+    def close(self) -> None:
+        """Idempotent: the socket, then the authenticator, then the context it made."""
+        if not self.socket.closed:
+            self.socket.close(linger=0)
+        if self._auth is not None:
+            self._auth.stop()
+            self._auth = None
+        if self._own_context:
+            self._context.term()
+            self._own_context = False
+
+
 def secure_client(socket: zmq.Socket, keys: ClientKeys) -> None:
     """Make ``socket`` a CURVE client of the server whose public key is given. Call before connect."""
     public, secret = load_keys(keys.secret_key_file)
