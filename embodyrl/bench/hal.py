@@ -1,25 +1,46 @@
-"""``embodyrl bench hal``: control-loop timing and the cost of a HAL step.
+"""``embodyrl bench hal``: the control loop's period error, and the cost of a HAL step.
 
 Two measurements, each against its baseline in the same run:
 
-* **Clock**: a :class:`RateClock` loop at 100, 500 and 1000 Hz running a
-  trivial numpy policy, with the machine idle and with every core loaded by
-  a busy-loop process (started with ``spawn``, killed afterwards): p50 / p99
-  / max lateness and every missed deadline. Each condition runs in a fresh
-  process, once under SCHED_FIFO (``set_realtime_priority``, as the actor
-  does on hardware; ``realtime_priority_granted`` says if it was allowed)
-  and once under normal scheduling (keys ending ``_normal_priority``).
-  Baseline: the naive loop (``time.sleep(period)`` after the body), whose
-  rate error is reported.
+* **Control loop**: a :class:`RateClock` paces, at 100, 500 and 1000 Hz, the
+  loop body an actor runs on a robot: a numpy-runtime policy (a
+  :class:`NumpyPolicy` MLP, 2 x 256 hidden, Gaussian exploration) acting on
+  ``SafeDevice(MujocoDevice).step`` of the ``arm_reach`` task's 7-DoF arm.
+  The figure is the **period error**: each period's actual length (from one
+  loop body's start to the next, timed by the bench itself) minus the
+  nominal period, as its absolute value's p99 and max. An overrun (a body
+  longer than the period: past its deadline, the clock goes on at once and
+  starts a new schedule one period later, never rushing) counts with its
+  whole size: a body 5 ms too long makes a +5 ms period. Beside it: the
+  deadlines missed, the overruns' sizes (the clock's: each one's excess over
+  the period, which is its period error; p99 and max), the body's own time
+  and the rate the loop achieved. With the machine idle and with every core
+  loaded by a busy-loop process (started with ``spawn``, killed afterwards);
+  each condition in a fresh process, once under SCHED_FIFO
+  (``set_realtime_priority``, as the actor does on hardware;
+  ``realtime_priority_granted`` says if it was allowed) and once under
+  normal scheduling. Each run's figures are under
+  ``clock_{idle,loaded}_{R}hz_*``. Baseline: the naive loop at 500 Hz, the
+  same body followed by ``time.sleep(period)``: its period error (the body
+  lengthens every period) and rate error, under ``naive_*``.
 * **Step cost**: ``SafeDevice(MujocoDevice).step`` (clip, rate limit,
   validation, the driver) against ``mujoco.mj_step(model, data, nstep=10)``
   with the same control written, on the same model and data, for the 7-DoF
   arm and the pendulum (both 10 physics steps per control step). Blocks of
   steps alternate between the two; the ratio is of the median block times.
 
-Headline keys: ``jitter_p99_ms_500hz`` and ``missed_deadlines_500hz`` (the
-worse of idle and loaded, and the sum of their misses), ``mujoco_overhead_ratio``
-(arm) and ``pendulum_overhead_ratio``.
+Headline keys, for each rate R in 100, 500, 1000 (the worse of idle and
+loaded; misses summed): ``period_error_p99_ms_{R}hz``,
+``period_error_max_ms_{R}hz``, ``missed_deadlines_{R}hz``,
+``overrun_ms_p99_{R}hz`` (0 when no body overran) and
+``achieved_rate_ratio_{R}hz``; ``jitter_p99_ms_500hz`` and
+``jitter_max_ms_500hz`` are the 500 Hz period error's (the same values,
+kept under their old names); ``naive_over_clock_period_error_p99_500hz``.
+All of them again with ``_normal_priority`` appended, for normal
+scheduling. ``loop_body_us_p99`` and ``loop_body_fits_1000hz`` (the body's
+p99 in the idle 1000 Hz run with SCHED_FIFO asked for, below the 1 ms period: whether this
+machine can run the arm at 1000 Hz at all); ``mujoco_overhead_ratio`` (arm)
+and ``pendulum_overhead_ratio``.
 """
 
 from __future__ import annotations
@@ -31,7 +52,11 @@ import time
 import numpy as np
 
 RATES_HZ = (100, 500, 1000)
+NAIVE_HZ = 500
+HIDDEN = (256, 256)
 REALTIME_PRIORITY = 50
+EXPLORATION_STD = 0.1
+WARMUP_STEPS = 50
 
 
 def _busy(seconds: float) -> None:
@@ -67,41 +92,86 @@ class _Load:
             p.join(5)
 
 
-def _clock_run(hz: int, seconds: float) -> dict:
+def _arm_and_policy():
+    """The loop body's parts: the arm behind its safety layer, and an MLP actor in the numpy runtime."""
+    from .. import envs
+    from ..hal.runtime import FORMAT, FORMAT_VERSION, NumpyPolicy
+    from ..hal.safety import SafeDevice, SafetyConfig
+
+    raw, _ = envs.make("arm_reach")
+    spec = raw.action_spec
+    device = SafeDevice(raw, SafetyConfig(max_delta=float(np.max(spec.maximum - spec.minimum)) / 4))
+    fields = [s.name for s in raw.observation_spec.specs]
+    rng = np.random.default_rng(0)
+    widths = [sum(s.size for s in raw.observation_spec.specs), *HIDDEN, spec.size]
+    ops: list[dict] = [{"op": "concat", "fields": fields}]
+    arrays: dict[str, np.ndarray] = {}
+    for i, (fan_in, fan_out) in enumerate(zip(widths[:-1], widths[1:], strict=True)):
+        kernel, bias = f"actor/layers/{i}/kernel", f"actor/layers/{i}/bias"
+        arrays[kernel] = (rng.normal(size=(fan_in, fan_out)) / np.sqrt(fan_in)).astype(np.float32)
+        arrays[bias] = np.zeros(fan_out, np.float32)
+        ops += [{"op": "dense", "kernel": kernel, "bias": bias}, {"op": "relu"}]
+    ops[-1] = {"op": "tanh"}
+    ops.append({"op": "scale", "center": "scale/center", "half_range": "scale/half_range"})
+    arrays["scale/center"] = ((spec.maximum + spec.minimum) / 2).astype(np.float32)
+    arrays["scale/half_range"] = ((spec.maximum - spec.minimum) / 2).astype(np.float32)
+    graph = {"format": FORMAT, "format_version": FORMAT_VERSION, "algo": "ddpg", "policy_version": [0, 1],
+             "observation_spec": raw.observation_spec.to_msg(), "action_spec": spec.to_msg(),
+             "exploration": {"kind": "gaussian", "std": EXPLORATION_STD}, "graph": ops}
+    return device, NumpyPolicy(graph, arrays, seed=0)
+
+
+def _period_figures(starts: np.ndarray, ends: np.ndarray, hz: int) -> dict:
+    """Period error (|actual - nominal|, ms) between body starts, the body's time, the rate achieved."""
+    errors = np.abs(np.diff(starts) - 1.0 / hz) * 1e3
+    body_us = (ends - starts[:-1]) * 1e6
+    p50, p99 = np.percentile(errors, [50, 99])
+    b50, b99 = np.percentile(body_us, [50, 99])
+    achieved = (starts.size - 1) / (starts[-1] - starts[0])
+    return {"ticks": int(errors.size), "p50_ms": float(p50), "p99_ms": float(p99), "max_ms": float(errors.max()),
+            "body_us_p50": float(b50), "body_us_p99": float(b99), "rate_ratio": float(achieved / hz)}
+
+
+def _loop(hz: int, seconds: float, device, policy, paced: bool) -> dict:
+    """The body ``int(hz * seconds)`` times, paced by a RateClock or by ``sleep(period)`` after it."""
     from ..hal.clock import RateClock
 
-    rng = np.random.default_rng(0)
-    weights = rng.normal(size=(7, 14)).astype(np.float32)
-    observation = rng.normal(size=14).astype(np.float32)
-    clock = RateClock(hz)
-    for _ in range(int(hz * seconds)):
-        action = np.tanh(weights @ observation)  # the trivial policy
-        observation[:7] = action
-        clock.tick()
-    return clock.stats().to_dict()
-
-
-def _naive_rate_error(hz: int, seconds: float) -> float:
-    """Relative rate error of ``sleep(period)`` after the body (it drifts)."""
-    period = 1.0 / hz
     n = int(hz * seconds)
-    start = time.perf_counter()
-    for _ in range(n):
-        np.tanh(np.ones(7))
-        time.sleep(period)
-    achieved = n / (time.perf_counter() - start)
-    return float(hz / achieved - 1.0)
+    starts, ends = np.empty(n + 1), np.empty(n)
+    observation = device.reset(seed=hz)
+    for _ in range(WARMUP_STEPS):  # caches, allocations: not the figure
+        observation = device.step(policy.act(observation)[0])
+    period = 1.0 / hz
+    clock = RateClock(hz) if paced else None
+    starts[0] = time.perf_counter()
+    for i in range(n):
+        action, _ = policy.act(observation)
+        observation = device.step(action)
+        ends[i] = time.perf_counter()
+        if clock is not None:
+            clock.tick()
+        else:
+            time.sleep(period)
+        starts[i + 1] = time.perf_counter()
+    out = _period_figures(starts, ends, hz)
+    if clock is not None:
+        st = clock.stats()
+        out.update(missed=st.missed, overruns=st.overruns, overrun_p99_ms=st.overrun_p99_ms,
+                   overrun_max_ms=st.overrun_max_ms)
+    return out
 
 
 def _clock_child(seconds: float, priority: int, loaded: bool, queue) -> None:
-    """In a fresh process: (optionally) load the cores, set the priority, time each rate."""
+    """In a fresh process: (optionally) load the cores, set the priority, time each rate and the naive loop."""
     from ..hal.clock import set_realtime_priority
 
     cores = os.cpu_count() or 2
-    with _Load(cores if loaded else 0, max_s=len(RATES_HZ) * seconds + 30):
+    device, policy = _arm_and_policy()
+    with device, _Load(cores if loaded else 0, max_s=(len(RATES_HZ) + 1) * seconds + 30):
         granted = set_realtime_priority(priority) if priority else False  # after the load started
-        runs = {hz: _clock_run(hz, seconds) for hz in RATES_HZ}
-    queue.put({"granted": granted, "runs": runs})
+        runs = {hz: _loop(hz, seconds, device, policy, paced=True) for hz in RATES_HZ}
+        naive = _loop(NAIVE_HZ, seconds, device, policy, paced=False)
+    queue.put({"granted": granted, "runs": runs, "naive": naive})
 
 
 def _clock_measure(seconds: float, priority: int, loaded: bool) -> dict:
@@ -110,7 +180,7 @@ def _clock_measure(seconds: float, priority: int, loaded: bool) -> dict:
     proc = ctx.Process(target=_clock_child, args=(seconds, priority, loaded, queue))
     proc.start()
     try:
-        return queue.get(timeout=len(RATES_HZ) * seconds + 60)
+        return queue.get(timeout=(len(RATES_HZ) + 1) * seconds + 90)
     finally:
         proc.join(10)
         if proc.is_alive():
@@ -118,23 +188,46 @@ def _clock_measure(seconds: float, priority: int, loaded: bool) -> dict:
             proc.join(5)
 
 
+RUN_KEYS = ("ticks", "p50_ms", "p99_ms", "max_ms", "missed", "overruns", "overrun_p99_ms", "overrun_max_ms",
+            "body_us_p50", "body_us_p99", "rate_ratio")
+NAIVE_KEYS = ("ticks", "p50_ms", "p99_ms", "max_ms", "body_us_p50", "body_us_p99", "rate_ratio")
+
+
 def _clock(quick: bool) -> dict:
     """Headline figures with the real-time priority the actor uses on hardware; normal too."""
     seconds = 0.3 if quick else 3.0
-    out: dict = {"clock_seconds_per_run": seconds, "load_processes": os.cpu_count() or 2}
+    conditions = ("idle", "loaded")
+    out: dict = {"clock_seconds_per_run": seconds, "load_processes": os.cpu_count() or 2,
+                 "policy_hidden": list(HIDDEN)}
     for priority, tag in ((REALTIME_PRIORITY, ""), (0, "_normal_priority")):
-        for condition in ("idle", "loaded"):
+        for condition in conditions:
             result = _clock_measure(seconds, priority, condition == "loaded")
             if priority:
                 out["realtime_priority_granted"] = result["granted"]
-            for hz, st in result["runs"].items():
-                for key in ("p50_ms", "p99_ms", "max_ms", "missed", "ticks"):
-                    out[f"clock_{condition}_{hz}hz_{key}{tag}"] = st[key]
-        worst = [out[f"clock_{c}_500hz_p99_ms{tag}"] for c in ("idle", "loaded")]
-        out[f"jitter_p99_ms_500hz{tag}"] = max(worst)
-        out[f"jitter_max_ms_500hz{tag}"] = max(out[f"clock_{c}_500hz_max_ms{tag}"] for c in ("idle", "loaded"))
-        out[f"missed_deadlines_500hz{tag}"] = sum(out[f"clock_{c}_500hz_missed{tag}"] for c in ("idle", "loaded"))
-    out["naive_sleep_rate_error_500hz"] = _naive_rate_error(500, seconds)
+            for hz, figures in result["runs"].items():
+                for key in RUN_KEYS:
+                    out[f"clock_{condition}_{hz}hz_{key}{tag}"] = figures[key]
+            for key in NAIVE_KEYS:
+                out[f"naive_{condition}_{NAIVE_HZ}hz_{key}{tag}"] = result["naive"][key]
+        for hz in RATES_HZ:
+            def each(key, hz=hz, tag=tag):
+                return [out[f"clock_{c}_{hz}hz_{key}{tag}"] for c in conditions]
+            out[f"period_error_p99_ms_{hz}hz{tag}"] = max(each("p99_ms"))
+            out[f"period_error_max_ms_{hz}hz{tag}"] = max(each("max_ms"))
+            out[f"missed_deadlines_{hz}hz{tag}"] = sum(each("missed"))
+            out[f"overrun_ms_p99_{hz}hz{tag}"] = max(each("overrun_p99_ms"))
+            out[f"achieved_rate_ratio_{hz}hz{tag}"] = min(each("rate_ratio"))
+        out[f"jitter_p99_ms_500hz{tag}"] = out[f"period_error_p99_ms_500hz{tag}"]
+        out[f"jitter_max_ms_500hz{tag}"] = out[f"period_error_max_ms_500hz{tag}"]
+        naive = max(out[f"naive_{c}_{NAIVE_HZ}hz_p99_ms{tag}"] for c in conditions)
+        out[f"naive_sleep_period_error_p99_ms_{NAIVE_HZ}hz{tag}"] = naive
+        out[f"naive_sleep_rate_error_{NAIVE_HZ}hz{tag}"] = max(
+            1.0 / out[f"naive_{c}_{NAIVE_HZ}hz_rate_ratio{tag}"] - 1.0 for c in conditions)
+        clock = out[f"period_error_p99_ms_{NAIVE_HZ}hz{tag}"]
+        out[f"naive_over_clock_period_error_p99_{NAIVE_HZ}hz{tag}"] = naive / clock if clock > 0 else None
+    out["loop_body_us_p50"] = out["clock_idle_1000hz_body_us_p50"]
+    out["loop_body_us_p99"] = out["clock_idle_1000hz_body_us_p99"]
+    out["loop_body_fits_1000hz"] = bool(out["loop_body_us_p99"] < 1000.0)
     return out
 
 
