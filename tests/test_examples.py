@@ -38,6 +38,8 @@ class Example:
     server: bool = False
     """Serves until Ctrl-C: the test waits for its endpoint line, drives it, then interrupts it."""
     timeout_s: float = 600.0
+    covered: str = ""
+    """A test of its own runs it on its tiny budget and checks what it writes: not run twice."""
 
 
 EXAMPLES: dict[str, Example] = {
@@ -53,6 +55,7 @@ EXAMPLES: dict[str, Example] = {
     "distributed_dqn.py": Example(("--learners", "1", "2", "--max-steps", "400", "--epoch-steps", "200",
                                    "--epsilon-decay-steps", "200", "--out", "{tmp}/dqn.json"),
                                   expect="learner(s), seed 0", needs=("gymnasium", "matplotlib")),
+    "hil_robot.py": Example(covered="tests/test_hil_robot.py (--quick: every variant, the same keys)"),
     "heterogeneous_robots.py": Example(("--steps", "600", "--episodes", "1", "--run-dir", "{tmp}/hetero")),
     "ppo_staleness.py": Example(("--seeds", "0", "--staleness", "0", "--steps", "2000", "--root", "{tmp}/ppo",
                                  "--out", "{tmp}/ppo.json"), expect="k=0 seed=0", needs=("matplotlib",)),
@@ -127,6 +130,8 @@ def test_example_runs_on_a_tiny_budget(name, tmp_path_factory):
         pytest.fail(f"examples/{name} has no entry in EXAMPLES (tests/test_examples.py): "
                     "add its tiny-budget arguments there")
     example = EXAMPLES[name]
+    if example.covered:
+        pytest.skip(f"examples/{name} runs in {example.covered}")
     missing = _missing(example)
     if missing:
         pytest.skip(f"examples/{name} {missing}")

@@ -105,6 +105,7 @@ def test_a_real_actor_goes_on_when_its_learner_dies_during_teleoperation(tmp_pat
     actor = subprocess.Popen(
         [sys.executable, "-m", "embodyrl.cli", "actor", "pendulum", "--connect", server.endpoint,
          "--log-dir", str(tmp_path), "--max-steps", "1400", "--teleop", "script:expert_out:blocks",
+         "--actor.realtime", "true",  # a robot's pace: a script person no longer implies it
          "--actor.time_scale", "10", "--actor.random_steps", "0", "--actor.send_every", "16",
          "--actor.spool_dir", str(tmp_path / "spool"), "--actor.flush_timeout_s", "1",
          "--learner.peer_timeout_s", "2"],

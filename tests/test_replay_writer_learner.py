@@ -95,7 +95,7 @@ def test_a_failed_row_write_still_saves_the_model_closes_everything_and_raises(t
     monkeypatch.setattr(W.RowWriter, "_pwrite", real)
     assert Checkpointer(tmp_path / "checkpoints").latest_step() is not None  # the model was saved
     assert (tmp_path / "policy").exists()
-    assert learner.server._socket is None and learner.data.replay.store._fd == -1
+    assert learner.server._socket.closed and learner.data.replay.store._fd == -1
     assert learner.data.replay.store._writer._thread is None  # no writer thread left behind
     replay = PersistentReplay(tmp_path / "replay")  # the last good commit stands, nothing after it
     try:
