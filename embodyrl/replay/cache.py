@@ -4,30 +4,45 @@ Data pages are file-backed (the kernel's page cache), so the buffer's own
 anonymous memory stays small whatever the data size; the budget bounds how
 much of the page cache this buffer *keeps* of its own data. The policy:
 
-1. the most recent chunks (by generation) are always hot, as many as half
-   the budget holds (at least the one being written);
-2. then retained chunks (demonstrations), most recent first, while the
-   budget lasts: source mixing samples them far more often than their share;
-3. every other chunk is read on demand when a sample needs it, and its
-   pages are released (``MADV_DONTNEED`` + ``POSIX_FADV_DONTNEED``) every
-   ``release_every`` samples, so cold reads never grow the cache past budget.
+1. a tenth of the budget (``cold_fraction``) is kept for cold reads; the
+   rest holds hot chunks;
+2. the most recent chunks (by generation) are always hot, as many as half
+   the hot part holds (at least the one being written);
+3. then retained chunks (demonstrations), most recent first, while the
+   hot part lasts: source mixing samples them far more often than their share;
+4. every other chunk is read on demand when a sample needs it, and its
+   pages are released (``MADV_DONTNEED`` + ``POSIX_FADV_DONTNEED``) as soon
+   as the pages cold reads brought in since the last release could fill the
+   cold part (counted per row read: the mapping is ``MADV_RANDOM``, so a
+   miss reads only its own pages), and at least every ``release_every``
+   samples. Hot part plus cold reads stay within the budget.
 
 A chunk that leaves the hot set is released at once.
 """
 
 from __future__ import annotations
 
+import mmap
+
 import numpy as np
 
 from .store import ChunkStore
 
+PAGE = mmap.PAGESIZE
+
 
 class CachePolicy:
-    def __init__(self, store: ChunkStore, budget_bytes: int, release_every: int = 64):
+    def __init__(self, store: ChunkStore, budget_bytes: int, release_every: int = 64,
+                 cold_fraction: float = 0.1):
         self.store = store
         self.chunk_bytes = store.layout.chunk_rows * store.row_bytes
-        self.budget_chunks = max(1, int(budget_bytes // self.chunk_bytes))
+        self.cold_bytes = int(budget_bytes * cold_fraction)
+        """What cold reads may bring into the page cache between two releases."""
+        self.budget_chunks = max(1, int((budget_bytes - self.cold_bytes) // self.chunk_bytes))
         self.release_every = release_every
+        row_bytes = store.row_bytes
+        self._bytes_per_cold_row = (-(-row_bytes // PAGE) + (row_bytes % PAGE != 0)) * PAGE  # pages a row spans, at most
+        self._cold_read = 0
         self.hot = np.zeros(store.layout.chunks, bool)
         self.all_hot = True
         self.borrowed = np.zeros(store.layout.chunks, bool)  # held hot by a staged sampler's pool
@@ -77,13 +92,17 @@ class CachePolicy:
         self._set_hot()
 
     def touched(self, slots: np.ndarray) -> None:
-        """Note chunks a sample read; release the cold ones every ``release_every`` samples."""
-        self._touched[slots // self.store.layout.chunk_rows] = True
+        """Note chunks a sample read; release the cold ones once their reads could fill the cold
+        part of the budget (or every ``release_every`` samples)."""
+        chunks = slots // self.store.layout.chunk_rows
+        self._touched[chunks] = True
+        self._cold_read += int(np.count_nonzero(~self.hot[chunks])) * self._bytes_per_cold_row
         self._samples += 1
-        if self._samples % self.release_every == 0:
+        if self._cold_read >= self.cold_bytes or self._samples % self.release_every == 0:
             for chunk in np.flatnonzero(self._touched & ~self.hot):
                 self.store.release(int(chunk))
             self._touched[:] = False
+            self._cold_read = 0
 
     def is_cold(self, slots: np.ndarray) -> np.ndarray:
         return ~self.hot[slots // self.store.layout.chunk_rows]
