@@ -12,6 +12,7 @@ from pathlib import Path
 
 from .algos import registry
 from .hal.actor import ActorConfig
+from .transport.publisher import MODES as WEIGHT_ENCODINGS
 
 MIX_SOURCES = ("online", "demonstration", "intervention")
 """The keys of ``learner.mix``: :class:`~embodyrl.hal.steps.Source` names, lower case."""
@@ -36,6 +37,11 @@ class LearnerConfig:
     """Gradient steps fused into one jitted ``lax.scan`` call."""
     publish_every: int = 32
     """Gradient steps between weight publications."""
+    weights_encoding: str = "auto"
+    """How published weights travel: ``auto`` (full or a lossless delta, whichever is smaller by
+    the measured density), or pinned ``full``, ``delta``, ``bf16`` (half the bytes) or ``int8``
+    (a quarter; both lossy). Adam moves nearly every weight every step, so ``auto`` mostly sends
+    full weights; on a thin link pin ``bf16`` or ``int8``, or publish less often."""
     log_every_s: float = 1.0
     bind: str = "tcp://127.0.0.1:*"
     """Where the learner listens; actors dial it."""
@@ -78,6 +84,8 @@ class LearnerConfig:
             raise ValueError("learner.updates_per_step must be positive")
         if self.n_step < 1:
             raise ValueError("learner.n_step must be at least 1")
+        if self.weights_encoding not in WEIGHT_ENCODINGS:
+            raise ValueError(f"learner.weights_encoding must be one of {WEIGHT_ENCODINGS}, not {self.weights_encoding!r}")
         if self.replay_chunk_rows < 2 or self.prefetch_batches < 0:
             raise ValueError("learner.replay_chunk_rows must be at least 2 and prefetch_batches non-negative")
         if isinstance(self.demos, str):

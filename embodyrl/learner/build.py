@@ -12,6 +12,7 @@ from ..hal.wire.protocol import DeviceInfo
 from ..hal.wire.security import ServerKeys
 from ..policy import save_policy
 from ..transport import LearnerServer
+from ..transport.publisher import WeightsConfig
 from ..transport.server import MAX_BATCH_ROWS, session_limits
 from .checkpoint import Checkpointer
 from .metrics import MetricsLog
@@ -71,6 +72,7 @@ def build_learner(config, layout: Layout, run_dir: Path, *, keys: ServerKeys | N
     server = LearnerServer(lc.bind, run_id=run_dir.name, incarnation=incarnation, admit=_admission(layout),
                            limits=session_limits(kinds, max_batch_rows), max_batch_rows=max_batch_rows,
                            peer_timeout_s=lc.peer_timeout_s, keys=keys, allow_insecure=allow_insecure,
+                           weights=WeightsConfig(encoding=lc.weights_encoding),
                            bindings_path=run_dir / "key_bindings.json", committed_seq=committed_seq)
 
     def save(version: PolicyVersion, weights) -> None:
