@@ -237,5 +237,5 @@ def _note(r: dict) -> str:
            f"Only {r['changed_fraction_mean']:.1%} of the weights change between publications, so auto's "
            "deltas are small. ")
     return (rate + why + "On a slower link raise learner.publish_every, or pin bf16 (half) or int8 (a "
-            "quarter; both lossy) with LearnerServer(weights=WeightsConfig(...)), which no training-config "
-            "setting reaches. Ratios are fp32 bytes over the mode's bytes: above 1, fewer bytes than fp32.")
+            "quarter; both lossy) with learner.weights_encoding. Ratios are fp32 bytes over the mode's "
+            "bytes: above 1, fewer bytes than fp32.")
