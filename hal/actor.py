@@ -409,9 +409,7 @@ class ActorLoop:
         (the next acted step starts one from where the device is)."""
         if not lane.holding:
             lane.holding = True
-            lane.recorder.abandon_episode()
-            lane.episode_return, lane.t = 0.0, 0
-            new_episode(lane.intervention)
+            self._stop_episode(lane)
         self.stats.held_steps += 1
         observation = hold_safe(lane.device)
         if observation is not None:

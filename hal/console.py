@@ -21,6 +21,7 @@ was encoded replaces it.
 from __future__ import annotations
 
 import contextlib
+import io
 import itertools
 import queue
 import threading
@@ -59,27 +60,9 @@ def encode_jpeg(image: np.ndarray, width: int, quality: int = 80) -> tuple[bytes
         small = small[..., 0]
     elif small.shape[-1] == 4:
         small = small[..., :3]
-    buffer = _Buffer()
+    buffer = io.BytesIO()
     Image.fromarray(small).save(buffer, format="JPEG", quality=quality)
-    return buffer.data, small.shape[1], small.shape[0]
-
-
-class _Buffer:
-    """The smallest file object Pillow writes to."""
-
-    def __init__(self):
-        self.parts: list[bytes] = []
-
-    def write(self, data) -> int:
-        self.parts.append(bytes(data))
-        return len(data)
-
-    def flush(self) -> None:
-        pass
-
-    @property
-    def data(self) -> bytes:
-        return b"".join(self.parts)
+    return buffer.getvalue(), small.shape[1], small.shape[0]
 
 
 class ConsoleLink:
