@@ -1,11 +1,19 @@
 """A run's ``metrics.jsonl``: the learner writes a record each second; the operator console appends
 its own rows (each action, the actors' success rate), marked ``"source": "console"``. Readers of the
-learner's records read them here, without JAX."""
+learner's records read them here, without JAX, from a run directory or from the artifacts a
+documented result keeps (:func:`keep_artifacts`: ``metrics.jsonl`` gzipped when large)."""
 
 from __future__ import annotations
 
+import gzip
 import json
+import shutil
 from pathlib import Path
+
+ARTIFACTS = ("config.json", "summary.json", "metrics.jsonl")
+"""What makes a learning result checkable: its settings, its final figures and its curves."""
+COMPRESS_ABOVE_BYTES = 256 * 1024
+"""``metrics.jsonl`` larger than this is kept as ``metrics.jsonl.gz``."""
 
 CONSOLE = "console"
 """The ``source`` of the console's rows."""
@@ -20,7 +28,7 @@ def learner_records(run_dir: str | Path) -> list[dict]:
     """The learner's records in ``run_dir/metrics.jsonl``, oldest first (a line cut short, as a
     crash or a write in progress leaves it, is left out)."""
     records = []
-    for line in (Path(run_dir) / "metrics.jsonl").read_text().splitlines():
+    for line in metrics_text(run_dir).splitlines():
         try:
             record = json.loads(line)
         except json.JSONDecodeError:
@@ -28,3 +36,54 @@ def learner_records(run_dir: str | Path) -> list[dict]:
         if is_learner_record(record):
             records.append(record)
     return records
+
+
+def metrics_text(run_dir: str | Path) -> str:
+    """``run_dir``'s ``metrics.jsonl``, or its kept ``metrics.jsonl.gz``."""
+    path = Path(run_dir) / "metrics.jsonl"
+    if path.exists():
+        return path.read_text()
+    packed = path.with_name("metrics.jsonl.gz")
+    if packed.exists():
+        return gzip.decompress(packed.read_bytes()).decode()
+    raise FileNotFoundError(f"{run_dir}: no metrics.jsonl (not a run directory?)")
+
+
+def has_artifacts(directory: str | Path) -> bool:
+    """Whether ``directory`` holds a run's :data:`ARTIFACTS` (``metrics.jsonl`` possibly gzipped)."""
+    directory = Path(directory)
+    return all((directory / name).exists() or (directory / f"{name}.gz").exists() for name in ARTIFACTS)
+
+
+def keep_artifacts(run_dirs, into: str | Path) -> list[Path]:
+    """Copy each run's :data:`ARTIFACTS` into ``into/<run directory's name>/`` (the replay, policy
+    and checkpoints stay behind); returns the folders written. A run without one of them is refused
+    before anything is copied: a result kept without its summary could not be checked."""
+    into = Path(into)
+    sources = [Path(r) for r in run_dirs]
+    for run_dir in sources:
+        missing = [name for name in ARTIFACTS
+                   if not (run_dir / name).exists() and not (run_dir / f"{name}.gz").exists()]
+        if missing:
+            raise FileNotFoundError(f"{run_dir}: no {', '.join(missing)} to keep (a finished run has them)")
+    names = [run_dir.resolve().name for run_dir in sources]
+    if len(set(names)) != len(names):
+        raise ValueError(f"runs to keep share a directory name ({', '.join(names)}); rename one")
+    kept = []
+    for run_dir, name in zip(sources, names, strict=True):
+        target = into / name
+        if target.resolve() == run_dir.resolve():
+            kept.append(target)  # already kept: re-plotting from the artifacts
+            continue
+        target.mkdir(parents=True, exist_ok=True)
+        for stale in ("metrics.jsonl", "metrics.jsonl.gz"):
+            (target / stale).unlink(missing_ok=True)
+        for name_ in ARTIFACTS[:2]:
+            shutil.copyfile(run_dir / name_, target / name_)
+        text = metrics_text(run_dir)
+        if len(text.encode()) > COMPRESS_ABOVE_BYTES:
+            (target / "metrics.jsonl.gz").write_bytes(gzip.compress(text.encode(), mtime=0))
+        else:
+            (target / "metrics.jsonl").write_text(text)
+        kept.append(target)
+    return kept

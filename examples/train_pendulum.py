@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{summary['env_steps']} steps in {summary['wall_s']} s; "
           f"trained return {summary['eval_return_mean']:.1f} (random {summary['random_return_mean']:.1f}), "
           f"upright {summary['eval_upright_fraction']:.0%} of the time (random "
-          f"{summary['random_upright_fraction']:.0%})")
+          f"{summary['random_upright_fraction']:.0%}), median angle {summary['eval_angle_error_median']:.3f} rad")
 
     # The saved policy runs again later from the directory alone: embodyrl eval does this.
     again = evaluate_saved_run(run_dir, episodes=1)

@@ -168,6 +168,35 @@ def test_plot_names_a_missing_metric_and_a_non_run(tmp_path):
     assert not (tmp_path / "x.png").exists()
 
 
+def test_plot_keeps_each_runs_artifacts_beside_the_png_and_redraws_from_them(tmp_path, run_dir):
+    from embodyrl.runlog import COMPRESS_ABOVE_BYTES, has_artifacts, learner_records
+
+    big = _fake_run(tmp_path / "long", 1, 3e-4, [-float(i) for i in range(COMPRESS_ABOVE_BYTES // 40)])
+    (big / "summary.json").write_text(json.dumps({"eval_return_mean": -1.0}))
+    out = tmp_path / "docs" / "fig.png"
+    proc = _cli("plot", str(run_dir), str(big), "--out", str(out), "--keep-artifacts")
+    assert proc.returncode == 0, proc.stderr
+    kept = tmp_path / "docs" / "fig"
+    assert sorted(json.loads(proc.stdout)["artifacts"]) == sorted(str(kept / n) for n in ("run", "long"))
+    assert has_artifacts(kept / "run") and has_artifacts(kept / "long")
+    assert (kept / "run" / "metrics.jsonl").exists() and not (kept / "run" / "replay").exists()
+    assert (kept / "long" / "metrics.jsonl.gz").exists()  # large: compressed, and still readable
+    assert learner_records(kept / "long") == learner_records(big)
+    assert (kept / "run" / "summary.json").read_text() == (run_dir / "summary.json").read_text()
+    again = _cli("plot", str(kept / "run"), str(kept / "long"), "--out", str(out), "--keep-artifacts")
+    assert again.returncode == 0, again.stderr  # redrawn from the kept artifacts alone
+    assert json.loads(again.stdout)["groups"] == json.loads(proc.stdout)["groups"] | {
+        name: {**group, "runs": [str(kept / Path(r).name) for r in group["runs"]]}
+        for name, group in json.loads(proc.stdout)["groups"].items()}
+
+
+def test_plot_refuses_to_keep_a_run_without_its_summary(tmp_path):
+    run = _fake_run(tmp_path / "unfinished", 0, 3e-4, [-1.0, -2.0])
+    proc = _cli("plot", str(run), "--out", str(tmp_path / "x.png"), "--keep-artifacts")
+    assert proc.returncode == 2 and "summary.json" in proc.stderr
+    assert not (tmp_path / "x").exists()
+
+
 def test_export_writes_a_numpy_policy_that_acts_as_the_trained_one(run_dir, tmp_path):
     from embodyrl import envs
     from embodyrl.config import load

@@ -118,6 +118,26 @@ def test_pendulum_upright_fraction_uses_the_second_half():
     assert task.episode_metrics([up] * 10 + [down] * 10)["upright_fraction"] == 0.0
 
 
+def test_pendulum_angle_error_median_sees_a_pole_held_still_off_the_top():
+    task = pendulum.SwingUp()
+
+    def at(theta):
+        return {"orientation": np.array([np.cos(theta), np.sin(theta)], np.float32),
+                "angular_velocity": np.zeros(1, np.float32)}
+
+    held_off = task.episode_metrics([at(np.pi)] * 10 + [at(-0.214)] * 10)
+    assert held_off["upright_fraction"] == 0.0 and held_off["angle_error_median"] == pytest.approx(0.214, abs=1e-5)
+    wobbling = task.episode_metrics([at(np.pi)] * 10 + [at(0.01), at(-0.02), at(0.03), at(0.5), at(-0.01)] * 2)
+    assert wobbling["angle_error_median"] == pytest.approx(0.02, abs=1e-5)  # one swing out does not move it
+
+
+def test_evaluation_keeps_a_median_metric_a_median_over_episodes():
+    from embodyrl.cli.evaluate import summarise
+
+    summary = summarise({"upright_fraction": [1.0, 1.0, 0.0], "angle_error_median": [0.01, 0.02, 3.0]})
+    assert summary == {"upright_fraction_mean": pytest.approx(2 / 3), "angle_error_median": 0.02}
+
+
 from embodyrl.hal.testing import DeviceConformance  # noqa: E402
 
 

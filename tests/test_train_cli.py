@@ -53,7 +53,8 @@ def test_train_writes_the_run_directory(tmp_path):
     assert proc.returncode == 0, err
     assert _group_gone(proc.pid, 10), "a child process outlived the run"
     summary = json.loads((run_dir / "summary.json").read_text())
-    for key in ("env_steps", "wall_s", "eval_return_mean", "eval_upright_fraction", "random_return_mean"):
+    for key in ("env_steps", "wall_s", "eval_return_mean", "eval_upright_fraction", "eval_angle_error_median",
+                "random_return_mean"):
         assert key in summary
     assert summary["env_steps"] >= 1500
     assert json.loads(out) == summary

@@ -330,7 +330,8 @@ def _plot(args) -> int:
     try:
         from .plot import plot_runs
 
-        result = plot_runs([Path(r) for r in args.run_dirs], Path(args.out), args.metric, args.x)
+        result = plot_runs([Path(r) for r in args.run_dirs], Path(args.out), args.metric, args.x,
+                           keep=args.keep_artifacts)
     except ImportError as err:
         print(f"embodyrl: plot needs matplotlib (pip install 'embodyrl[plot]'): {err}", file=sys.stderr)
         return 1
@@ -530,6 +531,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="curves.png", help="PNG to write (default curves.png)")
     p.add_argument("--metric", default="episode_return", help="y: a metrics.jsonl key (default episode_return)")
     p.add_argument("--x", default="env_steps", help="x: a metrics.jsonl key (default env_steps)")
+    p.add_argument("--keep-artifacts", action="store_true",
+                   help="also copy each run's config.json, summary.json and metrics.jsonl (gzipped when "
+                        "large) into OUT's name without .png, one folder per run, so the figure can be "
+                        "checked and redrawn once the runs are gone; a run without them is refused")
     p.set_defaults(func=_plot)
     b = sub.add_parser("bench", help="run a shipped benchmark against its baseline",
                        description="Run benchmark NAME: the real thing and a baseline measured in the "

@@ -48,8 +48,20 @@ def evaluate(device: Device, task: Task, policy: Policy, episodes: int, seed: in
             metrics.setdefault(name, []).append(value)
     result = {"return_mean": float(np.mean(returns)), "return_std": float(np.std(returns)),
               "returns": [float(r) for r in returns]}
-    result.update({f"{name}_mean": float(np.mean(v)) for name, v in metrics.items()})
+    result.update(summarise(metrics))
     return result
+
+
+def summarise(metrics: dict[str, list[float]]) -> dict[str, float]:
+    """Each task metric over the episodes: one named ``*_median`` by its median over the episodes'
+    values (an outlier episode must not move it), any other by its mean, its key gaining ``_mean``."""
+    out = {}
+    for name, values in metrics.items():
+        if name.endswith("_median"):
+            out[name] = float(np.median(values))
+        else:
+            out[f"{name}_mean"] = float(np.mean(values))
+    return out
 
 
 def _ask(operator: Operator, device: Device, task: Task, observations, summary: str) -> bool | None:
@@ -73,7 +85,7 @@ def versus_random(device: Device, task: Task, policy: Policy, episodes: int, see
     out = {"eval_return_mean": trained["return_mean"], "random_return_mean": rand["return_mean"],
            "eval_returns": trained["returns"]}
     for name, value in trained.items():
-        if name.endswith("_mean") and name != "return_mean":
+        if name.endswith(("_mean", "_median")) and name != "return_mean":
             out[f"eval_{name.removesuffix('_mean')}"] = value
             out[f"random_{name.removesuffix('_mean')}"] = rand[name]
     return out

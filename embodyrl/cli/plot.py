@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..runlog import learner_records
+from ..runlog import keep_artifacts, learner_records, metrics_text
 
 GRID_POINTS = 200
 
@@ -33,9 +33,7 @@ def _flatten(data: dict, prefix: str = "") -> dict:
 def read_curve(run_dir: Path, metric: str, x: str) -> tuple[np.ndarray, np.ndarray]:
     """(x, metric) of every metrics.jsonl line where both are numbers."""
     path = Path(run_dir) / "metrics.jsonl"
-    if not path.exists():
-        raise FileNotFoundError(f"{run_dir}: no metrics.jsonl (not a run directory?)")
-    lines = path.read_text().splitlines()
+    lines = metrics_text(run_dir).splitlines()
     xs, ys = [], []
     for number, line in enumerate(lines, 1):
         if not line.strip():
@@ -106,14 +104,17 @@ def _series(run_dir: Path, metric: str, label: str) -> list[tuple[str, str]]:
 
 
 def plot_runs(run_dirs: list[Path], out: Path, metric: str = "episode_return",
-              x: str = "env_steps") -> dict:
-    """Write the PNG; returns what was drawn (groups, their runs, the final mean of each)."""
+              x: str = "env_steps", keep: bool = False) -> dict:
+    """Write the PNG and, with ``keep``, each run's artifacts beside it (``NAME.png`` -> ``NAME/RUN/``:
+    config, summary, metrics), so the figure can be checked and redrawn once the runs are gone;
+    returns what was drawn (groups, their runs, the final mean of each) and where it was kept."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     groups = group_runs(run_dirs)
+    kept = keep_artifacts(run_dirs, Path(out).with_suffix("")) if keep else None
     figure, axes = plt.subplots(figsize=(8, 5), dpi=100)
     drawn = {}
     try:
@@ -133,4 +134,7 @@ def plot_runs(run_dirs: list[Path], out: Path, metric: str = "episode_return",
         figure.savefig(out, format="png")
     finally:
         plt.close(figure)
-    return {"out": str(out), "metric": metric, "x": x, "groups": drawn}
+    result = {"out": str(out), "metric": metric, "x": x, "groups": drawn}
+    if kept is not None:
+        result["artifacts"] = [str(p) for p in kept]
+    return result
