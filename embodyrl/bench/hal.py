@@ -115,7 +115,7 @@ def _arm_and_policy():
     ops.append({"op": "scale", "center": "scale/center", "half_range": "scale/half_range"})
     arrays["scale/center"] = ((spec.maximum + spec.minimum) / 2).astype(np.float32)
     arrays["scale/half_range"] = ((spec.maximum - spec.minimum) / 2).astype(np.float32)
-    graph = {"format": FORMAT, "format_version": FORMAT_VERSION, "algo": "ddpg", "policy_version": [0, 1],
+    graph = {"format": FORMAT, "format_version": FORMAT_VERSION, "algo": "random-mlp", "policy_version": [0, 1],
              "observation_spec": raw.observation_spec.to_msg(), "action_spec": spec.to_msg(),
              "exploration": {"kind": "gaussian", "std": EXPLORATION_STD}, "graph": ops}
     return device, NumpyPolicy(graph, arrays, seed=0)

@@ -51,6 +51,7 @@ from pathlib import Path
 import jax
 import numpy as np
 
+from ..algos import registry
 from ..algos.heads import over
 from ..config import LearnerConfig, default_config
 from ..hal.steps import PolicyVersion, StepRecorder
@@ -98,7 +99,7 @@ def _rollout(device, task, replay: PersistentReplay, steps: int, seed: int) -> N
 
 
 def measure(*, updates: int, rollout_steps: int, hidden_sizes: tuple[int, ...] | None = None,
-            learning_rate: float | None = None, algorithm: str = "ddpg", seed: int = 0) -> dict:
+            learning_rate: float | None = None, algorithm: str = registry.DEFAULT, seed: int = 0) -> dict:
     """Train ``updates`` real gradient steps, publishing as the learner does; the per-publication figures.
 
     ``hidden_sizes``: the networks' widths (None: the algorithm's default). ``learning_rate``: every
@@ -109,7 +110,7 @@ def measure(*, updates: int, rollout_steps: int, hidden_sizes: tuple[int, ...] |
 
     lc = LearnerConfig()
     config = default_config(TASK)
-    section_name = {"ddpg": "ddpg", "td3": "ddpg", "sac": "sac", "rlpd": "sac"}[algorithm]
+    section_name = registry.get(algorithm).section
     section = getattr(config, section_name)
     changes = {}
     if hidden_sizes is not None:
