@@ -17,10 +17,10 @@ def run_dir(tmp_path_factory):
     """A real ``embodyrl train`` run from a YAML file plus overrides: 600 steps, small networks."""
     root = tmp_path_factory.mktemp("cli")
     config = root / "tiny.yaml"
-    config.write_text("# tiny pendulum run\nsteps: 600\neval_episodes: 2\nddpg:\n  hidden_sizes: [32, 32]\n"
+    config.write_text("# tiny pendulum run\nsteps: 600\neval_episodes: 2\nsac:\n  hidden_sizes: [32, 32]\n"
                       "learner:\n  min_replay: 200\n  log_every_s: 0.5\nactor:\n  random_steps: 300\n")
     run = root / "run"
-    code, _, err, _ = cli_in_session("train", "pendulum", "--config", str(config), "--ddpg.actor_lr", "1e-3",
+    code, _, err, _ = cli_in_session("train", "pendulum", "--config", str(config), "--sac.actor_lr", "1e-3",
                                      "--learner.updates_per_step=0.5", "--seed", "3", "--run-dir", str(run),
                                      "--quiet")
     assert code == 0, err
@@ -30,9 +30,9 @@ def run_dir(tmp_path_factory):
 def test_config_file_and_overrides_reach_the_run(run_dir):
     config = json.loads((run_dir / "config.json").read_text())
     assert config["steps"] == 600 and config["seed"] == 3 and config["eval_episodes"] == 2
-    assert config["ddpg"]["hidden_sizes"] == [32, 32] and config["ddpg"]["actor_lr"] == 1e-3
+    assert config["sac"]["hidden_sizes"] == [32, 32] and config["sac"]["actor_lr"] == 1e-3
     assert config["learner"]["updates_per_step"] == 0.5 and config["learner"]["min_replay"] == 200
-    assert config["ddpg"]["discount"] == 0.98  # pendulum's tuned default, untouched by the file
+    assert config["algorithm"] == "sac"  # pendulum's tuned default, untouched by the file
     assert (run_dir / "config.yaml").read_text().startswith("# tiny pendulum run\n")  # verbatim
 
 

@@ -108,7 +108,7 @@ def test_train_in_a_terminal_draws_the_panel(tmp_path):
     env = {**os.environ, "COLUMNS": "110", "LINES": "40", "TERM": "xterm-256color"}
     proc = subprocess.Popen(
         [sys.executable, "-m", "embodyrl.cli", "train", "pendulum", "--steps", "500", "--run-dir",
-         str(tmp_path / "run"), "--eval_episodes", "1", "--ddpg.hidden_sizes", "[16, 16]",
+         str(tmp_path / "run"), "--eval_episodes", "1", "--sac.hidden_sizes", "[16, 16]",
          "--learner.min_replay", "200", "--learner.log_every_s", "0.3", "--actor.random_steps", "200", "--curve"],
         stdin=slave, stdout=slave, stderr=slave, env=env, start_new_session=True)
     os.close(slave)

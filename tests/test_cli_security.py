@@ -66,7 +66,7 @@ def test_a_keyed_learner_and_actor_finish_a_run(keys, tmp_path):
     run_dir = tmp_path / "run"
     learner = _start("learner", "pendulum", "--run-dir", str(run_dir), "--steps", "400",
                      "--secret-key", str(keys / "learner" / "learner.key_secret"),
-                     "--authorized-keys", str(keys / "actors"), "--ddpg.hidden_sizes", "[16, 16]",
+                     "--authorized-keys", str(keys / "actors"), "--sac.hidden_sizes", "[16, 16]",
                      "--learner.min_replay", "200", "--actor.random_steps", "200")
     actor = None
     try:

@@ -10,8 +10,9 @@ def test_round_trip_through_json(tmp_path):
 
 
 def test_task_defaults_apply():
-    assert default_config("pendulum").ddpg.discount == 0.98
-    assert TrainConfig().ddpg.discount == 0.99
+    pendulum = default_config("pendulum")
+    assert pendulum.algorithm == "sac" and pendulum.steps == 30_000 and pendulum.sac.discount == 0.99
+    assert TrainConfig().algorithm == "ddpg" and TrainConfig().steps == 20_000
 
 
 @pytest.mark.parametrize(("change", "message"), [

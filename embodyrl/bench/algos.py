@@ -222,7 +222,10 @@ def run(quick: bool = False) -> dict:
     from ..robot import layout_of
 
     blocks, calls = (8, 5) if quick else (16, 15)  # 80 or 240 updates a block, alternating
-    config = dataclasses.replace(default_config("pendulum"), steps=10**12)  # no budget: blocks end the loop
+    from ..algos import registry
+
+    # DDPG at its defaults, whatever the pendulum's own default algorithm; no budget: blocks end the loop
+    config = dataclasses.replace(default_config("pendulum"), algorithm=registry.DEFAULT, steps=10**12)
     (kind,) = layout_of(config).kinds
     ctx = mp.get_context("spawn")
     stop = ctx.Event()
