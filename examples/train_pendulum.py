@@ -5,7 +5,7 @@ task's tuned configuration, adjust it in code, run a learner process and
 actor processes on this machine, then evaluate the saved policy::
 
     python examples/train_pendulum.py                    # the tuned 30k steps: minutes on 2 cores
-    python examples/train_pendulum.py --actors 2 --algorithm sac
+    python examples/train_pendulum.py --actors 2 --algorithm ddpg
     python examples/train_pendulum.py --quick            # a smoke run of a few hundred steps
 
 The run directory holds config.json, metrics.jsonl, TensorBoard events (tb/),
@@ -29,13 +29,14 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run-dir", type=Path, help="default: runs/train_pendulum-TIME")
     parser.add_argument("--actors", type=int, default=1, help="actor processes")
-    parser.add_argument("--algorithm", default="ddpg", choices=("ddpg", "td3", "sac", "rlpd"))
+    parser.add_argument("--algorithm", choices=("ddpg", "td3", "sac", "rlpd"),
+                        help="default: the pendulum's tuned one (SAC)")
     parser.add_argument("--quick", action="store_true", help="600 steps with small networks (tests)")
     args = parser.parse_args(argv)
 
     # Typed, frozen configuration: the task's tuned values, changed with dataclasses.replace.
     config = default_config("pendulum")
-    config = replace(config, actors=args.actors, algorithm=args.algorithm)
+    config = replace(config, actors=args.actors, algorithm=args.algorithm or config.algorithm)
     if args.quick:
         config = replace(config, steps=600, eval_episodes=2,
                          ddpg=replace(config.ddpg, hidden_sizes=(32, 32)),

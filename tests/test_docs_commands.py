@@ -75,7 +75,7 @@ RULES = [
     Rule(r"^embodyrl demos ", skip="summarises what a recording by a person wrote; tests/test_record.py "
                                    "runs it on a recorded directory"),
     Rule(r"^embodyrl train pendulum$", skip="the default run of the README's two commands; the quickstart's "
-                                           "embodyrl train pendulum --run-dir runs/ddpg runs here"),
+                                           "embodyrl train pendulum --run-dir runs/pendulum runs here"),
     Rule(r"^embodyrl train gym:", skip="tests/test_cli_tasks.py::test_train_a_gymnasium_id trains a Gymnasium id"),
     Rule(r"^embodyrl train .*--config ", skip="one more training run; tests/test_cli_commands.py trains from a "
                                              "YAML file plus overrides (the file and overrides are checked here)"),
