@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -56,34 +57,40 @@ def has_artifacts(directory: str | Path) -> bool:
 
 
 def keep_artifacts(run_dirs, into: str | Path) -> list[Path]:
-    """Copy each run's :data:`ARTIFACTS` into ``into/<run directory's name>/`` (the replay, policy
-    and checkpoints stay behind); returns the folders written. A run without one of them is refused
-    before anything is copied: a result kept without its summary could not be checked."""
+    """Copy each run's :data:`ARTIFACTS` into ``into``, each run under its path below the runs'
+    common parent (``sweep/s0`` and ``other/s0`` stay apart; one run keeps its own name); the
+    replay, policy and checkpoints stay behind. Returns the folders written. A run without one of
+    them is refused before anything is copied: a result kept without its summary could not be checked."""
     into = Path(into)
-    sources = [Path(r) for r in run_dirs]
+    sources = [Path(r).resolve() for r in run_dirs]
     for run_dir in sources:
         missing = [name for name in ARTIFACTS
                    if not (run_dir / name).exists() and not (run_dir / f"{name}.gz").exists()]
         if missing:
             raise FileNotFoundError(f"{run_dir}: no {', '.join(missing)} to keep (a finished run has them)")
-    names = [run_dir.resolve().name for run_dir in sources]
-    if len(set(names)) != len(names):
-        raise ValueError(f"runs to keep share a directory name ({', '.join(names)}); rename one")
+    parent = Path(os.path.commonpath([run_dir.parent for run_dir in sources]))
     kept = []
-    for run_dir, name in zip(sources, names, strict=True):
-        target = into / name
-        if target.resolve() == run_dir.resolve():
-            kept.append(target)  # already kept: re-plotting from the artifacts
-            continue
+    for run_dir in sources:
+        target = into / run_dir.relative_to(parent)
+        kept.append(target)
+        if target.resolve() == run_dir:
+            continue  # already kept: re-plotting from the artifacts
         target.mkdir(parents=True, exist_ok=True)
         for stale in ("metrics.jsonl", "metrics.jsonl.gz"):
             (target / stale).unlink(missing_ok=True)
-        for name_ in ARTIFACTS[:2]:
-            shutil.copyfile(run_dir / name_, target / name_)
+        for name in ARTIFACTS[:2]:
+            shutil.copyfile(run_dir / name, target / name)
         text = metrics_text(run_dir)
         if len(text.encode()) > COMPRESS_ABOVE_BYTES:
             (target / "metrics.jsonl.gz").write_bytes(gzip.compress(text.encode(), mtime=0))
         else:
             (target / "metrics.jsonl").write_text(text)
-        kept.append(target)
     return kept
+
+
+def kept_runs(directory: str | Path) -> list[Path]:
+    """The run folders below ``directory`` (any folder holding one of :data:`ARTIFACTS`)."""
+    directory = Path(directory)
+    found = {path.parent for name in ARTIFACTS for pattern in (name, f"{name}.gz")
+             for path in directory.rglob(pattern)}
+    return sorted(found)

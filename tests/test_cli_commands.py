@@ -1,6 +1,7 @@
 """``embodyrl eval``, ``replay``, ``plot`` and the TensorBoard log, in subprocesses on one tiny run."""
 
 import json
+import os
 import struct
 from pathlib import Path
 
@@ -169,25 +170,28 @@ def test_plot_names_a_missing_metric_and_a_non_run(tmp_path):
 
 
 def test_plot_keeps_each_runs_artifacts_beside_the_png_and_redraws_from_them(tmp_path, run_dir):
-    from embodyrl.runlog import COMPRESS_ABOVE_BYTES, has_artifacts, learner_records
+    from embodyrl.runlog import COMPRESS_ABOVE_BYTES, has_artifacts, kept_runs, learner_records
 
     big = _fake_run(tmp_path / "long", 1, 3e-4, [-float(i) for i in range(COMPRESS_ABOVE_BYTES // 40)])
     (big / "summary.json").write_text(json.dumps({"eval_return_mean": -1.0}))
     out = tmp_path / "docs" / "fig.png"
     proc = _cli("plot", str(run_dir), str(big), "--out", str(out), "--keep-artifacts")
     assert proc.returncode == 0, proc.stderr
-    kept = tmp_path / "docs" / "fig"
-    assert sorted(json.loads(proc.stdout)["artifacts"]) == sorted(str(kept / n) for n in ("run", "long"))
-    assert has_artifacts(kept / "run") and has_artifacts(kept / "long")
-    assert (kept / "run" / "metrics.jsonl").exists() and not (kept / "run" / "replay").exists()
-    assert (kept / "long" / "metrics.jsonl.gz").exists()  # large: compressed, and still readable
-    assert learner_records(kept / "long") == learner_records(big)
-    assert (kept / "run" / "summary.json").read_text() == (run_dir / "summary.json").read_text()
-    again = _cli("plot", str(kept / "run"), str(kept / "long"), "--out", str(out), "--keep-artifacts")
+    kept = tmp_path / "docs" / "fig"  # runs named by their paths below their common parent
+    common = Path(os.path.commonpath([run_dir.parent, big.parent]))
+    names = {r: str(r.relative_to(common)) for r in (run_dir, big)}
+    assert sorted(json.loads(proc.stdout)["artifacts"]) == sorted(str(kept / n) for n in names.values())
+    kept_run, kept_long = kept / names[run_dir], kept / names[big]
+    assert has_artifacts(kept_run) and has_artifacts(kept_long) and kept_runs(kept) == sorted([kept_run, kept_long])
+    assert (kept_run / "metrics.jsonl").exists() and not (kept_run / "replay").exists()
+    assert (kept_long / "metrics.jsonl.gz").exists()  # large: compressed, and still readable
+    assert learner_records(kept_long) == learner_records(big)
+    assert (kept_run / "summary.json").read_text() == (run_dir / "summary.json").read_text()
+    again = _cli("plot", str(kept_run), str(kept_long), "--out", str(out), "--keep-artifacts")
     assert again.returncode == 0, again.stderr  # redrawn from the kept artifacts alone
-    assert json.loads(again.stdout)["groups"] == json.loads(proc.stdout)["groups"] | {
-        name: {**group, "runs": [str(kept / Path(r).name) for r in group["runs"]]}
-        for name, group in json.loads(proc.stdout)["groups"].items()}
+    finals = {name: group["final_mean"] for name, group in json.loads(proc.stdout)["groups"].items()}
+    assert {name: group["final_mean"] for name, group in json.loads(again.stdout)["groups"].items()} == finals
+    assert sorted(json.loads(again.stdout)["artifacts"]) == sorted([str(kept_run), str(kept_long)])
 
 
 def test_plot_refuses_to_keep_a_run_without_its_summary(tmp_path):

@@ -2,8 +2,8 @@
 
 A figure ``figures/NAME.png`` passes when one of these holds:
 
-* ``figures/NAME/`` keeps the runs it was drawn from (``embodyrl plot ... --keep-artifacts``): one
-  folder per run with ``config.json``, ``summary.json`` and ``metrics.jsonl`` (or ``.gz``);
+* ``figures/NAME/`` keeps the runs it was drawn from (``embodyrl plot ... --keep-artifacts``): every
+  run folder below it has ``config.json``, ``summary.json`` and ``metrics.jsonl`` (or ``.gz``);
 * ``figures/NAME.json`` is the results file its experiment script wrote (settings and per-run figures);
 * the next line of text below the image says ``No artifacts: not re-run`` and why.
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from embodyrl.runlog import has_artifacts
+from embodyrl.runlog import has_artifacts, kept_runs
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "docs" / "benchmarks.md"
@@ -31,8 +31,7 @@ def unchecked_figures(page_text: str, figures: Path) -> list[str]:
             if not (figures / f"{name}.png").exists():
                 problems.append(f"figures/{name}.png: named but not there")
                 continue
-            kept = figures / name
-            runs = [p for p in kept.iterdir() if p.is_dir()] if kept.is_dir() else []
+            runs = kept_runs(figures / name) if (figures / name).is_dir() else []
             if runs and all(has_artifacts(run) for run in runs):
                 continue
             if (figures / f"{name}.json").is_file():
@@ -58,7 +57,8 @@ def test_the_check_sees_a_bare_png_a_half_kept_run_and_a_label_without_a_reason(
         (figures / f"{name}.png").parent.mkdir(parents=True, exist_ok=True)
         (figures / f"{name}.png").write_bytes(b"png")
     for run, files in (("half/s0", ("config.json", "metrics.jsonl")),
-                       ("kept/s0", ("config.json", "summary.json", "metrics.jsonl.gz"))):
+                       ("kept/a/s0", ("config.json", "summary.json", "metrics.jsonl.gz")),
+                       ("kept/b/s0", ("config.json", "summary.json", "metrics.jsonl"))):
         (figures / run).mkdir(parents=True)
         for file in files:
             (figures / run / file).write_text("{}")
