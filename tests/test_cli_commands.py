@@ -123,12 +123,14 @@ def test_replay_of_a_directory_without_one_is_exit_2(tmp_path):
     assert proc.returncode == 2 and "no replay" in proc.stderr
 
 
-def _fake_run(path: Path, seed: int, lr: float, returns: list[float]) -> Path:
-    """A run directory with a real config.json and a metrics.jsonl of known returns."""
+def _fake_run(path: Path, seed: int, lr: float, returns: list[float], unread_discount: float = 0.99) -> Path:
+    """A run directory with a real config.json (the pendulum's SAC at actor learning rate ``lr``; the
+    DDPG section it does not read at ``unread_discount``) and a metrics.jsonl of known returns."""
     import dataclasses
 
     config = default_config("pendulum")
-    config = dataclasses.replace(config, seed=seed, ddpg=dataclasses.replace(config.ddpg, actor_lr=lr))
+    config = dataclasses.replace(config, seed=seed, sac=dataclasses.replace(config.sac, actor_lr=lr),
+                                 ddpg=dataclasses.replace(config.ddpg, discount=unread_discount))
     path.mkdir()
     save(config, path / "config.json")
     with (path / "metrics.jsonl").open("w") as f:
@@ -140,16 +142,16 @@ def _fake_run(path: Path, seed: int, lr: float, returns: list[float]) -> Path:
 
 def test_plot_groups_seeds_and_writes_a_png(tmp_path, run_dir):
     runs = [_fake_run(tmp_path / "a0", 0, 3e-4, [-900, -500, -100]),
-            _fake_run(tmp_path / "a1", 1, 3e-4, [-700, -300, -300]),
+            _fake_run(tmp_path / "a1", 1, 3e-4, [-700, -300, -300], unread_discount=0.5),  # not a difference
             _fake_run(tmp_path / "b0", 0, 1e-3, [-1000, -1000, -1000])]
     out = tmp_path / "curves.png"
     proc = _cli("plot", *map(str, runs), "--out", str(out))
     assert proc.returncode == 0, proc.stderr
     groups = json.loads(proc.stdout)["groups"]
-    assert set(groups) == {"ddpg.actor_lr=0.0003", "ddpg.actor_lr=0.001"}
-    assert len(groups["ddpg.actor_lr=0.0003"]["runs"]) == 2
-    assert groups["ddpg.actor_lr=0.0003"]["final_mean"] == pytest.approx(-200)
-    assert groups["ddpg.actor_lr=0.001"]["final_mean"] == pytest.approx(-1000)
+    assert set(groups) == {"sac.actor_lr=0.0003", "sac.actor_lr=0.001"}
+    assert len(groups["sac.actor_lr=0.0003"]["runs"]) == 2
+    assert groups["sac.actor_lr=0.0003"]["final_mean"] == pytest.approx(-200)
+    assert groups["sac.actor_lr=0.001"]["final_mean"] == pytest.approx(-1000)
     import matplotlib.image
 
     image = matplotlib.image.imread(out)

@@ -56,6 +56,17 @@ def read_curve(run_dir: Path, metric: str, x: str) -> tuple[np.ndarray, np.ndarr
     return np.asarray(xs)[order], np.asarray(ys)[order]
 
 
+def _read_settings(config: dict) -> dict:
+    """``config`` without the algorithm sections its run does not read (a SAC run's ``ddpg`` section
+    is not a difference between runs)."""
+    from ..algos import registry
+
+    if config.get("algorithm") not in registry.names():
+        return config
+    own = registry.get(config["algorithm"]).section
+    return {key: value for key, value in config.items() if key == own or key not in registry.sections()}
+
+
 def group_runs(run_dirs: list[Path]) -> dict[str, list[Path]]:
     """Label -> runs whose configs match apart from the seed; labels name the differing keys."""
     configs = {}
@@ -63,7 +74,7 @@ def group_runs(run_dirs: list[Path]) -> dict[str, list[Path]]:
         path = Path(run_dir) / "config.json"
         if not path.exists():
             raise FileNotFoundError(f"{run_dir}: no config.json (not a run directory?)")
-        flat = _flatten(json.loads(path.read_text()))
+        flat = _flatten(_read_settings(json.loads(path.read_text())))
         flat.pop("seed", None)
         configs[Path(run_dir)] = flat
     groups: dict[tuple, list[Path]] = {}
