@@ -81,12 +81,14 @@ def group_runs(run_dirs: list[Path]) -> dict[str, list[Path]]:
     for run_dir, flat in configs.items():
         groups.setdefault(tuple(sorted(flat.items())), []).append(run_dir)
     keys = sorted({k for flat in configs.values() for k in flat})
-    varying = [k for k in keys if len({flat.get(k) for flat in configs.values()}) > 1]
+    # a key varies when the runs holding it disagree (a section only some runs read is named by
+    # ``algorithm`` already)
+    varying = [k for k in keys if len({flat[k] for flat in configs.values() if k in flat}) > 1]
     labels = {}
     for signature, runs in groups.items():
         flat = dict(signature)
         if varying:
-            label = ", ".join(f"{k}={flat.get(k, '-')}" for k in varying)
+            label = ", ".join(f"{k}={flat[k]}" for k in varying if k in flat)
         else:
             label = f"{json.loads(flat['task'])} {json.loads(flat['algorithm'])}"
         labels[label] = runs
