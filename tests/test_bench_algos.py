@@ -8,10 +8,11 @@ def test_quick_algos_bench_measures_a_real_learner_against_its_bare_update():
     for key in ("learner_loop_updates_per_s", "bare_update_updates_per_s", "learner_loop_ratio",
                 "learner_loop_update_vs_bare", "learner_loop_seconds"):
         assert math.isfinite(out[key]) and out[key] > 0, key
-    # the loop runs the bare update and more: it cannot be faster. A few seconds of blocks on a
-    # busy machine carry some noise, so a small excess is only flagged in the JSON; a bench that
-    # times less than the loop's work fails here
-    assert out["learner_loop_ratio"] <= 1.1
+    # the loop runs the bare update and more: it cannot cost less CPU per update. The wall-clock
+    # ratio of a few seconds of blocks moves with the machine's load (1.14 was seen at load 7), so
+    # an excess there is only flagged in the JSON; a bench that times less than the loop's work
+    # fails here, on this process's CPU seconds
+    assert 0 < out["learner_loop_cpu_ratio"] <= 1.1
     assert out["learner_loop_bench_bug"] == (out["learner_loop_ratio"] > 1)
     assert out["learner_loop_goal_met"] == (out["learner_loop_ratio"] >= 0.95)
     # the learner took rows over the wire and trained on them at the configured ratio's settings
