@@ -11,7 +11,7 @@ def test_round_trip_through_json(tmp_path):
 
 def test_task_defaults_apply():
     pendulum = default_config("pendulum")
-    assert pendulum.algorithm == "sac" and pendulum.steps == 30_000 and pendulum.sac.discount == 0.995
+    assert pendulum.algorithm == "sac" and pendulum.steps == 30_000 and pendulum.sac.discount == 0.99
     assert TrainConfig().algorithm == "ddpg" and TrainConfig().steps == 20_000
 
 
