@@ -36,9 +36,11 @@ from typing import Any, Protocol
 import jax
 import numpy as np
 
+from ..algos.parallel import batch_mesh, data_parallel
 from ..hal import params as flat_params
 from ..hal.steps import PolicyVersion, Steps, new_incarnation
 from ..transport import LearnerServer, ReceivedSteps
+from .devices import replicate
 from .episodes import EpisodeReturns
 
 
@@ -112,20 +114,33 @@ class Training:
     """
 
     def __init__(self, networks, state, update: Callable, actor_params: Callable, *, name: str,
-                 updates_per_call: int, publish_every: int):
-        self.networks, self.state, self.name = networks, state, name
-        self._update = jax.jit(update, donate_argnums=0)
+                 updates_per_call: int, publish_every: int, devices: list | None = None):
+        self.networks, self.name = networks, name
+        self.devices = devices or [None]
+        if len(self.devices) > 1:  # the batch ([calls, batch, ...]) split over the devices, the state on each
+            self._update = data_parallel(update, batch_mesh(self.devices), batch_axis=1)
+            state = replicate(state, self.devices)
+        else:
+            self._update = jax.jit(update, donate_argnums=0)
+        self.state = state
         self._actor_params = actor_params
         self.updates_per_call = updates_per_call
         self.publish_every = publish_every
 
     @classmethod
     def of(cls, algorithm, observation_spec, action_spec, seed: int, *, updates_per_call: int,
-           publish_every: int) -> Training:
-        """Fresh networks and state of a registered algorithm."""
+           publish_every: int, devices: list | None = None) -> Training:
+        """Fresh networks and state of a registered algorithm (``devices``: more than one splits each
+        update's batch over them, :mod:`embodyrl.learner.devices`)."""
         networks, state = algorithm.init(jax.random.key(seed), observation_spec, action_spec)
         return cls(networks, state, algorithm.make_update_many(networks), algorithm.actor_params,
-                   name=algorithm.name, updates_per_call=updates_per_call, publish_every=publish_every)
+                   name=algorithm.name, updates_per_call=updates_per_call, publish_every=publish_every,
+                   devices=devices)
+
+    def place(self, state):
+        """A state restored from a checkpoint, placed as this training keeps it (any device count
+        saved it: checkpoints hold plain arrays)."""
+        return replicate(state, self.devices) if len(self.devices) > 1 else state
 
     def update(self, batch) -> dict:
         self.state, metrics = self._update(self.state, batch)
@@ -376,7 +391,8 @@ class LearnerService:
         if saved is not None and saved != self.training.name:
             raise ValueError(f"{self.checkpointer.directory}: a checkpoint of {saved!r}, "
                              f"not {self.training.name!r}")
-        self.training.state, record = self.checkpointer.restore(self.training.state)
+        state, record = self.checkpointer.restore(self.training.state)
+        self.training.state = self.training.place(state)
         self.counters = Counters(**record["counters"])
         self.data.restored(self.counters)
 
