@@ -50,10 +50,15 @@ def metrics_text(run_dir: str | Path) -> str:
     raise FileNotFoundError(f"{run_dir}: no metrics.jsonl (not a run directory?)")
 
 
+def missing_artifacts(directory: str | Path) -> list[str]:
+    """The :data:`ARTIFACTS` ``directory`` lacks (each one may also be there gzipped)."""
+    directory = Path(directory)
+    return [name for name in ARTIFACTS if not (directory / name).exists() and not (directory / f"{name}.gz").exists()]
+
+
 def has_artifacts(directory: str | Path) -> bool:
     """Whether ``directory`` holds a run's :data:`ARTIFACTS` (``metrics.jsonl`` possibly gzipped)."""
-    directory = Path(directory)
-    return all((directory / name).exists() or (directory / f"{name}.gz").exists() for name in ARTIFACTS)
+    return not missing_artifacts(directory)
 
 
 def keep_artifacts(run_dirs, into: str | Path) -> list[Path]:
@@ -64,8 +69,7 @@ def keep_artifacts(run_dirs, into: str | Path) -> list[Path]:
     into = Path(into)
     sources = [Path(r).resolve() for r in run_dirs]
     for run_dir in sources:
-        missing = [name for name in ARTIFACTS
-                   if not (run_dir / name).exists() and not (run_dir / f"{name}.gz").exists()]
+        missing = missing_artifacts(run_dir)
         if missing:
             raise FileNotFoundError(f"{run_dir}: no {', '.join(missing)} to keep (a finished run has them)")
     parent = Path(os.path.commonpath([run_dir.parent for run_dir in sources]))
@@ -80,11 +84,11 @@ def keep_artifacts(run_dirs, into: str | Path) -> list[Path]:
             (target / stale).unlink(missing_ok=True)
         for name in ARTIFACTS[:2]:
             shutil.copyfile(run_dir / name, target / name)
-        text = metrics_text(run_dir)
-        if len(text.encode()) > COMPRESS_ABOVE_BYTES:
-            (target / "metrics.jsonl.gz").write_bytes(gzip.compress(text.encode(), mtime=0))
+        data = metrics_text(run_dir).encode()
+        if len(data) > COMPRESS_ABOVE_BYTES:
+            (target / "metrics.jsonl.gz").write_bytes(gzip.compress(data, mtime=0))
         else:
-            (target / "metrics.jsonl").write_text(text)
+            (target / "metrics.jsonl").write_bytes(data)
     return kept
 
 

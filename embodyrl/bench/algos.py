@@ -225,13 +225,12 @@ def _measure(learner, feeder, blocks: int, calls: int) -> dict:
 
 
 def run(quick: bool = False) -> dict:
+    from ..algos import registry
     from ..config import default_config
     from ..learner import make_learner
     from ..robot import layout_of
 
     blocks, calls = (8, 5) if quick else (16, 15)  # 80 or 240 updates a block, alternating
-    from ..algos import registry
-
     # DDPG at its defaults, whatever the pendulum's own default algorithm; no budget: blocks end the loop
     config = dataclasses.replace(default_config("pendulum"), algorithm=registry.DEFAULT, steps=10**12)
     (kind,) = layout_of(config).kinds
