@@ -76,6 +76,17 @@ class LearnerConfig:
     priority_beta: float = 0.4
     """The importance weights' exponent at the start, annealed linearly to 1 over the run's
     planned gradient steps (``steps * updates_per_step``)."""
+    devices: int | str = 1
+    """Accelerators of this host the update runs on: a count (the first N) or ``all``. With more than
+    one, each update's batch is split over them and the state replicated (the same updates, faster
+    when the batch is large): the batch must divide by the device count over every host."""
+    hosts: int = 1
+    """Learner processes, one per host, training one model with ``jax.distributed``; each serves its
+    own actors from its own replay and brings its share of every batch (docs/scaling.md)."""
+    host_index: int = 0
+    """This learner's place among ``hosts`` (0 runs the coordinator)."""
+    coordinator: str = ""
+    """``HOST:PORT`` of host 0's coordination service, the same on every host (with ``hosts`` > 1)."""
 
     def __post_init__(self):
         if self.rate_tolerance < 2 * self.credit_quantum:
@@ -94,6 +105,12 @@ class LearnerConfig:
             object.__setattr__(self, "mix", _checked_mix(self.mix))
         if self.priority_alpha < 0 or not 0 <= self.priority_beta <= 1:
             raise ValueError("learner.priority_alpha must be non-negative and priority_beta in [0, 1]")
+        if not (self.devices == "all" or (type(self.devices) is int and self.devices >= 1)):
+            raise ValueError(f"learner.devices: expected a positive count or 'all', got {self.devices!r}")
+        if self.hosts < 1 or not 0 <= self.host_index < self.hosts:
+            raise ValueError(f"learner.host_index must be in [0, learner.hosts): {self.host_index} of {self.hosts}")
+        if self.hosts > 1 and not self.coordinator:
+            raise ValueError("learner.coordinator: several hosts need host 0's HOST:PORT")
 
 
 def _checked_mix(mix) -> dict[str, float]:
@@ -263,7 +280,13 @@ def _coerce(hint, value, key):
     if origin in (typing.Union, types.UnionType):
         if value is None and type(None) in typing.get_args(hint):
             return None
-        hint = next(a for a in typing.get_args(hint) if a is not type(None))
+        members = [a for a in typing.get_args(hint) if a is not type(None)]
+        for member in members[:-1]:  # the first member the value fits (int | str: 2 stays a count)
+            try:
+                return _coerce(member, value, key)
+            except ValueError:
+                pass
+        hint = members[-1]
     if hint is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     if hint in (int, float, str, bool) and (type(value) is not hint):
@@ -326,7 +349,13 @@ def _parse_value(hint, raw: str, key: str):
     if origin in (typing.Union, types.UnionType):
         if raw.lower() in ("none", "null", "~") and type(None) in typing.get_args(hint):
             return None
-        hint = next(a for a in typing.get_args(hint) if a is not type(None))
+        members = [a for a in typing.get_args(hint) if a is not type(None)]
+        for member in members[:-1]:  # the first member the text parses as (int | str: "2" is a count)
+            try:
+                return _parse_value(member, raw, key)
+            except ValueError:
+                pass
+        hint = members[-1]
         origin = typing.get_origin(hint)
     try:
         if hint is str:

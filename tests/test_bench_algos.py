@@ -1,5 +1,7 @@
 import math
 
+import pytest
+
 from embodyrl.bench import algos
 
 
@@ -26,3 +28,9 @@ def test_quick_algos_bench_measures_a_real_learner_against_its_bare_update():
     # (what is left is its own bookkeeping), and never more than all of it
     assert 0.9 <= sum(shares.values()) <= 1.0005, shares
     assert abs(sum(shares.values()) + out["learner_loop_share_other"] - 1) < 1e-3
+    # the same update split over 1, 2 and 4 forced CPU devices, measured side by side
+    assert set(out["sharded_updates_per_s"]) == {"1", "2", "4"}
+    assert all(rate > 0 for rate in out["sharded_updates_per_s"].values())
+    for n in (2, 4):
+        ratio = out["sharded_updates_per_s"][str(n)] / out["sharded_updates_per_s"]["1"]
+        assert out[f"sharded_vs_one_device_{n}"] == pytest.approx(ratio, abs=2e-3)

@@ -101,6 +101,10 @@ class Entry:
     heterogeneous: bool = False
     """Whether it trains one policy over several device kinds (:func:`embodyrl.algos.heads.over`):
     the algorithm then provides ``headed_networks``, ``initial_state`` and ``policy_head``."""
+    shard_by: str | None = "batch_size"
+    """The section's setting that sizes the batch axis an update splits over several devices
+    (``learner.devices``; it must divide by their count). None: its update cannot be split, and a
+    run on several devices is refused at start."""
     defaults: Mapping[str, Any] = field(default_factory=dict)
     """Settings outside its section that it implies (PPO: actors take no random warm-up), applied when
     the config is built to every key the user did not set (:func:`embodyrl.config.apply_algorithm_defaults`)."""

@@ -39,6 +39,11 @@ over the bare update's; above 1, the update itself ran slower in the loop
 ``learner_loop_updates_per_row``: gradient steps per row ingested over the
 measured blocks, which the credits hold to ``updates_per_step`` (to within
 a credit grant of 256 rows).
+
+``sharded_updates_per_s``: the same update split over 1, 2 and 4 forced CPU devices
+(``learner.devices``), side by side in one child process, with each count's rate over one
+device's as ``sharded_vs_one_device_N`` (:mod:`embodyrl.bench.devices` says what these show
+and what they cannot: forced devices share this machine's cores).
 """
 
 from __future__ import annotations
@@ -53,6 +58,7 @@ import numpy as np
 
 from ..hal.specs import ArraySpec, DictSpec
 from ..hal.steps import PolicyVersion, StepRecorder
+from . import devices
 
 ROWS_PER_BATCH = 64  # an actor's send_every
 PHASES = ("ingest", "commit", "sample", "update", "publish", "housekeeping", "starved")
@@ -252,7 +258,7 @@ def run(quick: bool = False) -> dict:
         if error is not None:
             raise error
     lc, algo = config.learner, config.ddpg
-    return {**result, "updates_per_step": lc.updates_per_step, "updates_per_call": lc.updates_per_call,
+    return {**result, **devices.run(quick), "updates_per_step": lc.updates_per_step, "updates_per_call": lc.updates_per_call,
             "publish_every": lc.publish_every, "batch_size": algo.batch_size,
             "hidden_sizes": list(algo.hidden_sizes), "rows_per_batch_sent": ROWS_PER_BATCH,
             "algorithm": config.algorithm, "task": config.task}

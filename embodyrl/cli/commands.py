@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import signal
 import sys
 import time
@@ -179,6 +180,10 @@ def _train(args) -> int:
     config = _resolve_config(args, run_dir, {"actors": args.actors, "actor.teleop": args.teleop, "algorithm": args.algorithm,
                                              "console": args.console, "console_key": console_key, **_demos(args)})
     check_address(config.learner.bind, args.curve or None, args.insecure, "--learner.bind")
+    if config.learner.hosts > 1:
+        raise _Refused("learner.hosts: train runs one learner here; start one `embodyrl learner` "
+                       "per host instead (docs/scaling.md)")
+    _check_devices(config)
     if config.console:
         check_address(config.console, config.console_key or None, args.insecure, "--console")
     _keep_yaml(args, run_dir)
@@ -201,6 +206,29 @@ def _train(args) -> int:
     return 0
 
 
+def _json_lines(collectives: bool):
+    """Where the learner's JSON lines go: standard output, kept for them alone when the hosts' CPU
+    collectives (gloo) will print their own notes there (those go to standard error instead)."""
+    if not collectives:
+        return sys.stdout
+    sys.stdout.flush()
+    lines = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    return lines
+
+
+def _check_devices(config, hosts=None) -> None:
+    """Refuse ``learner.devices`` this host cannot give or the batch cannot split over, before any
+    process starts."""
+    from ..learner.build import placement_of
+    from ..learner.hosts import OneHost
+
+    try:
+        placement_of(config, hosts or OneHost())
+    except ValueError as err:
+        raise _Refused(str(err)) from None
+
+
 def _interrupted(signum, frame):
     raise KeyboardInterrupt
 
@@ -208,6 +236,7 @@ def _interrupted(signum, frame):
 def _learner(args) -> int:
     from ..config import save
     from ..learner import make_learner
+    from ..learner.hosts import join
     from .processes import stop_on_signals
     from .security import check_address, server_keys
 
@@ -219,12 +248,16 @@ def _learner(args) -> int:
     should_stop = stop_on_signals()
     run_dir.mkdir(parents=True, exist_ok=True)
     save(config, run_dir / "config.json")
-    learner = make_learner(config, run_dir, keys=keys, allow_insecure=args.insecure)
+    lines = _json_lines(config.learner.hosts > 1)
+    hosts = join(config.learner)  # before anything touches JAX's backends
+    _check_devices(config, hosts)
+    learner = make_learner(config, run_dir, keys=keys, allow_insecure=args.insecure, hosts=hosts)
     (run_dir / "learner.json").write_text(json.dumps({"endpoint": learner.endpoint}) + "\n")
     print(json.dumps({"endpoint": learner.endpoint, "run_dir": str(run_dir),
-                      "resumed_from_updates": learner.counters.updates if learner.resumed else None}), flush=True)
+                      "resumed_from_updates": learner.counters.updates if learner.resumed else None}),
+          file=lines, flush=True)
     counters = learner.run(should_stop)
-    print(json.dumps(dataclasses.asdict(counters)), flush=True)
+    print(json.dumps(dataclasses.asdict(counters)), file=lines, flush=True)
     return 130 if should_stop() else 0
 
 

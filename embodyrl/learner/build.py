@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..algos import registry
 from ..algos.heads import over
 from ..hal.console import dial_console
 from ..hal.layout import Layout
@@ -15,6 +16,8 @@ from ..transport import LearnerServer
 from ..transport.publisher import WeightsConfig
 from ..transport.server import MAX_BATCH_ROWS, session_limits
 from .checkpoint import Checkpointer
+from .devices import Placement, check_batch, resolve
+from .hosts import OneHost
 from .metrics import MetricsLog
 from .replay_side import ReplayData
 from .rollout_side import RolloutData
@@ -31,7 +34,7 @@ def make_learner(config, run_dir: Path, **kwargs) -> LearnerService:
 
 
 def build_learner(config, layout: Layout, run_dir: Path, *, keys: ServerKeys | None = None,
-                  allow_insecure: bool = False) -> LearnerService:
+                  allow_insecure: bool = False, hosts=None) -> LearnerService:
     """The learner service of ``config`` for the device kinds of ``layout``, its files in ``run_dir``.
 
     ``keys``: CurveZMQ for the actors' link; without them only loopback unless ``allow_insecure``.
@@ -39,6 +42,8 @@ def build_learner(config, layout: Layout, run_dir: Path, *, keys: ServerKeys | N
     layout's row layout (padded, with several kinds), and the algorithm acts over it.
     Demonstrations (``learner.demos``) are checked against the layout's specs and loaded into
     the replay here, before the update compiles; what the replay already holds is not loaded again.
+    ``hosts``: this learner's place among several (:func:`embodyrl.learner.hosts.join`, called before
+    anything touched JAX); each host's replay samples its share of every batch.
     """
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -46,18 +51,24 @@ def build_learner(config, layout: Layout, run_dir: Path, *, keys: ServerKeys | N
     algorithm = over(config.algo, layout)
     observation_spec, action_spec = layout.observation_spec, layout.action_spec
     incarnation = new_incarnation()
+    hosts = hosts or OneHost()
+    placement = placement_of(config, hosts)
     if algorithm.on_policy:
         _refuse_replay_settings(algorithm.name, lc)
-        training = Training.of(algorithm, observation_spec, action_spec, config.seed,
+        if hosts.count > 1:
+            raise ValueError(f"learner.hosts: {algorithm.name} learns on-policy from its own rollouts; "
+                             "several hosts share a replay-based algorithm's batches")
+        training = Training.of(algorithm, observation_spec, action_spec, config.seed, placement=placement,
                                updates_per_call=1, publish_every=1)  # one iteration, then publish
         data = RolloutData(algorithm.config, lc.credit_quantum, PolicyVersion(incarnation, 0),
                            observation_spec, action_spec)
         committed_seq = None
     else:
-        training = Training.of(algorithm, observation_spec, action_spec, config.seed,
+        training = Training.of(algorithm, observation_spec, action_spec, config.seed, placement=placement,
                                updates_per_call=lc.updates_per_call, publish_every=lc.publish_every)
-        data = ReplayData(run_dir / "replay", observation_spec, action_spec, lc, batch_size=algorithm.batch_size,
-                          discount=algorithm.discount, seed=config.seed, pad=layout.pad_steps,
+        data = ReplayData(run_dir / "replay", observation_spec, action_spec, lc,
+                          batch_size=algorithm.batch_size // hosts.count, discount=algorithm.discount,
+                          seed=config.seed + 7919 * hosts.index, pad=layout.pad_steps,
                           beta_updates=int(config.steps * lc.updates_per_step))
         if lc.demos:
             try:
@@ -82,12 +93,26 @@ def build_learner(config, layout: Layout, run_dir: Path, *, keys: ServerKeys | N
                            own_secret_key=keys.secret_key_file if keys else None, allow_insecure=allow_insecure)
     service = LearnerService(
         server, data, training, console=console.start() if console else None,
-        checkpointer=Checkpointer(run_dir / "checkpoints"),
+        checkpointer=Checkpointer(run_dir / "checkpoints", own_process=hosts.index if hosts.count > 1 else None),
         metrics_sink=MetricsLog(run_dir), save_policy=save, budget=config.steps, incarnation=incarnation,
         log_every_s=lc.log_every_s, checkpoint_every_s=lc.checkpoint_every_s,
-        kinds=(layout.names, layout.kind_of))
+        kinds=(layout.names, layout.kind_of), hosts=hosts)
     service.warm_up()
     return service
+
+
+def placement_of(config, hosts) -> Placement:
+    """Where ``config``'s update runs: ``learner.devices`` of each of ``hosts``; refused at start when
+    the algorithm cannot split its update or its batch does not divide by the device count."""
+    entry = registry.get(config.algorithm)
+    batch_size = getattr(getattr(config, entry.section), entry.shard_by) if entry.shard_by else None
+    placement = Placement(resolve(config.learner.devices), hosts=hosts.count, host_index=hosts.index,
+                          batch_size=batch_size)
+    if placement.count > 1:
+        if entry.shard_by is None:
+            raise ValueError(f"learner.devices: {entry.name} cannot split its update over several devices")
+        check_batch(batch_size, placement.count, f"{entry.section}.{entry.shard_by}")
+    return placement
 
 
 def _refuse_replay_settings(name: str, lc) -> None:

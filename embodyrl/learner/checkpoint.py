@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import jax
+import numpy as np
 import orbax.checkpoint as ocp
 
 
@@ -28,17 +29,28 @@ def _from_saved(saved, like):
 
 
 class Checkpointer:
-    def __init__(self, directory: str | Path, max_to_keep: int = 3):
+    def __init__(self, directory: str | Path, max_to_keep: int = 3, own_process: int | None = None):
+        """``own_process``: this process's index when several learner hosts each keep their own
+        checkpoints of the same state (Orbax then neither waits for nor writes for the others)."""
         self.directory = Path(directory).absolute()
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self._as_numpy = own_process is not None  # Orbax keeps a host's own jax.Arrays for the hosts together
+        alone = {} if own_process is None else {"multiprocessing_options": ocp.options.MultiprocessingOptions(
+            primary_host=own_process, active_processes={own_process},
+            barrier_sync_key_prefix=f"host{own_process}")}
         self.manager = ocp.CheckpointManager(
-            self.directory, options=ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True))
+            self.directory, options=ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=False, **alone))
 
     def save(self, step: int, state, record: dict, wait: bool = True) -> None:
         """Save ``state`` and the JSON-able ``record`` as checkpoint ``step``."""
         self.manager.save(step, args=ocp.args.Composite(
-            state=ocp.args.StandardSave(_to_savable(state)), record=ocp.args.JsonSave(record)))
+            state=ocp.args.StandardSave(self._savable(state)), record=ocp.args.JsonSave(record)))
         if wait:
             self.manager.wait_until_finished()
+
+    def _savable(self, state):
+        savable = _to_savable(state)
+        return jax.tree.map(np.asarray, savable) if self._as_numpy else savable
 
     def latest_step(self) -> int | None:
         return self.manager.latest_step()
@@ -48,7 +60,8 @@ class Checkpointer:
         step = self.latest_step() if step is None else step
         if step is None:
             raise FileNotFoundError(f"no checkpoint in {self.directory}")
-        abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, _to_savable(like))
+        savable = self._savable(like)
+        abstract = savable if self._as_numpy else jax.tree.map(ocp.utils.to_shape_dtype_struct, savable)
         restored = self.manager.restore(step, args=ocp.args.Composite(
             state=ocp.args.StandardRestore(abstract), record=ocp.args.JsonRestore()))
         return _from_saved(restored["state"], like), dict(restored["record"])

@@ -36,12 +36,12 @@ from typing import Any, Protocol
 import jax
 import numpy as np
 
-from ..algos.parallel import batch_mesh, data_parallel
 from ..hal import params as flat_params
 from ..hal.steps import PolicyVersion, Steps, new_incarnation
 from ..transport import LearnerServer, ReceivedSteps
-from .devices import replicate
+from .devices import Placement
 from .episodes import EpisodeReturns
+from .hosts import OneHost
 
 
 @dataclass
@@ -114,46 +114,51 @@ class Training:
     """
 
     def __init__(self, networks, state, update: Callable, actor_params: Callable, *, name: str,
-                 updates_per_call: int, publish_every: int, devices: list | None = None):
+                 updates_per_call: int, publish_every: int, placement: Placement | None = None):
         self.networks, self.name = networks, name
-        self.devices = devices or [None]
-        if len(self.devices) > 1:  # the batch ([calls, batch, ...]) split over the devices, the state on each
-            self._update = data_parallel(update, batch_mesh(self.devices), batch_axis=1)
-            state = replicate(state, self.devices)
-        else:
-            self._update = jax.jit(update, donate_argnums=0)
-        self.state = state
+        self.placement = placement or Placement()
+        self._update = self.placement.jit(update)
+        self.state = self.placement.state(state)
         self._actor_params = actor_params
         self.updates_per_call = updates_per_call
         self.publish_every = publish_every
 
     @classmethod
     def of(cls, algorithm, observation_spec, action_spec, seed: int, *, updates_per_call: int,
-           publish_every: int, devices: list | None = None) -> Training:
-        """Fresh networks and state of a registered algorithm (``devices``: more than one splits each
-        update's batch over them, :mod:`embodyrl.learner.devices`)."""
+           publish_every: int, placement: Placement | None = None) -> Training:
+        """Fresh networks and state of a registered algorithm (``placement``: on several devices, each
+        update's batch is split over them, :mod:`embodyrl.learner.devices`)."""
         networks, state = algorithm.init(jax.random.key(seed), observation_spec, action_spec)
         return cls(networks, state, algorithm.make_update_many(networks), algorithm.actor_params,
                    name=algorithm.name, updates_per_call=updates_per_call, publish_every=publish_every,
-                   devices=devices)
+                   placement=placement)
 
     def place(self, state):
         """A state restored from a checkpoint, placed as this training keeps it (any device count
-        saved it: checkpoints hold plain arrays)."""
-        return replicate(state, self.devices) if len(self.devices) > 1 else state
+        saved it: checkpoints hold this host's plain copy)."""
+        return self.placement.state(state)
+
+    def host_state(self):
+        """The state as this host holds it (what a checkpoint saves)."""
+        return self.placement.local(self.state)
 
     def update(self, batch) -> dict:
-        self.state, metrics = self._update(self.state, batch)
-        return metrics
+        """One training call on this host's ``batch`` (its share, over several hosts); its metrics."""
+        self.state, metrics = self._update(self.state, self.placement.batch(batch))
+        return self.placement.local(metrics)
+
+    def own_rows(self, per_row):
+        """This host's rows of a per-row result of :meth:`update` (``[calls, batch]``: TD errors)."""
+        return self.placement.mine(per_row)
 
     def compile(self, batch) -> float:
         """Compile the update on ``batch`` with a copy of the state (donated, then dropped); seconds."""
         started = time.monotonic()
-        jax.block_until_ready(self._update(jax.tree.map(jax.numpy.copy, self.state), batch))
+        jax.block_until_ready(self._update(jax.tree.map(jax.numpy.copy, self.state), self.placement.batch(batch)))
         return time.monotonic() - started
 
     def actor_weights(self) -> dict[str, np.ndarray]:
-        return flat_params.flatten({"actor": jax.device_get(self._actor_params(self.state))})
+        return flat_params.flatten({"actor": jax.device_get(self.placement.local(self._actor_params(self.state)))})
 
 
 class LearnerService:
@@ -170,8 +175,9 @@ class LearnerService:
                  checkpointer=None, metrics_sink=None, save_policy: Callable | None = None,
                  budget: int | None = None, incarnation: int | None = None, log_every_s: float = 1.0,
                  checkpoint_every_s: float = 60.0,
-                 kinds: tuple[tuple[str, ...], Callable[[int], int]] = ((), int), console=None):
+                 kinds: tuple[tuple[str, ...], Callable[[int], int]] = ((), int), console=None, hosts=None):
         self.server, self.data, self.training = server, data, training
+        self.hosts = hosts or OneHost()
         self.console = console
         self.training_paused = False
         self._next_status = 0.0
@@ -194,6 +200,7 @@ class LearnerService:
         self.resumed = checkpointer is not None and checkpointer.latest_step() is not None
         if self.resumed:
             self._restore()
+        self.hosts.same("the resumed update count", self.counters.updates)
 
     # -- identity ----------------------------------------------------------
     @property
@@ -232,16 +239,23 @@ class LearnerService:
         return self.counters
 
     def serve(self, should_stop: Callable[[], bool] = lambda: False) -> None:
-        """The loop, without start or shutdown."""
-        while not self.done() and not should_stop():
-            self.poll(0 if self._may_train() else 10)
-            self.train()
+        """The loop, without start or shutdown. Over several hosts, each turn's decisions are taken
+        together (:mod:`.hosts`): an update is a collective every host must join."""
+        wait_ms = 0
+        while True:
+            self.poll(wait_ms)
+            turn = self.hosts.agree(ready=self._may_train(), env_steps=self.counters.env_steps,
+                                    stop=should_stop(), checkpoint=self._checkpoint_due())
+            if turn.stop or (self.budget is not None and turn.env_steps >= self.budget):
+                return
+            if turn.checkpoint:
+                self.checkpoint()
+            if turn.train:
+                self.train()
+            wait_ms = 0 if turn.train else 10
 
     def _may_train(self) -> bool:
         return not self.training_paused and self.data.trainable()
-
-    def done(self) -> bool:
-        return self.budget is not None and self.counters.env_steps >= self.budget
 
     def poll(self, timeout_ms: int = 0) -> int:
         """Take what arrived, ack what is durable, grant credits, keep time; return rows taken."""
@@ -255,14 +269,15 @@ class LearnerService:
         return taken
 
     def train(self) -> bool:
-        """One training call when the data side has one (and training is not paused); publish when due."""
+        """One training call when the data side has one (and training is not paused); publish when due.
+        (Over several hosts, :meth:`serve` calls it only when every host can.)"""
         if not self._may_train():
             return False
         started = time.monotonic()
         batch, batch_metrics = self.data.batch()
         metrics = self.training.update(batch)
         if "weight" in batch:  # prioritised: the TD errors are the sampled rows' new priorities
-            self.data.reprioritise(metrics["td_error"])
+            self.data.reprioritise(self.training.own_rows(metrics["td_error"]))
         k = self.training.updates_per_call
         self.data.trained(k)
         before = self.counters.updates
@@ -346,9 +361,6 @@ class LearnerService:
         if now - clock["beat"] >= 1.0:
             self.server.heartbeat()
             clock["beat"] = now
-        if self.checkpointer is not None and now - clock["checkpoint"] >= self.checkpoint_every_s:
-            self.checkpoint()
-            clock["checkpoint"] = now
         if now - clock["log"] >= self.log_every_s:
             self.log()
         if self.console is not None:
@@ -376,11 +388,16 @@ class LearnerService:
                 "losses": {k: v for k, v in self.train_metrics.items()
                            if "loss" in k and isinstance(v, (int, float))}}
 
+    def _checkpoint_due(self) -> bool:
+        return (self.checkpointer is not None
+                and time.monotonic() - self._clock["checkpoint"] >= self.checkpoint_every_s)
+
     def checkpoint(self) -> None:
         """Save the training state and counters, once per update count."""
+        self._clock["checkpoint"] = time.monotonic()
         if self.checkpointer.latest_step() == self.counters.updates:
             return
-        self.checkpointer.save(self.counters.updates, self.training.state, {
+        self.checkpointer.save(self.counters.updates, self.training.host_state(), {
             "counters": dataclasses.asdict(self.counters), "incarnation": self.incarnation,
             "algorithm": self.training.name})
 
@@ -391,7 +408,7 @@ class LearnerService:
         if saved is not None and saved != self.training.name:
             raise ValueError(f"{self.checkpointer.directory}: a checkpoint of {saved!r}, "
                              f"not {self.training.name!r}")
-        state, record = self.checkpointer.restore(self.training.state)
+        state, record = self.checkpointer.restore(self.training.host_state())
         self.training.state = self.training.place(state)
         self.counters = Counters(**record["counters"])
         self.data.restored(self.counters)

@@ -38,7 +38,8 @@ def _optimizer(config: DQNConfig):
 def init(key: jax.Array, observation_spec: DictSpec, action_spec: ArraySpec,
          config: DQNConfig) -> tuple[QNetworks, TrainingState]:
     networks, params = make_networks(observation_spec, action_spec, config.hidden_sizes, key)
-    return networks, TrainingState(params, params, _optimizer(config).init(params), jnp.zeros((), jnp.int32))
+    target = jax.tree.map(jnp.copy, params)  # its own buffers: the learner donates the whole state to each update
+    return networks, TrainingState(params, target, _optimizer(config).init(params), jnp.zeros((), jnp.int32))
 
 
 def act(networks: QNetworks, params, observation, key, epsilon):

@@ -52,7 +52,7 @@ class PPO(Configured):
 
 
 ENTRIES = (
-    Entry("ppo", "ppo", PPOConfig, partial(PPO, "ppo"),
+    Entry("ppo", "ppo", PPOConfig, partial(PPO, "ppo"), shard_by="rollouts_per_iteration",
           # no random warm-up (rows acted without the learner's weights are discarded) and no row
           # beyond the credit (a synchronous learner grants exactly one iteration's rows)
           defaults={"actor": {"random_steps": 0, "act_within_credit": True}}),

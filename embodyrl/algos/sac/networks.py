@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import jax
@@ -13,7 +14,7 @@ from ..encoders import ObservationEncoder, features, make_encoder, network_input
 from ..networks import MLP, ActionScale, observation_size
 from .config import SECTION
 
-LOG_2 = float(jnp.log(2.0))
+LOG_2 = math.log(2.0)
 
 
 @dataclass(frozen=True, eq=False)
