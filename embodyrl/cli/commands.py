@@ -243,6 +243,13 @@ def _learner(args) -> int:
     run_dir = _run_dir(args)
     keys = server_keys(args)
     config = _resolve_config(args, run_dir, {"algorithm": args.algorithm, "learner.bind": args.bind, **_demos(args)})
+    record = _rendezvous(args, keys)
+    if record is not None:  # its own key pair, the record's actors admitted, its port kept across restarts
+        from ..cluster.roles import learner_bind, learner_keys
+
+        keys = learner_keys(run_dir, record)
+        config = dataclasses.replace(config, learner=dataclasses.replace(
+            config.learner, bind=learner_bind(record, config.learner.bind)))
     check_address(config.learner.bind, keys, args.insecure, "--bind")
     _keep_yaml(args, run_dir)
     should_stop = stop_on_signals()
@@ -253,6 +260,10 @@ def _learner(args) -> int:
     _check_devices(config, hosts)
     learner = make_learner(config, run_dir, keys=keys, allow_insecure=args.insecure, hosts=hosts)
     (run_dir / "learner.json").write_text(json.dumps({"endpoint": learner.endpoint}) + "\n")
+    if record is not None:
+        from ..cluster.roles import publish
+
+        publish(record, learner, run_dir, args.advertise)
     print(json.dumps({"endpoint": learner.endpoint, "run_dir": str(run_dir),
                       "resumed_from_updates": learner.counters.updates if learner.resumed else None}),
           file=lines, flush=True)
@@ -261,12 +272,39 @@ def _learner(args) -> int:
     return 130 if should_stop() else 0
 
 
+def _rendezvous(args, keys):
+    """The rendezvous record ``--rendezvous DIR`` names (None without it); it replaces the keys
+    and the address given by hand."""
+    if not args.rendezvous:
+        return None
+    if keys is not None:
+        raise SecurityOptionError("--rendezvous: the keys come from the record; drop --secret-key and "
+                                  "--authorized-keys / --server-key")
+    from ..cluster.rendezvous import FileRecord
+
+    return FileRecord(args.rendezvous)
+
+
 def _actor(args) -> int:
     from ..hal.wire.client import LinkError
-    from .processes import actor_main
+    from .processes import actor_main, stop_on_signals
     from .security import check_address, client_keys
 
     keys = client_keys(args)
+    record = _rendezvous(args, keys)
+    if (record is None) == (args.connect is None):
+        raise SecurityOptionError("give the learner's --connect ENDPOINT or a --rendezvous DIR (one of them)")
+    if record is not None:  # its own key pair on this node, the learner found through the record
+        from ..cluster.rendezvous import RendezvousError
+        from ..cluster.roles import actor_keys
+
+        try:
+            entry, keys = actor_keys(record, args.index, Path(args.key_dir).expanduser(), args.wait_s,
+                                     stop_on_signals())
+        except RendezvousError as err:
+            print(f"embodyrl: actor: {err}", file=sys.stderr)
+            return 1
+        args.connect = entry.endpoint
     check_address(args.connect, keys, args.insecure, "--connect")
     config = _resolve_config(args, None, {"actor.teleop": args.teleop, "console": args.console,
                                           "console_key": args.console_key})
@@ -501,6 +539,13 @@ def build_parser() -> argparse.ArgumentParser:
                     help="algorithm: %(choices)s (default: the task's, else the first)")
     ln.add_argument("--resume", action="store_true", help="continue the run in --run-dir")
     ln.add_argument("--demos", action="append", metavar="DIR", help=DEMOS_HELP)
+    ln.add_argument("--rendezvous", metavar="DIR",
+                    help="write this learner's entry (endpoint, public key, run id, incarnation) to the "
+                         "rendezvous record in DIR and admit the actor keys added there; its key pair "
+                         "is made in RUN_DIR/keys (docs/scaling.md)")
+    ln.add_argument("--advertise", metavar="HOST",
+                    help="with --rendezvous and a wildcard --bind: the host actors dial (default: this "
+                         "node's address)")
     add_learner_options(ln)
     ln.set_defaults(func=_learner)
     a = sub.add_parser(
@@ -512,7 +557,15 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=overrides_epilog + "a --connect off this machine needs --secret-key and --server-key, "
                "or --insecure\nexit codes: 0 done, 1 no learner answered, 2 bad arguments, config or keys")
     a.add_argument("task", help=TASK_HELP)
-    a.add_argument("--connect", required=True, metavar="ENDPOINT", help="the learner's endpoint, tcp://HOST:PORT")
+    a.add_argument("--connect", metavar="ENDPOINT", help="the learner's endpoint, tcp://HOST:PORT")
+    a.add_argument("--rendezvous", metavar="DIR",
+                   help="find the learner through the rendezvous record in DIR (RUN_DIR/rendezvous on a "
+                        "shared filesystem) instead of --connect: this actor makes its own key pair in "
+                        "--key-dir and adds only its public key to the record (docs/scaling.md)")
+    a.add_argument("--key-dir", default="~/.cache/embodyrl/keys",
+                   help="where this node keeps the actor's key pair with --rendezvous (default %(default)s)")
+    a.add_argument("--wait-s", type=float, default=600.0,
+                   help="with --rendezvous: longest wait for the learner's entry (default %(default)s)")
     a.add_argument("--index", type=int, default=0, help="this actor's id, unique per learner (default 0)")
     a.add_argument("--config", metavar="FILE", help="the learner's config.json, or a YAML file")
     a.add_argument("--log-dir", help="append the actor's counters to LOG_DIR/actor-INDEX.jsonl and its "

@@ -26,6 +26,7 @@ class IndexClaims:
     """The actor indices each authorised key may use (refusals say which key holds an index)."""
 
     def __init__(self, authorized_dir: str | Path, bindings_path: str | Path | None = None):
+        self.authorized_dir = Path(authorized_dir)
         self.names = public_keys(authorized_dir)  # z85 key -> key file name
         self.bindings_path = None if bindings_path is None else Path(bindings_path)
         self.allowed: dict[str, frozenset[int]] = {}  # key name -> its indices
@@ -46,7 +47,10 @@ class IndexClaims:
         """None if ``key`` may act as actor ``index`` (binding it if it is the key's first claim),
         else the reason to refuse."""
         name = self.names.get(key)
-        if name is None:  # CURVE admitted it, so the directory changed under us
+        if name is None:  # CURVE admitted a key added since: a rendezvous record's, or a new robot's
+            self.names = public_keys(self.authorized_dir)
+            name = self.names.get(key)
+        if name is None:  # admitted, then removed
             return "this key is not among the learner's authorised keys"
         if name in self.allowed:
             if index in self.allowed[name]:

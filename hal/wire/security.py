@@ -15,6 +15,7 @@ message is decoded.
 from __future__ import annotations
 
 import ipaddress
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -111,13 +112,36 @@ def peer_key(frame) -> str | None:
     return user or None
 
 
-class _KeySet:
-    """A ZAP credentials provider: admits exactly the keys it holds."""
+RESCAN_S = 1.0
+"""Shortest interval between two reads of the authorised-keys directories on an unknown key."""
 
-    def __init__(self, keys: set[bytes]):
-        self.keys = keys
+
+class _KeySet:
+    """A ZAP credentials provider: admits exactly the keys in its directories. An unknown key
+    re-reads them (at most once per :data:`RESCAN_S`), so a key added while the server runs (an
+    actor that joined through a rendezvous record) is admitted without a restart, and a peer
+    knocking with unknown keys costs at most one directory read a second."""
+
+    def __init__(self, directories: tuple[Path, ...]):
+        self.directories = directories
+        self._read_at = float("-inf")
+        self.keys = self._read()
+
+    def _read(self) -> set[bytes]:
+        self._read_at = time.monotonic()
+        keys = set()
+        for directory in self.directories:
+            keys |= {key.encode("ascii") for key in public_keys(directory)}
+        return keys
 
     def callback(self, domain: str, key: bytes) -> bool:
+        if key in self.keys:
+            return True
+        if time.monotonic() - self._read_at >= RESCAN_S:
+            try:
+                self.keys = self._read()
+            except SecurityError:  # the directory went away: keep the keys read last
+                pass
         return key in self.keys
 
 
@@ -132,12 +156,10 @@ def secure_server(socket: zmq.Socket, keys: ServerKeys, *extra_dirs: str | Path,
     public, secret = load_keys(keys.secret_key_file)
     if secret is None:
         raise SecurityError(f"{keys.secret_key_file} holds no secret key")
-    allowed = set()
-    for directory in (keys.authorized_dir, *extra_dirs):
-        allowed |= {key.encode("ascii") for key in public_keys(directory)}
+    allowed = _KeySet(tuple(Path(d) for d in (keys.authorized_dir, *extra_dirs)))
     auth = ThreadAuthenticator(context or socket.context)
     auth.start()
-    auth.configure_curve_callback(domain="*", credentials_provider=_KeySet(allowed))
+    auth.configure_curve_callback(domain="*", credentials_provider=allowed)
     socket.curve_secretkey = secret
     socket.curve_publickey = public
     socket.curve_server = True
