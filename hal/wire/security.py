@@ -14,6 +14,7 @@ message is decoded.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import time
 from dataclasses import dataclass
@@ -138,10 +139,8 @@ class _KeySet:
         if key in self.keys:
             return True
         if time.monotonic() - self._read_at >= RESCAN_S:
-            try:
+            with contextlib.suppress(SecurityError):  # the directory went away: keep the keys read last
                 self.keys = self._read()
-            except SecurityError:  # the directory went away: keep the keys read last
-                pass
         return key in self.keys
 
 
