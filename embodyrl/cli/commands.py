@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+from .cluster import register_launch
 from .security import (
     SecurityOptionError,
     add_actor_options,
@@ -482,6 +483,25 @@ DEMOS_HELP = ("a directory of recorded demonstrations (embodyrl record) loaded i
               "source=demonstration, once however often the run resumes; repeat for several (learner.demos)")
 
 
+def add_run_arguments(t: argparse.ArgumentParser) -> None:
+    """What ``train`` and ``launch`` take: the task, its budget and run directory, settings."""
+    t.add_argument("task", help=TASK_HELP)
+    t.add_argument("--steps", type=int, help="environment steps, summed over all actors")
+    t.add_argument("--run-dir", help="where the run directory goes (default runs/TASK-TIME)")
+    t.add_argument("--seed", type=int, help="seed of the learner and actors (default 0)")
+    t.add_argument("--actors", type=int, help="number of actor processes")
+    t.add_argument("--algorithm", choices=_Registered(), metavar="NAME",
+                   help="algorithm: %(choices)s (default: the task's, else the first; see docs/algorithms.md)")
+    t.add_argument("--config", metavar="FILE.yaml", help="YAML file merged over the task's defaults")
+    t.add_argument("--progress", choices=("auto", "live", "plain"), default="auto",
+                   help="live: a rich panel; plain: a line every 5 s; auto (default): live on a terminal")
+    t.add_argument("--quiet", action="store_true", help="no progress at all (for logs and CI)")
+    t.add_argument("--resume", action="store_true",
+                   help="continue the run in --run-dir: its checkpoint, its replay, its actors' spools")
+    t.add_argument("--demos", action="append", metavar="DIR", help=DEMOS_HELP)
+    add_train_options(t)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="embodyrl", description="Online RL on robots and simulators: train, run a learner or "
@@ -501,22 +521,9 @@ def build_parser() -> argparse.ArgumentParser:
                "  (--teleop keyboard or reset: operator), else a line every 5 s;\n"
                "  the summary JSON goes to stdout, progress and messages to stderr\n"
                "exit codes: 0 done, 1 training failed, 2 bad arguments or config, 130 interrupted")
-    t.add_argument("task", help=TASK_HELP)
-    t.add_argument("--steps", type=int, help="environment steps, summed over all actors")
-    t.add_argument("--run-dir", help="where the run directory goes (default runs/TASK-TIME)")
-    t.add_argument("--seed", type=int, help="seed of the learner and actors (default 0)")
-    t.add_argument("--actors", type=int, help="number of actor processes")
-    t.add_argument("--algorithm", choices=_Registered(), metavar="NAME",
-                   help="algorithm: %(choices)s (default: the task's, else the first; see docs/algorithms.md)")
-    t.add_argument("--config", metavar="FILE.yaml", help="YAML file merged over the task's defaults")
-    t.add_argument("--progress", choices=("auto", "live", "plain"), default="auto",
-                   help="live: a rich panel; plain: a line every 5 s; auto (default): live on a terminal")
-    t.add_argument("--quiet", action="store_true", help="no progress at all (for logs and CI)")
-    t.add_argument("--resume", action="store_true",
-                   help="continue the run in --run-dir: its checkpoint, its replay, its actors' spools")
-    t.add_argument("--demos", action="append", metavar="DIR", help=DEMOS_HELP)
-    add_train_options(t)
+    add_run_arguments(t)
     t.set_defaults(func=_train)
+    register_launch(sub, add_run_arguments)
     overrides_epilog = ("overrides: any config field as --SECTION.FIELD VALUE (or =VALUE), e.g.\n"
                         "  --ddpg.actor_lr 3e-4  --learner.updates_per_step 2\n")
     ln = sub.add_parser(
@@ -665,7 +672,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
-    if extra and args.command not in ("train", "learner", "actor"):
+    if extra and args.command not in ("train", "launch", "learner", "actor"):
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     args.overrides = extra
     try:

@@ -94,13 +94,13 @@ class FileRecord:
 class RayRecord:
     """The record in the Ray cluster's key-value store, under ``embodyrl/RUN_ID/``."""
 
-    def __init__(self, run_id: str, local_dir: str | Path):
-        """``local_dir``: where this process keeps the actors' public keys it authorises."""
+    def __init__(self, run_id: str, local_dir: str | Path | None = None):
+        """``local_dir``: where the learner keeps the actors' public keys it authorises."""
         from ray.experimental import internal_kv
 
         self.run_id, self._kv = run_id, internal_kv
         self._prefix = f"embodyrl/{run_id}/"
-        self.local_dir = Path(local_dir)
+        self.local_dir = None if local_dir is None else Path(local_dir)
 
     @property
     def authorized_dir(self) -> Path:
