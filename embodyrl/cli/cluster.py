@@ -23,7 +23,7 @@ def register_launch(sub, add_run_arguments) -> None:
                     "record, every actor with its own CurveZMQ key pair.",
         epilog="overrides: any config field as --SECTION.FIELD VALUE, as for train\n"
                "exit codes: 0 done, 1 training failed, 2 bad arguments or config (or Ray missing)")
-    p.add_argument("backend", choices=BACKENDS)
+    p.add_argument("backend", choices=BACKENDS, help="local: processes on this machine (as train); ray: Ray actors")
     add_run_arguments(p)
     ray = p.add_argument_group("ray")
     ray.add_argument("--address", help="join this Ray cluster (default: start one on this machine)")

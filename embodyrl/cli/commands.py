@@ -500,6 +500,11 @@ def add_run_arguments(t: argparse.ArgumentParser) -> None:
                    help="continue the run in --run-dir: its checkpoint, its replay, its actors' spools")
     t.add_argument("--demos", action="append", metavar="DIR", help=DEMOS_HELP)
     add_train_options(t)
+    from .console import add_console_option
+    from .record import add_teleop_option
+
+    add_teleop_option(t)
+    add_console_option(t)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -654,13 +659,11 @@ def build_parser() -> argparse.ArgumentParser:
     ts.set_defaults(func=_tasks)
     from .record import add_teleop_option, register
 
-    add_teleop_option(t)
     add_teleop_option(a)
     register(sub)
     from .console import add_console_option
     from .console import register as register_console
 
-    add_console_option(t)
     add_console_option(a)
     register_console(sub)
     from .reward import register as register_reward
