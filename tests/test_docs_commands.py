@@ -67,6 +67,10 @@ RULES = [
                                     "tests/test_chaos.py; full sizes take minutes"),
     Rule(r"^embodyrl (learner|actor) ", skip="learner and actors run at once on two machines; "
          "tests/test_cli_learner_actor.py and tests/test_cli_security.py run them as concurrent processes"),
+    Rule(r"^embodyrl launch (ray|slurm) ", skip="a Ray or Slurm cluster: tests/test_launch_ray.py and "
+         "tests/test_launch_slurm.py start real ones on this machine (slow), the dry run's scripts pass "
+         "sbatch --test-only in the default suite"),
+    Rule(r"^embodyrl launch local ", append=TINY_TRAIN),
     Rule(r"^python3? examples/", skip="tests/test_examples.py runs every example on its tiny budget"),
     Rule(r"^embodyrl record .*--teleop (keyboard|gamepad|spacemouse)", skip="a person at an input device; "
          "tests/test_record.py records with a scripted source, tests/test_operator_reset.py answers at a pty"),

@@ -19,6 +19,8 @@ ray = pytest.importorskip("ray", reason="Ray is the [ray] extra")
 
 pytestmark = pytest.mark.slow
 
+from tests.ledger_helpers import exactly_once  # noqa: E402
+
 
 def _config(steps: int, actors: int):
     from embodyrl.config import build_config, default_config
@@ -33,7 +35,7 @@ def _config(steps: int, actors: int):
 def cluster():
     from ray.cluster_utils import Cluster
 
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "object_store_memory": 80 << 20})
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 3, "object_store_memory": 80 << 20})
     worker = cluster.add_node(num_cpus=2, resources={"robot-1": 1}, object_store_memory=80 << 20)
     ray.init(address=cluster.address, log_to_driver=False)
     try:
@@ -43,43 +45,55 @@ def cluster():
         cluster.shutdown()
 
 
-def _exactly_once(run_dir, actors: int) -> None:
-    """Each actor's ledger = the replay's rows of that actor + what its spool still holds (batches
-    sent as the learner said goodbye): equal rows and digests, so every row arrived once."""
-    from embodyrl.hal.ledger import DIGEST_MOD, read_ledger
-    from embodyrl.hal.wire.spool import Spool
+def _process(run_dir, name: str, timeout_s: float = 300, other_than: int | None = None) -> dict:
+    """The process playing ``name`` now (``RUN_DIR/processes``), once it is there (and not ``other_than``)."""
+    path = run_dir / "processes" / f"{name}.json"
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if path.exists():
+            found = json.loads(path.read_text())
+            if found["pid"] != other_than:
+                return found
+        assert time.monotonic() < deadline, f"no {'new ' if other_than else ''}process for {name}"
+        time.sleep(0.5)
 
-    report = json.loads(subprocess.run([sys.executable, "-m", "embodyrl.cli", "replay", str(run_dir), "--json"],
-                                       capture_output=True, text=True, timeout=60, check=True).stdout)
-    for index in range(actors):
-        pending = set(Spool(run_dir / "spools" / f"actor-{index}").seqs())
-        delivered = [entry for seq, entry in read_ledger(run_dir / f"actor-{index}.ledger.jsonl").items()
-                     if seq not in pending]
-        rows, digest = sum(r for r, _ in delivered), sum(d for _, d in delivered) % DIGEST_MOD
-        assert rows > 0, index
-        assert (report["rows_by_actor"][str(index)], report["digest_by_actor"][str(index)]) == (rows, digest), index
+
+def _streaming(run_dir, index: int, batches: int, timeout_s: float = 300) -> None:
+    ledger = run_dir / f"actor-{index}.ledger.jsonl"
+    deadline = time.monotonic() + timeout_s
+    while not (ledger.exists() and len(ledger.read_text().splitlines()) >= batches):
+        assert time.monotonic() < deadline, f"actor {index} sent fewer than {batches} batches"
+        time.sleep(0.5)
 
 
 def test_ray_places_restarts_and_loses_nothing(cluster, tmp_path):
     from embodyrl.cluster.ray_backend import RayLaunch
 
-    _, worker = cluster
+    head, worker = cluster
     run_dir = tmp_path / "run"
-    launch = RayLaunch(_config(6000, 3), run_dir, actor_resources=[{}, {"robot-1": 1}, {}],
-                       key_dir=str(tmp_path / "keys"))
+    config = _config(8000, 3)
+    config = dataclasses.replace(config, learner=dataclasses.replace(config.learner, checkpoint_every_s=5.0),
+                                 actor=dataclasses.replace(config.actor, realtime=True))  # paced: time for the kills
+    launch = RayLaunch(config, run_dir, actor_resources=[{}, {"robot-1": 1}, {}], key_dir=str(tmp_path / "keys"))
     try:
-        robot_actor = launch.actors[1]
-        assert ray.get(robot_actor.node.remote()) == worker.node_id  # the robot's actor on its PC
-        time.sleep(20)
-        os.kill(ray.get(launch.actors[0].pid.remote()), signal.SIGKILL)  # the process, not ray.kill
-        time.sleep(10)
-        cluster[0].remove_node(worker)  # the robot's PC and its actor with it
-        cluster[0].add_node(num_cpus=2, resources={"robot-1": 1}, object_store_memory=80 << 20)
-        counters = launch.wait(timeout_s=900)
+        assert _process(run_dir, "actor-1")["node"] == worker.node_id  # the robot's actor on its PC
+        _streaming(run_dir, 0, 5)
+        killed = _process(run_dir, "actor-0")["pid"]
+        os.kill(killed, signal.SIGKILL)  # the process, not ray.kill
+        assert _process(run_dir, "actor-0", other_than=killed)["pid"] != killed  # Ray started it again
+        learner = _process(run_dir, "learner")["pid"]
+        time.sleep(6)  # a checkpoint
+        os.kill(learner, signal.SIGKILL)
+        _process(run_dir, "learner", other_than=learner)  # restarted on its node; resumes its run
+        lost = _process(run_dir, "actor-1")["pid"]
+        head.remove_node(worker)  # the robot's PC, and its actor with it
+        head.add_node(num_cpus=2, resources={"robot-1": 1}, object_store_memory=80 << 20)
+        _process(run_dir, "actor-1", other_than=lost)
+        counters = launch.wait(timeout_s=1200)
     finally:
         launch.stop()
-    assert counters["env_steps"] >= 6000 and counters["updates"] > 0
-    _exactly_once(run_dir, 3)
+    assert counters["env_steps"] >= 8000 and counters["updates"] > 0
+    exactly_once(run_dir, 3)
 
 
 def test_an_actor_whose_key_is_not_in_the_record_is_refused(cluster, tmp_path):

@@ -10,7 +10,7 @@ import argparse
 import json
 import sys
 
-BACKENDS = ("local", "ray")
+BACKENDS = ("local", "ray", "slurm")
 
 
 def register_launch(sub, add_run_arguments) -> None:
@@ -23,7 +23,7 @@ def register_launch(sub, add_run_arguments) -> None:
                     "record, every actor with its own CurveZMQ key pair.",
         epilog="overrides: any config field as --SECTION.FIELD VALUE, as for train\n"
                "exit codes: 0 done, 1 training failed, 2 bad arguments or config (or Ray missing)")
-    p.add_argument("backend", choices=BACKENDS, help="local: processes on this machine (as train); ray: Ray actors")
+    p.add_argument("backend", choices=BACKENDS, help="local: processes on this machine (as train); ray: Ray actors; slurm: sbatch jobs")
     add_run_arguments(p)
     ray = p.add_argument_group("ray")
     ray.add_argument("--address", help="join this Ray cluster (default: start one on this machine)")
@@ -36,11 +36,23 @@ def register_launch(sub, add_run_arguments) -> None:
     ray.add_argument("--shared-fs", action="store_true",
                      help="the run directory is on a filesystem every node shares: the learner may run on "
                           "any node (else it stays on this one, beside its replay)")
-    ray.add_argument("--key-dir", default="~/.cache/embodyrl/keys",
-                     help="where each node keeps its actors' key pairs (default %(default)s)")
+    p.add_argument("--key-dir", help="where each node keeps its actors' key pairs (node-local; default "
+                                     "~/.cache/embodyrl/keys with ray, /tmp/embodyrl-keys with slurm)")
     ray.add_argument("--host", default=None,
                      help="the address actors dial; default: each learner node's own address "
                           "(127.0.0.1 for a cluster of this machine alone)")
+    slurm = p.add_argument_group("slurm (the run directory on a filesystem every node shares)")
+    slurm.add_argument("--dry-run", action="store_true", help="write RUN_DIR/slurm/*.sbatch without submitting")
+    slurm.add_argument("--wait", action="store_true",
+                       help="wait for the learner's job, then stop the actors' and write summary.json")
+    slurm.add_argument("--partition", help="both jobs' partition")
+    slurm.add_argument("--time", dest="time_limit", metavar="HH:MM:SS", help="both jobs' time limit")
+    slurm.add_argument("--gpus", type=int, default=0, help="GPUs of the learner's job (default 0)")
+    slurm.add_argument("--sbatch", action="append", default=[], metavar="LINE",
+                       help="another #SBATCH line for both jobs, e.g. --sbatch=--account=proj (repeatable)")
+    slurm.add_argument("--coupled-command", metavar="CMD",
+                       help="a coupled MPI model started with srun in each actor's allocation")
+    slurm.add_argument("--coupled-ranks", type=int, default=1, help="its MPI ranks (default 1)")
     p.set_defaults(func=_launch)
 
 
@@ -64,19 +76,35 @@ def _launch(args) -> int:
 
     if args.backend == "local":
         return _train(args)
-    from ..cluster.ray_backend import import_ray, launch
+    if args.backend == "ray":
+        from ..cluster.ray_backend import import_ray
 
-    try:
-        import_ray()
-    except RuntimeError as err:
-        raise _Refused(str(err)) from None
+        try:
+            import_ray()
+        except RuntimeError as err:
+            raise _Refused(str(err)) from None
     run_dir = _run_dir(args)
     config = _resolve_config(args, run_dir, {"actors": args.actors, "algorithm": args.algorithm, **_demos(args)})
     _keep_yaml(args, run_dir)
-    host = args.host if args.host is not None else (None if args.address else "127.0.0.1")
-    summary = launch(config, run_dir, address=args.address, learner_resources=args.learner_resources,
-                     actor_resources=args.actor_resources, shared_fs=args.shared_fs, key_dir=args.key_dir,
-                     host=host)
+    if args.backend == "ray":
+        from ..cluster.ray_backend import launch
+
+        host = args.host if args.host is not None else (None if args.address else "127.0.0.1")
+        summary = launch(config, run_dir, address=args.address, learner_resources=args.learner_resources,
+                         actor_resources=args.actor_resources, shared_fs=args.shared_fs,
+                         key_dir=args.key_dir or "~/.cache/embodyrl/keys", host=host)
+    else:
+        from ..cluster import slurm_backend
+
+        options = slurm_backend.SlurmOptions(
+            partition=args.partition, time_limit=args.time_limit, learner_gpus=args.gpus,
+            key_dir=args.key_dir or "/tmp/embodyrl-keys", python=sys.executable, extra=tuple(args.sbatch),
+            coupled_command=args.coupled_command, coupled_ranks=args.coupled_ranks if args.coupled_command else 0)
+        try:
+            summary = slurm_backend.launch(config, run_dir, options, dry_run=args.dry_run, wait=args.wait)
+        except RuntimeError as err:
+            print(f"embodyrl: launch slurm: {err}", file=sys.stderr)
+            return 1
     print(json.dumps(summary, indent=2))
     print(f"run directory: {run_dir}", file=sys.stderr)
     return 0

@@ -46,6 +46,7 @@ def _learner_role(ray):
 
             should_stop = stop_on_signals()
             run_dir = Path(run_dir)
+            announce(run_dir, "learner")
             config = from_dict(TrainConfig, config_dict)
             record = RayRecord(run_dir.name, run_dir / "rendezvous" / "actors")
             config = dataclasses.replace(config, learner=dataclasses.replace(
@@ -58,11 +59,6 @@ def _learner_role(ray):
             finally:
                 sync.close()
             return dataclasses.asdict(counters)
-
-        def pid(self) -> int:
-            import os
-
-            return os.getpid()
 
     return LearnerRole
 
@@ -77,21 +73,28 @@ def _actor_role(ray):
             from .rendezvous import RayRecord
             from .roles import actor_keys
 
+            announce(Path(run_dir), f"actor-{index}")
             record = RayRecord(run_id)
             entry, keys = actor_keys(record, index, Path(key_dir).expanduser(), 600.0)
             actor_main(config_dict, entry.endpoint, index, run_dir, keys=keys)
 
-        def pid(self) -> int:
-            import os
-
-            return os.getpid()
-
-        def node(self) -> str:
-            import ray
-
-            return ray.get_runtime_context().get_node_id()
-
     return ActorRole
+
+
+def announce(run_dir: Path, name: str) -> None:
+    """Say which process plays ``name`` now (``RUN_DIR/processes/NAME.json``: pid, host, Ray node),
+    rewritten by every restart: where to look, or what to kill, for one role of a run."""
+    import os
+    import socket
+
+    import ray
+
+    path = run_dir / "processes" / f"{name}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "started": time.time(),
+                               "node": ray.get_runtime_context().get_node_id()}) + "\n")
+    os.replace(tmp, path)
 
 
 class RayLaunch:
@@ -143,16 +146,15 @@ class RayLaunch:
 
 
 def _for_the_cluster(config: TrainConfig, run_dir: Path, host: str | None) -> TrainConfig:
-    """Spools beside the run (a restarted actor, on any node, resends from its own); with ``host``
-    None the learner listens on every interface and advertises its node's address, with a host
-    given it listens there (``127.0.0.1``: a cluster of one machine)."""
+    """Spools beside the run; with ``host`` None the learner listens on every interface and
+    advertises its node's address, with a host given it listens there (``127.0.0.1``: a cluster
+    of one machine)."""
     import dataclasses
 
-    actor, learner = config.actor, config.learner
-    if not actor.spool_dir:
-        actor = dataclasses.replace(actor, spool_dir=str(run_dir / "spools"))
-    learner = dataclasses.replace(learner, bind=f"tcp://{host or '0.0.0.0'}:*")
-    return dataclasses.replace(config, actor=actor, learner=learner)
+    from .roles import with_spools
+
+    config = with_spools(config, run_dir)
+    return dataclasses.replace(config, learner=dataclasses.replace(config.learner, bind=f"tcp://{host or '0.0.0.0'}:*"))
 
 
 def _resources(wanted: dict) -> dict:

@@ -14,6 +14,16 @@ from .rendezvous import LearnerEntry, RayRecord, own_key_pair, public_key_text, 
 LEARNER_KEY = "learner"
 
 
+def with_spools(config, run_dir: Path):
+    """``config`` with the actors' spools beside the run (unless it names a place): an actor the
+    engine restarts, on any node of a shared filesystem, resends what its spool still holds."""
+    import dataclasses
+
+    if config.actor.spool_dir:
+        return config
+    return dataclasses.replace(config, actor=dataclasses.replace(config.actor, spool_dir=str(Path(run_dir) / "spools")))
+
+
 def actor_key_name(index: int) -> str:
     return f"actor-{index}"
 
