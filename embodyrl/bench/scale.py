@@ -25,6 +25,8 @@ import time
 from pathlib import Path
 
 COUNTS = (1, 2, 4, 8, 16)
+UPDATES_PER_STEP = 0.01
+"""One gradient step per 100 rows: the intake, not the update, sets the pace."""
 
 
 def _feeder_class(ray):
@@ -78,7 +80,7 @@ def _measure(ray, feeder_class, actors: int, window_s: float, warm_s: float) -> 
 
     config = dataclasses.replace(default_config("pendulum"), algorithm=registry.DEFAULT, steps=10**12)
     config = dataclasses.replace(config, learner=dataclasses.replace(
-        config.learner, updates_per_step=0.01, min_replay=256, log_every_s=3600, checkpoint_every_s=3600))
+        config.learner, updates_per_step=UPDATES_PER_STEP, min_replay=256, log_every_s=3600, checkpoint_every_s=3600))
     (kind,) = layout_of(config).kinds
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
@@ -123,6 +125,7 @@ def _measure(ray, feeder_class, actors: int, window_s: float, warm_s: float) -> 
 
 
 def run(quick: bool = False) -> dict:
+    from ..algos import registry
     from ..cluster.ray_backend import import_ray
 
     ray = import_ray()
@@ -142,4 +145,4 @@ def run(quick: bool = False) -> dict:
             "rows_stored_vs_one_actor": {n: round(r["rows_stored_per_s"] / one, 3) if one else None
                                          for n, r in by_count.items()},
             "window_s": window_s, "batch_rows": 64, "link": "CurveZMQ over loopback",
-            "updates_per_step": 0.01, "algorithm": "ddpg", "task": "pendulum"}
+            "updates_per_step": UPDATES_PER_STEP, "algorithm": registry.DEFAULT, "task": "pendulum"}
