@@ -1,7 +1,8 @@
 """``embodyrl launch BACKEND TASK``: the same run placed by an engine (docs/scaling.md).
 
-``local`` is ``embodyrl train``; ``ray`` makes the learner and the actors Ray actors that find
-each other through the run's rendezvous record (:mod:`embodyrl.cluster`).
+``local`` is ``embodyrl train``; ``ray`` makes the learner and the actors Ray actors, ``slurm``
+writes and submits sbatch jobs; they find each other through the run's rendezvous record
+(:mod:`embodyrl.cluster`).
 """
 
 from __future__ import annotations
@@ -15,14 +16,14 @@ BACKENDS = ("local", "ray", "slurm")
 
 def register_launch(sub, add_run_arguments) -> None:
     p = sub.add_parser(
-        "launch", help="train TASK with the learner and actors placed by local processes or Ray",
+        "launch", help="train TASK with the learner and actors placed by local processes, Ray or Slurm",
         allow_abbrev=False, formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Train TASK as `train` does, the processes placed by BACKEND: local (this machine, "
-                    "as train) or ray (Ray actors, restarted when they die; a local cluster unless "
-                    "--address). The learner and actors find each other through the run's rendezvous "
+                    "as train), ray (Ray actors, restarted when they die; a local cluster unless "
+                    "--address) or slurm (sbatch jobs, requeued when they die). The learner and actors find each other through the run's rendezvous "
                     "record, every actor with its own CurveZMQ key pair.",
         epilog="overrides: any config field as --SECTION.FIELD VALUE, as for train\n"
-               "exit codes: 0 done, 1 training failed, 2 bad arguments or config (or Ray missing)")
+               "exit codes: 0 done, 1 training failed (or sbatch refused), 2 bad arguments or config (or Ray missing)")
     p.add_argument("backend", choices=BACKENDS, help="local: processes on this machine (as train); ray: Ray actors; slurm: sbatch jobs")
     add_run_arguments(p)
     ray = p.add_argument_group("ray")

@@ -126,8 +126,9 @@ class RayLaunch:
         self.learner_result = self.learner.run.remote(to_dict(config), str(self.run_dir), host)
         role = _actor_role(ray)
         self.actors = []
+        maps = actor_resources or [{}]  # one map for every actor, or one each
         for index in range(config.actors):
-            wanted = (actor_resources or [{}] * config.actors)[index % max(1, len(actor_resources or [1]))]
+            wanted = maps[index % len(maps)]
             options = _resources(wanted) if wanted else {"scheduling_strategy": "SPREAD"}
             actor = role.options(**options).remote()
             actor.run.remote(to_dict(config), self.run_dir.name, index, str(self.run_dir), key_dir)

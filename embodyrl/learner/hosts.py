@@ -58,7 +58,7 @@ class Hosts:
         firsts = {}
         for device in jax.devices():  # one device of each host carries its votes
             firsts.setdefault(device.process_index, device)
-        self._mine = [d for d in jax.local_devices() if d == firsts[jax.process_index()]]
+        self._vote_device = firsts[jax.process_index()]
         mesh = Mesh(np.asarray([firsts[i] for i in sorted(firsts)]), ("host",))
         self._sharding = NamedSharding(mesh, PartitionSpec("host"))
         self._jax = jax
@@ -71,7 +71,7 @@ class Hosts:
 
     def _all_reduce(self, votes: list[int]) -> np.ndarray:
         local = np.asarray([votes], np.int64)
-        arrays = [self._jax.device_put(local, d) for d in self._mine]
+        arrays = [self._jax.device_put(local, self._vote_device)]
         stacked = self._jax.make_array_from_single_device_arrays((self.count, len(votes)), self._sharding, arrays)
         return np.asarray(self._reduce(stacked).addressable_data(0))
 
