@@ -375,6 +375,9 @@ def run(out: Path, plan: Plan) -> dict:
             for variant in VARIANTS:
                 key = f"{variant}/{seed}"
                 done = progress.setdefault(key, [])
+                if done and len(done) < plan.points and not (run_dir(out, variant, seed) / "config.json").exists():
+                    print(f"{key}: its run directory is gone; it starts again", flush=True)
+                    done.clear()  # a half run cannot resume without its replay and checkpoint
                 for point in checkpoints[len(done):]:
                     t0 = time.monotonic()
                     train_to(out, plan, variant, seed, point)
