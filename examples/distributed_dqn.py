@@ -4,9 +4,11 @@ Each learner is a spawned process with its own CartPole environments (its
 actor, stepped in lockstep), its own n-step replay and double DQN; every
 ``--epoch-steps`` environment steps per learner they average their
 parameters over loopback peer links (complete graph, one round: the exact
-average) and evaluate the greedy policy on 10 seeded episodes. Reported per
-team: environment steps (per learner and summed) and wall-clock time until
-the learners' mean evaluation return reaches 475, and the messages sent.
+average) and evaluate the greedy policy on 10 seeded episodes, which decide
+when to stop (475). Reported per team: environment steps (per learner and
+summed) and wall-clock time until the stop, the messages sent, and the
+return of the stopped policy on 20 fresh seeds that no decision saw (the
+stopping episodes' own return is selected by the rule and flatters it).
 
     python examples/distributed_dqn.py --learners 1 2 4 --seeds 0 --out docs/figures/dqn_cartpole.json
     python examples/distributed_dqn.py --plot docs/figures/dqn_cartpole.json
@@ -38,8 +40,20 @@ def run(learners: int, seed: int, args) -> dict:
             "env_steps_per_learner": last["env_steps"], "env_steps_total": last["env_steps"] * learners,
             "wall_s": max(r["history"][-1]["wall_s"] for r in results),
             "messages_per_learner": last["messages_out"], "bytes_per_learner": last["bytes_out"],
+            "stopping_return": last["team_eval_return"],
+            "fresh_seed_return": float(np.mean([r["report_return"] for r in results])),
             "curve": [(h["env_steps"], h["team_eval_return"]) for h in history],
             "spread_before": [h["spread_before"] for h in history]}
+
+
+def summarise(runs: list[dict]) -> dict:
+    """Medians of the costs; the fresh-seed return's mean, its spread over seeds, and each seed's."""
+    fresh = [r["fresh_seed_return"] for r in runs]
+    return {**{key: float(np.median([r[key] for r in runs]))
+               for key in ("env_steps_per_learner", "env_steps_total", "wall_s")},
+            "fresh_seed_return_mean": float(np.mean(fresh)), "fresh_seed_return_min": float(np.min(fresh)),
+            "fresh_seed_return_by_seed": {str(r["seed"]): r["fresh_seed_return"] for r in runs},
+            "stopping_return_mean": float(np.mean([r["stopping_return"] for r in runs]))}
 
 
 def plot(path: Path) -> Path:
@@ -75,13 +89,17 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=5e-4)
     parser.add_argument("--target-period", type=int, default=500, help="gradient steps between target copies")
     parser.add_argument("--timeout-s", type=float, default=3600.0)
-    parser.add_argument("--out", type=Path, default=Path("docs/figures/dqn_cartpole.json"))
+    parser.add_argument("--out", type=Path, default=Path("docs/figures/dqn_cartpole.json"),
+                        help="results file; runs already in it are kept (a file without fresh-seed "
+                             "returns is refused: use another)")
     parser.add_argument("--plot", type=Path, help="only redraw the figure of this results file")
     args = parser.parse_args()
     if args.plot:
         print(plot(args.plot))
         return
     runs = json.loads(args.out.read_text())["runs"] if args.out.exists() else []
+    if any("fresh_seed_return" not in r for r in runs):
+        raise SystemExit(f"{args.out} holds runs without a fresh-seed return; write to another --out")
     done = {(r["learners"], r["seed"]) for r in runs}
     for seed in args.seeds:
         for n in args.learners:
@@ -91,10 +109,10 @@ def main() -> None:
             runs.append(r)
             print(f"{n} learner(s), seed {seed}: reached={r['reached']} after {r['env_steps_per_learner']} steps "
                   f"per learner ({r['env_steps_total']} total), {r['wall_s']:.0f} s, "
-                  f"{r['messages_per_learner']} messages per learner", flush=True)
+                  f"{r['messages_per_learner']} messages per learner; on 20 fresh seeds {r['fresh_seed_return']:.1f}",
+                  flush=True)
             args.out.parent.mkdir(parents=True, exist_ok=True)
-            summary = {str(n): {key: float(np.median([x[key] for x in runs if x["learners"] == n]))
-                                for key in ("env_steps_per_learner", "env_steps_total", "wall_s")}
+            summary = {str(n): summarise([x for x in runs if x["learners"] == n])
                        for n in sorted({x["learners"] for x in runs})}
             args.out.write_text(json.dumps({"max_steps": args.max_steps, "epoch_steps": args.epoch_steps,
                                             "runs": runs, "summary": summary}, indent=1) + "\n")

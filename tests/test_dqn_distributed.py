@@ -90,3 +90,25 @@ def test_two_spawned_learners_train_on_cartpole_and_agree():
         assert r["history"][0]["spread_before"] > 0
     # the complete graph: both hold the same parameters after each epoch, so they score alike
     assert results[0]["history"][-1]["eval_return"] == results[1]["history"][-1]["eval_return"]
+    assert results[0]["report_return"] == results[1]["report_return"]  # and on the same fresh seeds
+
+
+def test_reported_return_comes_from_seeds_the_stopping_rule_never_saw(monkeypatch):
+    """The stopping rule's episodes select when to stop, so the reported figure uses other seeds."""
+    from embodyrl.algos.dqn import distributed
+
+    calls = []
+
+    def recording(env_id, networks, params, episodes, seed):
+        calls.append(range(seed, seed + episodes))
+        return real(env_id, networks, params, episodes, seed)
+
+    real = distributed.evaluate
+    monkeypatch.setattr(distributed, "evaluate", recording)
+    run = RunConfig(num_envs=2, max_env_steps=200, epoch_steps=100, learning_starts=50, eval_episodes=3,
+                    report_episodes=4, target_return=1e9)
+    result = distributed.run_learner(0, np.ones((1, 1)), dqn.DQNConfig(hidden_sizes=(8,)), run)
+    *stopping, report = calls
+    assert len(stopping) == 2 and len(report) == 4
+    assert not set(report) & set().union(*map(set, stopping))
+    assert result["report_return"] >= 1  # CartPole pays 1 a step: a real evaluation ran

@@ -15,7 +15,10 @@ local. On the complete graph with W = 1/N, one round is the exact average.
 After each epoch every learner evaluates its greedy policy and shares the
 result in one more round; all stop when the mean reaches the target (the
 same decision everywhere on the complete graph, where everyone hears
-everyone).
+everyone). The stopping rule's episodes decide when to stop, so their
+return is selected and flatters the policy; after stopping each learner
+scores its policy again on ``report_episodes`` fresh seeds that no decision
+saw (``report_return``), and that is the figure to report.
 """
 
 from __future__ import annotations
@@ -34,6 +37,9 @@ from .learning import act, init, make_update_many
 from .replay import NStepReplay
 
 FIELD = "observation"
+STOP_SEEDS = 10_000
+"""The stopping rule's evaluation episodes start here; the reported figure's at REPORT_SEEDS."""
+REPORT_SEEDS = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -51,6 +57,10 @@ class RunConfig:
     target_return: float = 475.0
     """Stop when the learners' mean greedy evaluation return reaches this."""
     eval_episodes: int = 10
+    """Episodes of the stopping rule's evaluation, on seeds ``STOP_SEEDS + 100 * seed + i``."""
+    report_episodes: int = 20
+    """After stopping, the greedy policy's return on this many fresh seeds (``REPORT_SEEDS + ...``):
+    the figure reported, never seen by the stopping rule."""
     learning_starts: int = 1_000
     """Transitions in the local replay before the first gradient step."""
     updates_per_step: float = 0.25
@@ -174,7 +184,7 @@ def run_learner(index: int, W: np.ndarray, dqn: DQNConfig, run: RunConfig, excha
                 tree = flat_params.unflatten(flat)
                 state = state._replace(params=jax.tree.map(jax.numpy.asarray, tree["online"]),
                                        target_params=jax.tree.map(jax.numpy.asarray, tree["target"]))
-            score = evaluate(run.env_id, networks, state.params, run.eval_episodes, seed=10_000 + run.seed * 100)
+            score = evaluate(run.env_id, networks, state.params, run.eval_episodes, seed=STOP_SEEDS + run.seed * 100)
             scores = [score]
             if exchange is not None:  # everyone hears everyone's score on the complete graph: one decision
                 got = exchange(round_, {"score": np.array([score])}, neighbours)
@@ -187,7 +197,9 @@ def run_learner(index: int, W: np.ndarray, dqn: DQNConfig, run: RunConfig, excha
                             "spread_before": spread_before, **traffic()})
             if np.mean(scores) >= run.target_return:
                 break
+        report = evaluate(run.env_id, networks, state.params, run.report_episodes,
+                          seed=REPORT_SEEDS + run.seed * 1000)  # the same fresh seeds for every learner
     finally:
         for e in envs:
             e.close()
-    return {"index": index, "history": history, "config": asdict(run), "dqn": asdict(dqn)}
+    return {"index": index, "history": history, "report_return": report, "config": asdict(run), "dqn": asdict(dqn)}
