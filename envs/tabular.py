@@ -87,3 +87,12 @@ def grid_world(size: int = 4, slip: float = 0.2, discount: float = 0.9, reward_n
             for m in moves:
                 P[s, a, move(s, m)] += slip / len(moves)
     return TabularMDP(P, R, discount, reward_noise)
+
+
+def random_mdp(num_states: int = 10, num_actions: int = 5, discount: float = 0.9, seed: int = 0,
+               reward_noise: float = 0.0) -> TabularMDP:
+    """The VRDQ paper's kind of MDP: random transitions (Dirichlet(1) rows, i.e. uniform on the
+    simplex), rewards uniform in [0, 1] and exact (no noise) unless ``reward_noise``."""
+    rng = np.random.default_rng(seed)
+    P = rng.dirichlet(np.ones(num_states), size=(num_states, num_actions))
+    return TabularMDP(P, rng.random((num_states, num_actions)), discount, reward_noise)

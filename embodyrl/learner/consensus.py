@@ -46,11 +46,11 @@ def loopback_endpoints(n: int) -> dict[int, str]:
     return endpoints
 
 
-def run_agent(agent: int, W: np.ndarray, endpoints: dict[int, str], mdp, config: VRDQConfig, epochs: int,
+def run_agent(agent: int, W: np.ndarray, endpoints: dict[int, str], mdp, config: VRDQConfig, budget: int,
               seed: int, round_timeout_s: float = 30.0) -> tuple[np.ndarray, dict]:
-    """One VRDQ agent over peer links; returns (its Q, what its link sent)."""
+    """One VRDQ agent over peer links, ``budget`` samples per (s, a); returns (its Q, what its link sent)."""
     with peer_link(agent, W, endpoints) as link:
-        return vrdq_distributed.run_agent(agent, W, link.exchange_fn(round_timeout_s), mdp, config, epochs, seed,
+        return vrdq_distributed.run_agent(agent, W, link.exchange_fn(round_timeout_s), mdp, config, budget, seed,
                                           link.traffic)
 
 

@@ -1,41 +1,44 @@
-"""VRDQ with each agent on its own, mixing through an exchange with its neighbours.
+"""VRDQ with each agent on its own, diffusing through an exchange with its neighbours.
 
-The agent draws the same samples and computes the same operator as in
-:func:`.learning.make_epoch` (keyed by run key, epoch and agent id); each
-consensus round it sends its table to its neighbours and combines what they
-sent with its row of the mixing matrix. Nothing passes through a centre. The
-exchange is a function (:data:`~embodyrl.algos.consensus.Exchange`): the runner
-(:func:`embodyrl.learner.consensus.run_agent`) plugs in peer links.
+The agent draws the same samples and does the same arithmetic as
+:func:`.learning.run` does for it (seeded by run seed, epoch and agent id):
+each epoch it sends ``d = T_i,k-1 Q_i`` to its neighbours for the schedule's
+L_k rounds, combining what they sent with its row of W, then updates Q once.
+Nothing passes through a centre. The exchange is a function
+(:data:`~embodyrl.algos.consensus.Exchange`): the runner
+(:func:`embodyrl.learner.consensus.run_agent`) plugs in peer links. Static
+graphs only: on a time-varying network every agent would need each round's
+graph.
 """
 
 from __future__ import annotations
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 
 from ..consensus import Exchange, Traffic, no_traffic
-from .learning import VRDQConfig, empirical_operator, sample_agent, step_size
+from .graphs import contraction
+from .learning import VRDQConfig, draw, make_schedule
 
 
-def run_agent(agent: int, W: np.ndarray, exchange: Exchange, mdp, config: VRDQConfig, epochs: int,
+def run_agent(agent: int, W: np.ndarray, exchange: Exchange, mdp, config: VRDQConfig, budget: int,
               seed: int, traffic: Traffic = no_traffic) -> tuple[np.ndarray, dict]:
-    """One agent's whole run; returns (its Q, what its exchange sent)."""
+    """One agent's whole run with ``budget`` samples per (s, a); returns (its Q, what its exchange sent)."""
+    if config.time_varying:
+        raise ValueError("a VRDQ agent in its own process needs a static graph (time_varying=False)")
     neighbours = {int(j) for j in np.flatnonzero(W[agent]) if j != agent}
-    key = jax.random.key(seed)
-    P, R = jnp.asarray(mdp.P), jnp.asarray(mdp.R)
-    operator = jax.jit(empirical_operator, static_argnums=3)
-    q = np.zeros(mdp.R.shape)
+    plan = make_schedule(config, budget, mdp.discount, contraction(W))
+    q = np.zeros(mdp.R.shape, np.float32)
+    counts, reward = np.zeros(mdp.P.shape, np.float32), np.zeros(mdp.R.shape, np.float32)
     round_ = 0
-    for epoch in range(epochs):
-        next_states, rewards = sample_agent(P, R, mdp.reward_noise, config.samples_per_epoch, key, epoch, agent)
-        y = np.asarray(operator(q, next_states, rewards, mdp.discount))
-        for _ in range(config.consensus_rounds):
-            got = exchange(round_, {"y": y}, neighbours)
+    for k, (H, L) in enumerate(zip(plan.samples, plan.rounds, strict=True)):
+        kernel = counts / np.maximum(counts.sum(-1, keepdims=True), 1.0)
+        d = reward + np.float32(mdp.discount) * kernel @ q.max(-1)
+        for _ in range(L):
+            got = exchange(round_, {"d": d}, neighbours)
             round_ += 1
             if set(got) != neighbours:
                 raise TimeoutError(f"agent {agent}: neighbours {sorted(neighbours - set(got))} missed round {round_}")
-            y = W[agent, agent] * y + sum(W[agent, j] * got[j]["y"] for j in neighbours)
-        a = float(step_size(config, mdp.discount, epoch))
-        q = (1.0 - a) * q + a * y
+            d = W[agent, agent] * d + sum(W[agent, j] * got[j]["d"] for j in neighbours)
+        q = ((1.0 - plan.step) * q + plan.step * d).astype(np.float32)
+        counts, reward = (x.astype(np.float32) for x in draw(mdp, H, seed, k, agent, config.pooled))
     return q, traffic()

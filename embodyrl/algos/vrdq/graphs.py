@@ -58,5 +58,26 @@ def metropolis(A: np.ndarray) -> np.ndarray:
 
 def spectral_gap(W: np.ndarray) -> float:
     """1 - second largest |eigenvalue|: how fast mixing reaches the average."""
-    eig = np.sort(np.abs(np.linalg.eigvalsh(W)))
-    return float(1.0 - (eig[-2] if len(eig) > 1 else 0.0))
+    return 1.0 - contraction(W)
+
+
+def contraction(W: np.ndarray) -> float:
+    """rho = ||W - 11'/N||_2, the second largest |eigenvalue| of a symmetric doubly stochastic W:
+    each round shrinks the agents' disagreement at least by this factor (the paper's rho)."""
+    n = len(W)
+    if n == 1:
+        return 0.0
+    return float(np.max(np.abs(np.linalg.eigvalsh(W - np.full((n, n), 1.0 / n)))))
+
+
+def random_mixing(n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """One round's graph of a time-varying network: (adjacency, Metropolis W) of a connected random graph."""
+    A = adjacency("random", n, rng)
+    return A, metropolis(A)
+
+
+def time_varying_contraction(n: int, draws: int = 64, seed: int = 0) -> float:
+    """omega for a network whose graph is redrawn every round (the paper's Assumption 1 with B = 1):
+    the largest contraction over ``draws`` graphs, an estimate of the supremum."""
+    rng = np.random.default_rng(seed)
+    return max(contraction(random_mixing(n, rng)[1]) for _ in range(draws))
