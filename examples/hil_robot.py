@@ -32,13 +32,18 @@ robot files and the ``embodyrl`` command line:
 
 Everything is written as it happens: the demonstrations, the classifier, each
 run directory (``--resume`` continues it), and ``results.json`` after every
-evaluation, so an interrupted experiment resumes where it stopped.
+evaluation, so an interrupted experiment resumes where it stopped. With
+``--keep DIR`` each finished run's config, summary and metrics, the
+classifier and the progress are also copied to DIR (small: no replay, no
+checkpoints); on a machine where ``--out`` is empty they are read back from
+there, so the experiment goes on from its last finished run.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import signal
 import socket
 import subprocess
@@ -357,7 +362,41 @@ def table(result: dict) -> str:
     return "\n".join(lines)
 
 
-def run(out: Path, plan: Plan) -> dict:
+SMALL = ("plan.json", "progress.json", "results.json")
+
+
+def keep(out: Path, into: Path, progress: dict, plan: Plan) -> None:
+    """Copy what another machine needs to go on, and what checks the result: finished runs' artifacts."""
+    from embodyrl.runlog import keep_artifacts
+
+    into.mkdir(parents=True, exist_ok=True)
+    for name in SMALL:
+        if (out / name).exists():
+            shutil.copy2(out / name, into / name)
+    if (out / "classifier" / "metrics.json").exists():
+        shutil.copytree(out / "classifier", into / "classifier", dirs_exist_ok=True)
+    finished = [run_dir(out, v, s) for v in VARIANTS for s in plan.seeds
+                if len(progress.get(f"{v}/{s}", [])) == plan.points
+                and run_dir(out, v, s).is_dir()]  # a run restored from ``into`` is there already
+    if finished:
+        keep_artifacts(finished, into / "runs")
+
+
+def restore(out: Path, kept: Path) -> None:
+    """An empty ``out`` takes the plan, progress and classifier kept in ``kept`` (runs not yet finished
+    start again)."""
+    if (out / "progress.json").exists() or not (kept / "progress.json").exists():
+        return
+    out.mkdir(parents=True, exist_ok=True)
+    for name in SMALL:
+        if (kept / name).exists():
+            shutil.copy2(kept / name, out / name)
+    if (kept / "classifier").is_dir():
+        shutil.copytree(kept / "classifier", out / "classifier", dirs_exist_ok=True)
+    print(f"restored the progress kept in {kept}", flush=True)
+
+
+def run(out: Path, plan: Plan, kept: Path | None = None) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     save_json(out / "plan.json", asdict(plan))
@@ -387,6 +426,8 @@ def run(out: Path, plan: Plan) -> dict:
                     wall = wall_before + time.monotonic() - started
                     save_json(out / "progress.json", {**progress, "_wall_s": wall})
                     save_json(out / "results.json", results(progress, plan, classifier, demos, wall))
+                    if kept is not None and len(done) == plan.points:
+                        keep(out, kept, progress, plan)
                     helped = VARIANTS[variant]["person"] and row["intervention_rate"] is not None
                     print(f"{key} @ {row['steps']}: success {row['success_rate']:.2f}"
                           + (f", interventions {row['intervention_rate']:.3f}" if helped else "")
@@ -395,6 +436,8 @@ def run(out: Path, plan: Plan) -> dict:
     final = results(progress, plan, classifier, demos, wall)
     save_json(out / "results.json", final)
     plot(final, out / "hil_robot.png")
+    if kept is not None:
+        keep(out, kept, progress, plan)
     return final
 
 
@@ -406,6 +449,8 @@ def main(argv=None) -> int:
     parser.add_argument("--seeds", type=int, help="number of seeds (default 3; 1 with --quick)")
     parser.add_argument("--steps", type=int, help="environment steps per run")
     parser.add_argument("--port", type=int, help="the robot server's port on 127.0.0.1")
+    parser.add_argument("--keep", type=Path, help="copy finished runs' small artifacts here, and resume from "
+                                                  "here when --out is empty (another machine)")
     args = parser.parse_args(argv)
     plan = Plan.quick() if args.quick else Plan()
     if args.seeds is not None:
@@ -414,11 +459,13 @@ def main(argv=None) -> int:
         plan = replace(plan, steps=args.steps)
     if args.port is not None:
         plan = replace(plan, port=args.port)
+    if args.keep is not None:
+        restore(args.out, args.keep)
     saved = args.out / "plan.json"
     if saved.exists() and json.loads(saved.read_text()) != json.loads(json.dumps(asdict(plan))):
         print(f"{args.out} holds an experiment of another plan ({saved}); use another --out", file=sys.stderr)
         return 2
-    result = run(args.out.resolve(), plan)
+    result = run(args.out.resolve(), plan, args.keep.resolve() if args.keep else None)
     print(table(result))
     print(json.dumps(result["goals"], indent=2))
     return 0

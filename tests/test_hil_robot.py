@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+from embodyrl.runlog import has_artifacts, kept_runs
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -21,7 +23,7 @@ def free_port() -> int:
 
 def test_the_quick_experiment_writes_every_key_and_resumes_without_redoing_work(tmp_path):
     command = [sys.executable, str(ROOT / "examples" / "hil_robot.py"), "--out", str(tmp_path / "hil"), "--quick",
-               "--port", str(free_port())]
+               "--port", str(free_port()), "--keep", str(tmp_path / "kept")]
     proc = subprocess.run(command, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads((tmp_path / "hil" / "results.json").read_text())
@@ -45,3 +47,15 @@ def test_the_quick_experiment_writes_every_key_and_resumes_without_redoing_work(
     assert again.returncode == 0, again.stderr[-3000:]
     assert time.monotonic() - started < 120  # nothing trained again: the same command resumes
     assert json.loads((tmp_path / "hil" / "results.json").read_text())["variants"] == result["variants"]
+
+    # another machine: an empty --out goes on from what --keep holds, training nothing again
+    kept = tmp_path / "kept"
+    assert len(kept_runs(kept / "runs")) == 4 and all(has_artifacts(run) for run in kept_runs(kept / "runs"))
+    assert (kept / "classifier" / "metrics.json").exists() and (kept / "progress.json").exists()
+    elsewhere = [*command[:3], str(tmp_path / "elsewhere"), *command[4:]]
+    started = time.monotonic()
+    moved = subprocess.run(elsewhere, capture_output=True, text=True, timeout=300)
+    assert moved.returncode == 0, moved.stderr[-3000:]
+    assert "restored the progress" in moved.stdout and time.monotonic() - started < 120
+    assert not (tmp_path / "elsewhere" / "runs").exists()
+    assert json.loads((tmp_path / "elsewhere" / "results.json").read_text())["variants"] == result["variants"]
