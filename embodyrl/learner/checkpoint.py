@@ -35,9 +35,12 @@ class Checkpointer:
         self.directory = Path(directory).absolute()
         self.directory.mkdir(parents=True, exist_ok=True)
         self._as_numpy = own_process is not None  # Orbax keeps a host's own jax.Arrays for the hosts together
+        # One host of several saves synchronously: Orbax's background commit threads, under load, finalised
+        # a host's checkpoint while its record was still being written there (FileNotFoundError, then the
+        # learner failed at exit). The learner waits for every save anyway, so nothing is lost.
         alone = {} if own_process is None else {"multiprocessing_options": ocp.options.MultiprocessingOptions(
             primary_host=own_process, active_processes={own_process},
-            barrier_sync_key_prefix=f"host{own_process}")}
+            barrier_sync_key_prefix=f"host{own_process}"), "enable_async_checkpointing": False}
         self.manager = ocp.CheckpointManager(
             self.directory, options=ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=False, **alone))
 
