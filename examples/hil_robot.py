@@ -365,16 +365,21 @@ def table(result: dict) -> str:
 SMALL = ("plan.json", "progress.json", "results.json")
 
 
+def copy_progress(source: Path, target: Path) -> None:
+    """The plan, progress, results and a trained classifier, from ``source`` to ``target``."""
+    target.mkdir(parents=True, exist_ok=True)
+    for name in SMALL:
+        if (source / name).exists():
+            shutil.copy2(source / name, target / name)
+    if (source / "classifier" / "metrics.json").exists():  # written last: the classifier is whole
+        shutil.copytree(source / "classifier", target / "classifier", dirs_exist_ok=True)
+
+
 def keep(out: Path, into: Path, progress: dict, plan: Plan) -> None:
     """Copy what another machine needs to go on, and what checks the result: finished runs' artifacts."""
     from embodyrl.runlog import keep_artifacts
 
-    into.mkdir(parents=True, exist_ok=True)
-    for name in SMALL:
-        if (out / name).exists():
-            shutil.copy2(out / name, into / name)
-    if (out / "classifier" / "metrics.json").exists():
-        shutil.copytree(out / "classifier", into / "classifier", dirs_exist_ok=True)
+    copy_progress(out, into)
     finished = [run_dir(out, v, s) for v in VARIANTS for s in plan.seeds
                 if len(progress.get(f"{v}/{s}", [])) == plan.points
                 and run_dir(out, v, s).is_dir()]  # a run restored from ``into`` is there already
@@ -387,12 +392,7 @@ def restore(out: Path, kept: Path) -> None:
     start again)."""
     if (out / "progress.json").exists() or not (kept / "progress.json").exists():
         return
-    out.mkdir(parents=True, exist_ok=True)
-    for name in SMALL:
-        if (kept / name).exists():
-            shutil.copy2(kept / name, out / name)
-    if (kept / "classifier").is_dir():
-        shutil.copytree(kept / "classifier", out / "classifier", dirs_exist_ok=True)
+    copy_progress(kept, out)
     print(f"restored the progress kept in {kept}", flush=True)
 
 

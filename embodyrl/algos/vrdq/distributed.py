@@ -17,7 +17,7 @@ import numpy as np
 
 from ..consensus import Exchange, Traffic, no_traffic
 from .graphs import contraction
-from .learning import VRDQConfig, draw, make_schedule
+from .learning import VRDQConfig, draw, make_schedule, refined_operator
 
 
 def run_agent(agent: int, W: np.ndarray, exchange: Exchange, mdp, config: VRDQConfig, budget: int,
@@ -31,8 +31,7 @@ def run_agent(agent: int, W: np.ndarray, exchange: Exchange, mdp, config: VRDQCo
     counts, reward = np.zeros(mdp.P.shape, np.float32), np.zeros(mdp.R.shape, np.float32)
     round_ = 0
     for k, (H, L) in enumerate(zip(plan.samples, plan.rounds, strict=True)):
-        kernel = counts / np.maximum(counts.sum(-1, keepdims=True), 1.0)
-        d = reward + np.float32(mdp.discount) * kernel @ q.max(-1)
+        d = np.asarray(refined_operator(q, counts, reward, mdp.discount))
         for _ in range(L):
             got = exchange(round_, {"d": d}, neighbours)
             round_ += 1

@@ -68,7 +68,7 @@ class VRDQConfig:
 
 class VRDQState(NamedTuple):
     q: jax.Array  # [agents, S, A]: Q_i at the start of this epoch
-    kernel: jax.Array  # [agents, S, A, S]: next-state counts of the previous epoch (zeros before the first)
+    counts: jax.Array  # [agents, S, A, S]: next-state counts of the previous epoch (zeros before the first)
     reward: jax.Array  # [agents, S, A]: R_i of the previous epoch (zeros before the first)
     epoch: jax.Array
 
@@ -139,7 +139,7 @@ def make_epoch(discount: float):
 
     @jax.jit
     def epoch(state: VRDQState, M: jax.Array, counts: jax.Array, reward: jax.Array, alpha: jax.Array) -> VRDQState:
-        d = jax.vmap(refined_operator, in_axes=(0, 0, 0, None))(state.q, state.kernel, state.reward, discount)
+        d = jax.vmap(refined_operator, in_axes=(0, 0, 0, None))(state.q, state.counts, state.reward, discount)
         d = jnp.tensordot(M, d, axes=1)
         return VRDQState((1.0 - alpha) * state.q + alpha * d, counts, reward, state.epoch + 1)
 

@@ -26,6 +26,7 @@ while the last epoch still holds (g - 1)/g, about a twentieth, of the samples.
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 
@@ -44,11 +45,7 @@ class Schedule:
         return len(self.samples)
 
     def cumulative_samples(self) -> list[int]:
-        total, out = 0, []
-        for h in self.samples:
-            total += h
-            out.append(total)
-        return out
+        return list(itertools.accumulate(self.samples))
 
 
 def rounds_for(num_agents: int, samples: int, discount: float, rho: float, c2: float = 1.0) -> int:
