@@ -33,6 +33,8 @@ import numpy as np
 
 from embodyrl.coupling.nwp import (
     BAND_NAMES,
+    DEFAULT_VARIANT,
+    SEEDED,
     VARIANTS,
     Analysis,
     ExperimentConfig,
@@ -42,6 +44,7 @@ from embodyrl.coupling.nwp import (
     make_analysis,
     new_timing,
     train,
+    train_free,
 )
 from embodyrl.hal import runtime
 from embodyrl.hal.coupling import CouplingConfig, CouplingLink, io_threads_cpu_s
@@ -54,149 +57,361 @@ def mpiexec() -> str:
     return found
 
 
+def stem(member: str) -> str:
+    """A forecast system's name as a file stem (``rl_free/s1`` -> ``rl_free-s1``)."""
+    return member.replace("/", "-")
+
+
+def wait_for(path: Path, seconds: float, comm) -> bool:
+    """Rank 0 waits up to ``seconds`` for ``path``; every rank learns the same answer (same branch)."""
+    if comm.rank == 0:
+        deadline = time.monotonic() + seconds
+        while not path.exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+    return comm.bcast(path.exists(), root=0)
+
+
+def training_link(coupling: CouplingConfig, endpoint: str, out: Path, member: str, rank: int) -> CouplingLink:
+    config = CouplingConfig(**{**asdict(coupling), "learner": endpoint, "connect_timeout_s": 60.0,
+                               "peer_timeout_s": 60.0})
+    return CouplingLink(config, rank, runtime.load(out / f"policy_init_{stem(member)}", seed=rank), seed=rank)
+
+
+def link_report(links: list[CouplingLink], io_cpu_s: float | None) -> dict:
+    """The phase's link costs summed over its links (one per learner)."""
+    total = {k: sum(getattr(link.stats, k) for link in links) for k in (
+        "link_s", "link_cpu_s", "inference_s", "inference_cpu_s", "exchanges", "steps_sent", "zero_answers",
+        "weights_taken")}
+    return {**total, "links": len(links), "io_threads_cpu_s": io_cpu_s, "codec": links[0].codec if links else None}
+
+
 def rank_main(args_path: str) -> None:
-    """One MPI rank's whole experiment: analysis, nudged training, forecasts, a free run."""
+    """One MPI rank's whole experiment: analysis, both trainings, forecasts of every system, a free run."""
     from mpi4py import MPI
 
     comm = MPI.COMM_WORLD
     args = json.loads(Path(args_path).read_text())
     exp = ExperimentConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in args["experiment"].items()})
-    out = Path(args["out"])
+    out, endpoints = Path(args["out"]), args["learners"]
     rank = Rank(exp, comm)
-    t_start = time.perf_counter()
+    clock = {"start": time.perf_counter()}
     make_analysis(rank, out / "analysis.npy")
     analysis = Analysis(rank, out / "analysis.npy")
-    t_analysis = time.perf_counter()
+    clock["analysis"] = time.perf_counter()
+    report = {"rank": comm.rank, "columns": len(rank.rows) * exp.nlon}
 
-    coupling = exp.coupling()
+    def phase(name: str, links: list[CouplingLink], body):
+        rank.timing = new_timing()
+        io_before = io_threads_cpu_s()
+        result = body()
+        io_after = io_threads_cpu_s()
+        report[f"{name}_timing"] = dict(rank.timing)
+        report[f"{name}_link"] = link_report(links, None if io_before is None else io_after - io_before)
+        for link in links:
+            link.close(flush_s=30.0)
+        comm.Barrier()
+        if comm.rank == 0:
+            (out / f"{name}_done").write_text("done\n")
+        clock[name] = time.perf_counter()
+        return result
+
+    nudged = [training_link(exp.coupling(), endpoints[f"rl_nudged/s{s}"], out, f"rl_nudged/s{s}", comm.rank)
+              for s in range(exp.seeds)]
+    bias = phase("train", nudged,
+                 lambda: train(rank, analysis, nudged, record=out / "increments" / f"rank{comm.rank}.npz"))
+    free = [training_link(exp.coupling(free=True), endpoints[f"rl_free/s{s}"], out, f"rl_free/s{s}", comm.rank)
+            for s in range(exp.seeds)]
+    phase("free", free, lambda: [train_free(rank, analysis, link) for link in free])
+
     rank.timing = new_timing()
-    train_link = CouplingLink(CouplingConfig(**{**asdict(coupling), "learner": args["learner"],
-                                                "connect_timeout_s": 60.0, "peer_timeout_s": 60.0}),
-                              comm.rank, runtime.load(out / "policy_init", seed=comm.rank), seed=comm.rank)
-    io_before = io_threads_cpu_s()
-    bias = train(rank, analysis, train_link)
-    io_after = io_threads_cpu_s()
-    train_stats, train_timing = asdict(train_link.stats), dict(rank.timing)
-    train_stats["io_threads_cpu_s"] = None if io_before is None else io_after - io_before
-    train_stats["codec"] = train_link.codec
-    train_link.close(flush_s=30.0)
-    comm.Barrier()
-    if comm.rank == 0:
-        (out / "training_done").write_text("done\n")
-    t_train = time.perf_counter()
+    frozen = CouplingConfig(**{**asdict(exp.coupling()), "explore": False})
+    sums, evaluated, eval_links = {}, [], {}
+    for member in exp.members():
+        variant = member.split("/")[0]
+        if variant == "native":
+            correct = lambda model, theta: None  # noqa: E731
+        elif variant == "bias_corrected":
+            correct = lambda model, theta: bias  # noqa: E731
+        else:
+            if not wait_for(out / f"policy_{stem(member)}.npz", exp.policy_wait_s, comm):
+                continue
+            link = eval_links[member] = CouplingLink(frozen, comm.rank, runtime.load(out / f"policy_{stem(member)}"))
 
-    rank.timing = new_timing()
-    baseline, weights = forecast_errors(rank, analysis, bias, None, ("native", "bias_corrected"))
-    deadline = time.monotonic() + exp.policy_wait_s
-    while not (out / "policy.npz").exists() and time.monotonic() < deadline:
-        time.sleep(0.2)
-    link = None
-    if comm.bcast((out / "policy.npz").exists(), root=0):  # every rank takes the same branch
-        link = CouplingLink(CouplingConfig(**{**asdict(coupling), "explore": False}), comm.rank,
-                            runtime.load(out / "policy"))
-    learnt, _ = (forecast_errors(rank, analysis, bias, link, ("corrected",)) if link is not None
-                 else (np.zeros_like(baseline), None))
-    sums = baseline + learnt
-    stability = free_run(rank, analysis, link) if link is not None else {"finite": False}
-    t_eval = time.perf_counter()
-
-    report = {"rank": comm.rank, "columns": len(rank.rows) * exp.nlon, "train_timing": train_timing,
-              "train_link": {k: train_stats[k] for k in (
-                  "link_s", "link_cpu_s", "inference_s", "inference_cpu_s", "io_threads_cpu_s", "exchanges",
-                  "steps_sent", "zero_answers", "weights_taken", "codec")},
-              "eval_timing": dict(rank.timing),
-              "eval_link": None if link is None else {k: getattr(link.stats, k) for k in (
-                  "link_s", "link_cpu_s", "inference_s", "inference_cpu_s")},
-              "stability": {k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in stability.items()},
-              "wall_s": {"analysis": t_analysis - t_start, "train": t_train - t_analysis, "eval": t_eval - t_train}}
+            def correct(model, theta, link=link):
+                return link.exchange(model.features(theta), {"context": model.context()})
+        sums[member] = forecast_errors(rank, analysis, correct)
+        evaluated.append(member)
+    default = f"{DEFAULT_VARIANT}/s0"
+    stability = free_run(rank, analysis, eval_links[default]) if default in eval_links else {"finite": False}
+    clock["eval"] = time.perf_counter()
+    report.update(eval_timing=dict(rank.timing), stability={
+        k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in stability.items()})
+    report["eval_link"] = {m: {k: getattr(link.stats, k) for k in (
+        "link_s", "link_cpu_s", "inference_s", "inference_cpu_s", "exchanges")} for m, link in eval_links.items()}
+    names = ("analysis", "train", "free", "eval")
+    report["wall_s"] = {name: clock[name] - clock[previous] for previous, name in zip(("start", *names[:-1]), names, strict=True)}
     reports = comm.gather(report, root=0)
-    total = np.zeros_like(sums)
-    comm.Reduce(sums, total, op=MPI.SUM, root=0)
-    total_w = np.zeros_like(weights)
-    comm.Reduce(weights, total_w, op=MPI.SUM, root=0)
+    totals = {}
+    for key in ("abs", "signed", "unbounded", "weights"):
+        local = np.stack([sums[m][key] for m in evaluated]) if evaluated else np.zeros(0)
+        total = np.zeros_like(local)
+        comm.Reduce(local, total, op=MPI.SUM, root=0)
+        totals[key] = total
     if comm.rank == 0:
-        np.save(out / "band_error_sums.npy", total)
-        np.save(out / "band_weights.npy", total_w)
+        np.savez(out / "forecast_sums.npz", members=np.array(evaluated), **totals)
         (out / "ranks.json").write_text(json.dumps(reports, indent=1) + "\n")
 
 
-def learner_main(coupling: dict, out: str, endpoint_queue, min_updates: int, max_s: float) -> None:
-    """The learner process: serve the ranks until training is done and ``min_updates`` are made,
-    then write the final export ``policy`` (and ``learner.json``)."""
-    from embodyrl.coupling import CouplingLearner
+def learners_main(exp_args: dict, out: str, endpoint_queue, min_updates: int, max_s: float) -> None:
+    """Every online learner in one process (both RL variants, every seed), polled and trained in turn.
 
+    A learner is finished when its ranks' phase is done (``train_done`` / ``free_done``) and it has
+    made ``min_updates``; it then writes its final export ``policy_<name>`` and its record into
+    ``learners.json``."""
+    from embodyrl.coupling import CouplingLearner, CouplingLearnerConfig
+
+    exp = config_of(exp_args)
     out_dir = Path(out)
-    learner = CouplingLearner(CouplingConfig(**coupling))
-    learner.warm_up()
-    runtime.save(out_dir / "policy_init", *learner.export())
-    endpoint_queue.put(learner.endpoint)
-    start = time.monotonic()
-    while time.monotonic() - start < max_s:
-        learner.poll(0 if learner.size >= learner.config.min_steps else 20)
-        learner.train()
-        if (out_dir / "training_done").exists() and learner.updates >= min_updates:
+    learners = {}
+    for variant, free in (("rl_nudged", False), ("rl_free", True)):
+        for s in range(exp.seeds):
+            name = f"{variant}/s{s}"
+            learner = learners[name] = CouplingLearner(exp.coupling(free), CouplingLearnerConfig(
+                seed=s, capacity=LEARNER_CAPACITY))
+            learner.warm_up()
+            runtime.save(out_dir / f"policy_init_{stem(name)}", *learner.export())
+    endpoint_queue.put({name: learner.endpoint for name, learner in learners.items()})
+    done_file = {name: out_dir / ("free_done" if name.startswith("rl_free") else "train_done") for name in learners}
+    records, start = {}, time.monotonic()
+    while learners and time.monotonic() - start < max_s:
+        trained = False
+        for name, learner in list(learners.items()):
             learner.poll(0)
-            break
+            trained = learner.train() or trained
+            if done_file[name].exists() and learner.updates >= min_updates:
+                learner.poll(0)
+                records[name] = finish_learner(learner, out_dir, name, start)
+                del learners[name]
+        if not trained and learners:
+            next(iter(learners.values())).poll(20)  # nothing to train yet: wait a little on one socket
+    for name, learner in learners.items():  # out of time: what they have
+        records[name] = finish_learner(learner, out_dir, name, start)
+    (out_dir / "learners.json").write_text(json.dumps(records, indent=1) + "\n")
+
+
+def finish_learner(learner, out_dir: Path, name: str, start: float) -> dict:
     learner.publish()
     graph, arrays = learner.export()
-    json_path, npz_path = runtime.save(out_dir / "policy_partial", graph, arrays)
-    json_path.replace(out_dir / "policy.json")
-    npz_path.replace(out_dir / "policy.npz")  # last: ranks wait for this file
-    (out_dir / "learner.json").write_text(json.dumps({
-        "updates": learner.updates, "published": learner.published, "column_steps": learner.size,
-        "steps_by_rank": {str(k): v for k, v in sorted(learner.steps_by_rank.items())},
-        "metrics": learner.metrics, "wall_s": time.monotonic() - start,
-        "discount": learner.config.ddpg.discount, "batch_columns": learner.config.ddpg.batch_size}, indent=1) + "\n")
+    save_atomically(out_dir, f"policy_{stem(name)}", graph, arrays)
+    record = {"updates": learner.updates, "published": learner.published, "column_steps": learner.size,
+              "steps_by_rank": {str(k): v for k, v in sorted(learner.steps_by_rank.items())},
+              "metrics": learner.metrics, "wall_s": time.monotonic() - start,
+              "discount": learner.config.ddpg.discount, "batch_columns": learner.config.ddpg.batch_size}
     learner.close()
+    return record
 
 
-def run(out: Path, ranks: int, exp: ExperimentConfig, min_updates: int, timeout_s: float) -> None:
-    """Start the learner and the ranks; wait (bounded) for both."""
+def save_atomically(out_dir: Path, name: str, graph: dict, arrays: dict) -> None:
+    """The export under a temporary stem, then renamed, the ``.npz`` last: ranks wait for it."""
+    json_path, npz_path = runtime.save(out_dir / f"{name}_partial", graph, arrays)
+    json_path.replace(out_dir / f"{name}.json")
+    npz_path.replace(out_dir / f"{name}.npz")
+
+
+def baselines_main(exp_args: dict, out: str, mlp_steps: int, max_s: float) -> None:
+    """Once the nudged phase is done: the ridge regression and every seed's MLP, fitted to the recorded
+    increments and exported (``policy_ridge``, ``policy_mlp-sN``); their held-out fit in ``baselines.json``
+    (fitted on every training start but the last, scored on the last)."""
+    from embodyrl.coupling import baselines
+    from embodyrl.coupling.learner import CouplingLearnerConfig
+    from embodyrl.hal.steps import PolicyVersion, new_incarnation
+
+    exp = config_of(exp_args)
+    out_dir = Path(out)
+    deadline = time.monotonic() + max_s
+    while not (out_dir / "train_done").exists() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    data = baselines.Increments.load(sorted((out_dir / "increments").glob("rank*.npz")))
+    coupling, ddpg = exp.coupling(), CouplingLearnerConfig().ddpg
+    last = len(exp.train_starts_days) - 1
+    fit, held = data.where(data.start < last), data.where(data.start == last)
+    w, b, ridge = baselines.fit_ridge_validated(fit, held, data, coupling)
+    networks, params = baselines.fit_mlp(fit, coupling, ddpg, seed=0, steps=mlp_steps)
+    report = {"rows": len(data), "level_rows": len(data) * coupling.levels,
+              "heldout_start_days": exp.train_starts_days[last],
+              "increment_std_kday": float(held.increment.std()),
+              "ridge_r2_heldout": ridge["r2_heldout"], "ridge_l2": ridge["l2"], "ridge_r2_by_l2": ridge["r2_by_l2"],
+              "mlp_r2_heldout": baselines.r2(baselines.mlp_predict(networks, params, held), held.increment)}
+    report["ridge_unexplained_fraction_heldout"] = 1.0 - report["ridge_r2_heldout"]
+    incarnation = new_incarnation()
+    save_atomically(out_dir, "policy_ridge", *baselines.ridge_policy(coupling, w, b, PolicyVersion(incarnation, 1)))
+    for s in range(exp.seeds):
+        networks, params = baselines.fit_mlp(data, coupling, ddpg, seed=s, steps=mlp_steps)
+        save_atomically(out_dir, f"policy_mlp-s{s}",
+                        *baselines.mlp_policy(networks, params, ddpg, PolicyVersion(incarnation, 2 + s)))
+    report["mlp_steps"] = mlp_steps
+    (out_dir / "baselines.json").write_text(json.dumps(report, indent=1) + "\n")
+
+
+def config_of(args: dict) -> ExperimentConfig:
+    return ExperimentConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in args.items()})
+
+
+def run(out: Path, ranks: int, exp: ExperimentConfig, min_updates: int, mlp_steps: int, timeout_s: float) -> None:
+    """Start the learners, the baselines' fitter and the ranks; wait (bounded) for all."""
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
-    learner = ctx.Process(target=learner_main, args=(asdict(exp.coupling()), str(out), queue, min_updates,
-                                                     timeout_s), daemon=True)
-    learner.start()
+    helpers = [ctx.Process(target=learners_main, args=(asdict(exp), str(out), queue, min_updates, timeout_s),
+                           daemon=True),
+               ctx.Process(target=baselines_main, args=(asdict(exp), str(out), mlp_steps, timeout_s), daemon=True)]
+    for helper in helpers:
+        helper.start()
     try:
-        endpoint = queue.get(timeout=180)
+        endpoints = queue.get(timeout=600)
         args = out / "rank_args.json"
-        args.write_text(json.dumps({"experiment": asdict(exp), "out": str(out), "learner": endpoint}))
+        args.write_text(json.dumps({"experiment": asdict(exp), "out": str(out), "learners": endpoints}))
         env = dict(os.environ)
         for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
             env.setdefault(name, "1")  # one thread per rank, as MPI models run (unless the user says otherwise)
         with open(out / "ranks.log", "w") as log:
             subprocess.run([mpiexec(), "-n", str(ranks), sys.executable, __file__, "rank", str(args)],
                            stdout=log, stderr=subprocess.STDOUT, timeout=timeout_s, check=True, env=env)
-        learner.join(timeout=60)
+        for helper in helpers:
+            helper.join(timeout=60)
     finally:
-        if learner.is_alive():
-            learner.terminate()
-            learner.join(10)
+        for helper in helpers:
+            if helper.is_alive():
+                helper.terminate()
+                helper.join(10)
+
+
+LEARNER_CAPACITY = 65_536
+"""Column steps each online learner keeps (one phase streams about 49,000 on the full grid)."""
+BOOTSTRAP = 2000
+"""Resamples of the start dates for the 95 % intervals."""
+NETWORK = "per-level MLP 21-64-64-1 (ReLU, tanh, x3 K/day), run at each of 70 levels"
+FIELDS = ("z500", "t850")
 
 
 def results(out: Path, ranks: int, exp: ExperimentConfig) -> dict:
-    sums, weights = np.load(out / "band_error_sums.npy"), np.load(out / "band_weights.npy")
+    """``results.json``: every forecast system's errors by lead, band, seed, with intervals; the goals."""
+    sums = np.load(out / "forecast_sums.npz", allow_pickle=False)
+    members = [str(m) for m in sums["members"]]
+    weights = sums["weights"][0]  # [bands], the same for every member
+    ok = sums["unbounded"] == 0  # [members, starts]: every rank's columns bounded
+    band = np.where(ok[:, :, None, None, None], sums["abs"] / weights, np.nan)  # [members, starts, leads, 2, bands]
+    area = np.where(ok[:, :, None, None], sums["abs"].sum(-1) / weights.sum(), np.nan)  # [members, starts, leads, 2]
+    drift = np.where(ok[:, :, None, None], sums["signed"] / weights.sum(), np.nan)  # global-mean error
     n = len(exp.eval_starts_days)
-    mae = sums / (weights * n)  # [variants, leads, (z500, t850), bands]
-    area = sums.sum(-1) / (weights.sum() * n)  # area-weighted over the globe
+    resample = np.random.default_rng(0).integers(0, n, (BOOTSTRAP, n))
 
-    def table(lead: int) -> list[dict]:
-        rows = []
-        for b, name in enumerate(BAND_NAMES):
-            row = {"band": name}
-            for v, variant in enumerate(VARIANTS):
-                prefix = "corrected" if variant == "corrected" else variant
-                row[f"{prefix}_mae_z500"] = float(mae[v, lead, 0, b])
-                row[f"{prefix}_mae_t850"] = float(mae[v, lead, 1, b])
-            rows.append(row)
-        return rows
+    def interval(per_start: np.ndarray) -> list[float]:
+        """95 % bootstrap interval over start dates of the mean of ``per_start`` [starts]."""
+        means = np.nanmean(per_start[resample], axis=1)
+        return [float(np.nanpercentile(means, 2.5)), float(np.nanpercentile(means, 97.5))]
 
-    def mean(lead: int) -> dict:
-        return {f"{variant}_mae_{var}": float(area[v, lead, j]) for v, variant in enumerate(VARIANTS)
-                for j, var in enumerate(("z500", "t850"))}
-
+    by_variant = {}
+    for variant in VARIANTS:
+        idx = [i for i, m in enumerate(members) if m.split("/")[0] == variant]
+        if not idx:
+            continue
+        seed_mean = np.nanmean(area[idx], axis=0)  # [starts, leads, 2]: the seeds' mean per start date
+        leads = []
+        for li, hours in enumerate(exp.lead_hours):
+            entry = {"lead_hours": hours, "area_weighted": {}, "drift": {}, "bands": []}
+            for j, field in enumerate(FIELDS):
+                entry["area_weighted"][field] = {
+                    "mean": float(np.nanmean(seed_mean[:, li, j])), "ci95": interval(seed_mean[:, li, j]),
+                    "by_seed": [float(np.nanmean(area[i, :, li, j])) for i in idx]}
+                entry["drift"][field] = float(np.nanmean(drift[idx, :, li, j]))
+            for b, name in enumerate(BAND_NAMES):
+                entry["bands"].append({"band": name, **{f"mae_{field}": float(np.nanmean(band[idx, :, li, j, b]))
+                                                        for j, field in enumerate(FIELDS)}})
+            leads.append(entry)
+        by_variant[variant] = {"members": [members[i] for i in idx], "seeds": len(idx),
+                               "bounded_fraction": float(ok[idx].mean()), "by_lead": leads}
     reports = json.loads((out / "ranks.json").read_text())
-    learner = json.loads((out / "learner.json").read_text())
+    return {
+        "by_variant": by_variant,
+        "units": {"z500": "m", "t850": "K"},
+        "notes": {
+            "mae": "area-weighted mean absolute error against the analysis; a seeded variant's mean is over its "
+                   "seeds; forecasts that left bounds (bounded_fraction < 1) are left out of the means",
+            "drift": "the area-weighted global mean of forecast minus analysis, mean over start dates",
+            "ci95": f"percentile intervals from {BOOTSTRAP} bootstrap resamples of the {n} start dates (of the "
+                    "seeds' mean per start date); start dates one day apart are not independent, so the "
+                    "intervals are if anything narrow"},
+        "goals": goals(by_variant, exp),
+        "baselines": json.loads((out / "baselines.json").read_text()),
+        **legacy(by_variant, exp),
+        **stability(reports, weights, exp),
+        **overheads(reports),
+        "ranks": ranks,
+        "columns_by_rank": [r["columns"] for r in reports],
+        "learners": json.loads((out / "learners.json").read_text()),
+        "wall_s": reports[0]["wall_s"],
+        "experiment": asdict(exp),
+    }
+
+
+def legacy(by_variant: dict, exp: ExperimentConfig) -> dict:
+    """The earlier results' keys, for the native model, the constant bias and the default variant."""
+    present = {k: v for k, v in (("native", "native"), ("bias_corrected", "bias_corrected"),
+                                 (DEFAULT_VARIANT, "corrected")) if k in by_variant}
+
+    def table(li: int) -> list[dict]:
+        return [{"band": band, **{f"{prefix}_mae_{field}": by_variant[v]["by_lead"][li]["bands"][b][f"mae_{field}"]
+                                  for v, prefix in present.items() for field in FIELDS}}
+                for b, band in enumerate(BAND_NAMES)]
+
+    def mean(li: int) -> dict:
+        return {f"{prefix}_mae_{field}": by_variant[v]["by_lead"][li]["area_weighted"][field]["mean"]
+                for v, prefix in present.items() for field in FIELDS}
+
+    return {"default_variant": DEFAULT_VARIANT, "bands": table(0), "lead_hours": list(exp.lead_hours),
+            "by_lead": [{"lead_hours": h, "bands": table(i), "area_weighted": mean(i)}
+                        for i, h in enumerate(exp.lead_hours)],
+            "area_weighted": mean(0)}
+
+
+GOAL_LEADS = (24, 72)
+GOAL_REDUCTION = 0.20
+
+
+def goals(by_variant: dict, exp: ExperimentConfig) -> dict:
+    """Whether the best learnt variant beats both the constant bias correction and ridge regression by
+    ``GOAL_REDUCTION`` on area-weighted Z500 and T850 MAE at +24 h and +72 h, with intervals that do not
+    overlap; whether every forecast stayed bounded to the last lead."""
+    leads = [h for h in GOAL_LEADS if h in exp.lead_hours]
+    checks = {}
+    for variant in SEEDED:
+        if variant not in by_variant:
+            continue
+        rows = []
+        for h in leads:
+            li = exp.lead_hours.index(h)
+            for field in FIELDS:
+                mine = by_variant[variant]["by_lead"][li]["area_weighted"][field]
+                for baseline in ("bias_corrected", "ridge"):
+                    theirs = by_variant[baseline]["by_lead"][li]["area_weighted"][field]
+                    reduction = 1.0 - mine["mean"] / theirs["mean"]
+                    separated = mine["ci95"][1] < theirs["ci95"][0]
+                    rows.append({"lead_hours": h, "field": field, "baseline": baseline, "reduction": reduction,
+                                 "intervals_separate": separated,
+                                 "met": bool(reduction >= GOAL_REDUCTION and separated)})
+        checks[variant] = {"met": bool(rows) and all(r["met"] for r in rows),
+                           "worst_reduction": min((r["reduction"] for r in rows), default=float("-inf")),
+                           "checks": rows}
+    best = max(checks, key=lambda v: checks[v]["worst_reduction"], default=None)
+    return {"beats_bias_and_ridge_by_20_percent": {"best_learnt_variant": best,
+                                                   "met": bool(best is not None and checks[best]["met"]),
+                                                   "by_variant": checks},
+            "all_forecasts_bounded": all(v["bounded_fraction"] == 1.0 for v in by_variant.values()),
+            "bounded_to_hours": max(exp.lead_hours)}
+
+
+def stability(reports: list[dict], weights: np.ndarray, exp: ExperimentConfig) -> dict:
+    """The default variant's long free run: finite, within bounds, band-mean Z500 drift."""
     stab = [r["stability"] for r in reports]
     z0 = np.sum([s.get("z500_sum_start", np.zeros(6)) for s in stab], 0) / weights
     z1 = np.sum([s.get("z500_sum_end", np.full(6, np.nan)) for s in stab], 0) / weights
@@ -204,56 +419,40 @@ def results(out: Path, ranks: int, exp: ExperimentConfig) -> dict:
     largest = max(s.get("largest_correction", np.inf) for s in stab)
     stable = bool(all(s["finite"] for s in stab) and largest <= exp.max_correction + 1e-4
                   and np.isfinite(drift).all() and drift.max() < 300.0)
-    native, learnt = mae[0, 0, 0], mae[2, 0, 0]
-    return {
-        "bands": table(0),
-        "lead_hours": list(exp.lead_hours),
-        "by_lead": [{"lead_hours": h, "bands": table(i), "area_weighted": mean(i)}
-                    for i, h in enumerate(exp.lead_hours)],
-        "area_weighted": mean(0),
-        "stable": stable,
-        "stability": {"free_run_days": exp.free_run_days, "largest_correction_kday": largest,
-                      "bound_kday": exp.max_correction, "z500_band_drift_m": drift.tolist()},
-        **overheads(reports),
-        "ranks": ranks,
-        "columns_by_rank": [r["columns"] for r in reports],
-        "goals": {"bands_learnt_below_native_z500": int(np.sum(learnt < native)),
-                  "learnt_below_bias_area_mean_z500": bool(area[2, 0, 0] < area[1, 0, 0])},
-        "learner": learner,
-        "wall_s": reports[0]["wall_s"],
-        "experiment": asdict(exp),
-        "note": "timings from a shared 2-core machine (ranks and learner oversubscribe it); fractions are sums "
-                "over ranks in the training phase of the link's (or inference's) time over the model's own step "
-                "time. link_overhead_fraction is on the CPU clock: the rank thread's CPU time in the link plus "
-                "its ZeroMQ I/O threads', over the rank thread's CPU time in the model step less the CPU it "
-                "spent waiting for halos (MPICH spins there while a neighbour is descheduled); "
-                "link_overhead_fraction_cpu keeps the halo waits in the step; *_wall on wall clocks (a rank "
-                "descheduled inside exchange books the wait as link time)",
-    }
+    return {"stable": stable, "stability": {"variant": f"{DEFAULT_VARIANT}/s0", "free_run_days": exp.free_run_days,
+                                            "largest_correction_kday": largest, "bound_kday": exp.max_correction,
+                                            "z500_band_drift_m": drift.tolist()}}
 
 
 def overheads(reports: list[dict]) -> dict:
-    """The link's and the policy's cost next to the model step, training phase, on both clocks."""
+    """The link's and the policy's cost beside the model's, in the nudged training phase (every rank's
+    clocks summed), per link: each rank there drives one link per seed over the same steps."""
     def total(phase: str, key: str) -> float:
         return sum((r[phase] or {}).get(key) or 0.0 for r in reports)
 
+    links = reports[0]["train_link"]["links"]
+    column_steps = sum(r["columns"] * r["train_timing"]["steps"] for r in reports)
     model_s, model_cpu = total("train_timing", "model_s"), total("train_timing", "model_cpu_s")
     halo_cpu = total("train_timing", "halo_wait_cpu_s")
-    link_cpu = total("train_link", "link_cpu_s") + total("train_link", "io_threads_cpu_s")
+    link_cpu = (total("train_link", "link_cpu_s") + total("train_link", "io_threads_cpu_s")) / links
+    inference_cpu = total("train_link", "inference_cpu_s") / links
     physics_cpu = model_cpu - halo_cpu
     return {
+        "us_per_column_step": {
+            "physics": 1e6 * physics_cpu / column_steps, "link": 1e6 * link_cpu / column_steps,
+            "inference": 1e6 * inference_cpu / column_steps, "inference_network": NETWORK,
+            "features": 1e6 * total("train_timing", "feature_cpu_s") / column_steps,
+            "halo_wait": 1e6 * halo_cpu / column_steps, "column_steps": column_steps,
+            "clock": "CPU: the rank thread's (model, link, features) and the ZeroMQ I/O threads' (link); "
+                     "inference on the process clock (BLAS threads included); nudged training phase"},
         "link_overhead_fraction": link_cpu / physics_cpu,
-        "link_overhead_fraction_cpu_without_halo_wait": link_cpu / physics_cpu,
         "link_overhead_fraction_cpu": link_cpu / model_cpu,
-        "link_overhead_fraction_wall": total("train_link", "link_s") / model_s,
+        "link_overhead_fraction_wall": total("train_link", "link_s") / links / model_s,
         "link_overhead_clock": "cpu; the model step without its halo waits (MPICH spins while a neighbour is "
                                "descheduled); the strictest of the three",
-        "inference_fraction": total("train_link", "inference_cpu_s") / physics_cpu,
-        "inference_fraction_wall": total("train_link", "inference_s") / model_s,
+        "inference_fraction": inference_cpu / physics_cpu,
+        "inference_fraction_wall": total("train_link", "inference_s") / links / model_s,
         "feature_fraction": total("train_timing", "feature_cpu_s") / physics_cpu,
-        "eval_link_overhead_fraction": total("eval_link", "link_cpu_s") / (
-            total("eval_timing", "model_cpu_s") - total("eval_timing", "halo_wait_cpu_s")),
-        "eval_link_overhead_fraction_wall": total("eval_link", "link_s") / total("eval_timing", "model_s"),
         "timing_s": {"train_model_wall": model_s, "train_model_cpu": model_cpu, "train_halo_wait_cpu": halo_cpu,
                      "train_halo_wait_wall": total("train_timing", "halo_wait_s"),
                      "train_link_wall": total("train_link", "link_s"),
@@ -261,29 +460,39 @@ def overheads(reports: list[dict]) -> dict:
                      "train_link_cpu_io_threads": total("train_link", "io_threads_cpu_s"),
                      "train_inference_wall": total("train_link", "inference_s"),
                      "train_inference_cpu": total("train_link", "inference_cpu_s"),
-                     "train_exchanges": total("train_link", "exchanges")},
+                     "train_exchanges": total("train_link", "exchanges"), "train_links_per_rank": links},
     }
 
 
+LABELS = {"native": "native", "bias_corrected": "constant bias", "ridge": "ridge (offline)",
+          "mlp": "MLP (offline)", "rl_nudged": "DDPG, nudged (discount 0)", "rl_free": "DDPG, free forecasts"}
+
+
 def plot(res: dict, path: Path) -> None:
+    """Area-weighted Z500 and T850 MAE against lead time for every variant, with 95 % intervals."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
-    x = np.arange(len(res["bands"]))
-    for i, (key, label) in enumerate([("native", "native"), ("bias_corrected", "constant bias correction"),
-                                      ("corrected", "learnt (DDPG, per level)")]):
-        ax1.bar(x + (i - 1) * 0.27, [b[f"{key}_mae_z500"] for b in res["bands"]], 0.27, label=label)
-        ax2.plot(res["lead_hours"], [d["area_weighted"][f"{key}_mae_z500"] for d in res["by_lead"]], "o-",
-                 label=label)
-    ax1.set_xticks(x, [b["band"] for b in res["bands"]])
-    ax1.set_ylabel("Z500 MAE at +6 h (m)")
-    ax1.legend(fontsize=8)
-    ax2.set_xlabel("lead time (h)")
-    ax2.set_ylabel("area-weighted Z500 MAE (m)")
-    ax2.set_title(f"{res['ranks']} MPI ranks, stable={res['stable']}")
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for k, (variant, entry) in enumerate(res["by_variant"].items()):
+        hours = np.array([d["lead_hours"] for d in entry["by_lead"]], float) * (1 + 0.012 * (k - 2.5))
+        for ax, field, unit in zip(axes, FIELDS, ("m", "K"), strict=True):
+            values = [d["area_weighted"][field] for d in entry["by_lead"]]
+            mean = np.array([v["mean"] for v in values])
+            err = np.abs(np.array([v["ci95"] for v in values]).T - mean)
+            ax.errorbar(hours, mean, yerr=err, marker="o", ms=3, capsize=2,
+                        label=f"{LABELS[variant]}" + (f" ({entry['seeds']} seeds)" if entry["seeds"] > 1 else ""))
+            ax.set_ylabel(f"area-weighted {field.upper()} MAE ({unit})")
+    for ax in axes:
+        ax.set_xscale("log")
+        ax.set_xlabel("lead time (h)")
+        ax.set_xticks(res["lead_hours"], [str(h) for h in res["lead_hours"]])
+    axes[0].legend(fontsize=7)
+    bounded = "every forecast bounded" if res["goals"]["all_forecasts_bounded"] else "some forecasts unbounded"
+    axes[1].set_title(f"{len(res['experiment']['eval_starts_days'])} start dates, 95 % intervals; {bounded}",
+                      fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -294,36 +503,48 @@ def main(argv=None) -> int:
     parser.add_argument("--out", required=True, type=Path, help="output directory")
     parser.add_argument("--ranks", type=int, default=4, help="MPI ranks of the model")
     parser.add_argument("--quick", action="store_true", help="a small grid and short periods (tests)")
-    parser.add_argument("--min-updates", type=int, default=None, help="learner updates before the policy freezes")
-    parser.add_argument("--timeout-s", type=float, default=1800.0, help="bound on the whole run")
+    parser.add_argument("--min-updates", type=int, default=None, help="each online learner's updates before its "
+                                                                      "policy freezes")
+    parser.add_argument("--mlp-steps", type=int, default=None, help="Adam steps of each offline MLP")
+    parser.add_argument("--timeout-s", type=float, default=7200.0, help="bound on the whole run")
     parser.add_argument("--keep-analysis", action="store_true", help="keep DIR/analysis.npy")
     args = parser.parse_args(argv)
     exp = ExperimentConfig.quick() if args.quick else ExperimentConfig()
     if not 1 <= args.ranks <= exp.nlat:
         parser.error(f"--ranks must be between 1 and {exp.nlat} (one latitude row per rank at least)")
     min_updates = args.min_updates if args.min_updates is not None else (200 if args.quick else 8000)
+    mlp_steps = args.mlp_steps if args.mlp_steps is not None else (200 if args.quick else 8000)
     args.out.mkdir(parents=True, exist_ok=True)
-    for stale in ("training_done", "policy.npz", "policy.json"):
-        (args.out / stale).unlink(missing_ok=True)
+    for stale in [*args.out.glob("policy*"), *args.out.glob("*_done"), args.out / "increments"]:
+        shutil.rmtree(stale) if stale.is_dir() else stale.unlink(missing_ok=True)
     start = time.monotonic()
-    run(args.out, args.ranks, exp, min_updates, args.timeout_s)
+    run(args.out, args.ranks, exp, min_updates, mlp_steps, args.timeout_s)
     res = results(args.out, args.ranks, exp)
     res["total_wall_s"] = time.monotonic() - start
     (args.out / "results.json").write_text(json.dumps(res, indent=1) + "\n")
     plot(res, args.out / "nwp_column_correction.png")
     if not args.keep_analysis:
         (args.out / "analysis.npy").unlink(missing_ok=True)
-    print(f"{'band':>9} {'native':>8} {'bias':>8} {'learnt':>8}   Z500 MAE (m) at +6 h")
-    for b in res["bands"]:
-        print(f"{b['band']:>9} {b['native_mae_z500']:8.2f} {b['bias_corrected_mae_z500']:8.2f} "
-              f"{b['corrected_mae_z500']:8.2f}")
-    a = res["area_weighted"]
-    print(f"{'mean':>9} {a['native_mae_z500']:8.2f} {a['bias_corrected_mae_z500']:8.2f} {a['corrected_mae_z500']:8.2f}")
-    print(f"stable={res['stable']} link_overhead_fraction={res['link_overhead_fraction']:.4f} (CPU, model step "
-          f"without halo waits; with them {res['link_overhead_fraction_cpu']:.4f}; wall clock "
-          f"{res['link_overhead_fraction_wall']:.4f}) "
-          f"inference_fraction={res['inference_fraction']:.3f} wall={res['total_wall_s']:.0f} s")
+    print_table(res)
     return 0
+
+
+def print_table(res: dict) -> None:
+    leads = [h for h in (24, 72) if h in res["lead_hours"]]
+    print(f"{'variant':>16} " + " ".join(f"{f'{f} +{h}h':>22}" for h in leads for f in ("Z500 m", "T850 K")))
+    for variant, entry in res["by_variant"].items():
+        cells = []
+        for h in leads:
+            d = entry["by_lead"][res["lead_hours"].index(h)]["area_weighted"]
+            cells += [f"{d[f]['mean']:.3f} [{d[f]['ci95'][0]:.3f},{d[f]['ci95'][1]:.3f}]" for f in FIELDS]
+        print(f"{variant:>16} " + " ".join(f"{c:>22}" for c in cells))
+    b, cost = res["baselines"], res["us_per_column_step"]
+    print(f"held-out increment R2: ridge {b['ridge_r2_heldout']:.3f} mlp {b['mlp_r2_heldout']:.3f}; "
+          f"us per column-step: physics {cost['physics']:.1f} link {cost['link']:.2f} "
+          f"inference {cost['inference']:.1f}")
+    goal = res["goals"]["beats_bias_and_ridge_by_20_percent"]
+    print(f"stable={res['stable']} all_forecasts_bounded={res['goals']['all_forecasts_bounded']} "
+          f"goal_met={goal['met']} (best {goal['best_learnt_variant']}) wall={res['total_wall_s']:.0f} s")
 
 
 if __name__ == "__main__":

@@ -226,3 +226,41 @@ def test_the_c_example_gets_the_same_corrections_as_the_python_replica(tmp_path)
     late = subprocess.run(args, capture_output=True, text=True, timeout=30)
     assert late.returncode == 2 and time.monotonic() - t0 < 10
     assert not np.frombuffer((tmp_path / "out.f32").read_bytes(), np.float32).any()
+
+
+def test_a_horizon_reward_is_the_mean_score_of_the_next_exchanges_and_a_restart_drops_the_rest(tmp_path):
+    """Corrections applied to a free-running model: row t's reward is the mean of the scores the model
+    reports at exchanges t+1..t+k, for the same column; rows whose horizon a restart cuts are dropped."""
+    from embodyrl.hal import runtime
+
+    path, _ = level_policy(tmp_path, PolicyVersion(7, 0))
+    learner = LearnerThread()
+    k, n = 3, 4
+    try:
+        link = CouplingLink(replace(CFG, learner=learner.endpoint, reward_horizon=k, send_every=2), rank=1,
+                            policy=runtime.load(path), seed=0)
+        rng = np.random.default_rng(1)
+        scores = []
+        for t in range(6):
+            if t == 5:
+                assert link.restart() == 3 * n  # exchanges 2, 3 and 4 had seen 2, 1 and 0 scores
+            scores.append(-np.arange(n) - 10.0 * t)
+            state = rng.normal(size=(n, 12, 3))
+            state[:, 0, 0] = np.arange(n)  # each row says which column it is
+            link.exchange(state, {"context": np.zeros((n, 2)), "score": scores[-1]})
+        with pytest.raises(CouplingError, match="score"):
+            link.exchange(rng.normal(size=(n, 12, 3)), {"context": np.zeros((n, 2))})
+        link.close(flush_s=5.0)
+        deadline = time.monotonic() + 5
+        while learner.rows.get((1, 1), 0) < 2 * n and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        learner.close()
+    steps = learner.received
+    assert sum(len(s) for s in steps) == 2 * n == link.stats.steps_sent  # exchanges 0 and 1 only
+    rewards = np.concatenate([s.reward for s in steps])
+    index = np.concatenate([s.step_index for s in steps])
+    column = np.concatenate([s.observation["profile"][:, 0, 0] for s in steps])
+    expected = [np.mean([-c - 10.0 * (t + j) for j in range(1, k + 1)]) for t, c in zip(index, column, strict=True)]
+    np.testing.assert_allclose(rewards, expected, rtol=1e-6)
+    assert sorted(set(index.tolist())) == [0, 1] and (np.concatenate([s.terminated for s in steps])).all()

@@ -1,30 +1,31 @@
-"""The nudged-training / free-forecast experiment on the column testbed: one MPI rank's parts.
+"""The column experiment: one MPI rank's parts (the library half of
+``examples/nwp_column_correction.py``, whose ranks run ``mpiexec -n N python
+examples/nwp_column_correction.py rank ARGS.json`` and call these phases).
 
-The library half of ``examples/nwp_column_correction.py``, whose ranks run
-``mpiexec -n N python examples/nwp_column_correction.py rank ARGS.json``
-and call these phases. Every rank owns a block of latitude rows
-(:func:`embodyrl.envs.columns.row_split`: unequal column counts), steps it
-with halo rows from its neighbours, and holds its own
-:class:`~embodyrl.hal.coupling.CouplingLink`. In order:
+Every rank owns a block of latitude rows (:func:`embodyrl.envs.columns.row_split`:
+unequal column counts), steps it with halo rows from its neighbours, and holds its
+own :class:`~embodyrl.hal.coupling.CouplingLink` per learner. In order:
 
-1. **Analysis**: the truth configuration, spun up, then run through the
-   whole period; each rank writes its own columns of every snapshot (every
-   ``analysis_every`` steps) into one shared ``.npy`` file.
-2. **Training**: the model configuration in forecasts nudged toward the
-   analysis (``(x_ref - x) / tau``, the reference interpolated between
-   snapshots). Each step the link gets the rank's columns and the nudging
-   increment (K/day) as the target; the proposed correction is scored
-   against it (the reward) but not added to the state, since nudging would
-   absorb it and change its own target. Each rank also sums the increment:
-   the constant bias correction.
-3. **Evaluation**: from start dates after the training period, non-nudged
-   forecasts of the native model, of the model plus the constant bias
-   correction, and of the model plus the frozen learnt policy (the
-   learner's final export, run by each rank's own replica), all with the
-   same stochastic forcing; MAE of Z500 and T850 against the analysis per
-   band and lead time. Then a long free run with the learnt correction.
+1. **Analysis**: the truth configuration, spun up, then run through the whole
+   period; each rank writes its own columns of every snapshot into one shared file.
+2. **Nudged training** (:func:`train`): the model in forecasts nudged toward the
+   analysis (``(x_ref - x) / tau``). Each step every seed's link gets the rank's
+   columns and the nudging increment (K/day) as the target; the proposed
+   correction is scored against it (discount 0) but not applied, since nudging
+   would absorb it. The rank also sums the increment (the constant bias
+   correction) and records a sample of (inputs, increment) for the offline
+   baselines (ridge regression, a supervised MLP).
+3. **Training on consequences** (:func:`train_free`): free forecasts from the
+   analysis over the same period with the exploring policy's corrections
+   applied; each column's reward is its score (minus the mean squared
+   temperature error against the analysis) over the next ``reward_horizon`` steps.
+4. **Evaluation** (:func:`forecast_errors`): from start dates after the
+   training period, free forecasts of every variant with the same stochastic
+   forcing per start date; per start date, band sums of |error| of Z500 and
+   T850, the global mean error (drift) and whether the forecast stayed bounded.
+   Then a long free run with the default learnt correction.
 
-Only diagnostics (band sums, timings) are reduced to rank 0, after the fact.
+Only diagnostics (sums, timings) are reduced to rank 0, after the fact.
 """
 
 from __future__ import annotations
@@ -39,7 +40,15 @@ from ..envs.columns import BANDS, DAY_S, ColumnConfig, ColumnModel, row_split
 from ..hal.coupling.link import CouplingConfig, CouplingLink
 
 BAND_NAMES = ["90S-60S", "60S-30S", "30S-0", "0-30N", "30N-60N", "60N-90N"]
-VARIANTS = ("native", "bias_corrected", "corrected")
+VARIANTS = ("native", "bias_corrected", "ridge", "mlp", "rl_nudged", "rl_free")
+"""Every way of correcting the model, in the order they are evaluated: none; the mean nudging
+increment per column and level; a ridge regression and an MLP fitted offline to the recorded
+increments; online DDPG scored against the increment (discount 0); online DDPG on free forecasts,
+rewarded by the error over the next steps."""
+SEEDED = ("mlp", "rl_nudged", "rl_free")
+"""The variants trained from a random initialisation, evaluated for every seed (ridge is a closed form)."""
+DEFAULT_VARIANT = "rl_nudged"
+"""The variant the top-level keys of ``results.json`` (``corrected_*``, ``stable``) describe."""
 
 
 @dataclass(frozen=True)
@@ -51,9 +60,16 @@ class ExperimentConfig:
     train_starts_days: tuple[float, ...] = (0.0, 2.0, 4.0, 6.0)
     """Start dates (days into the analysis period) of the nudged training forecasts."""
     train_days: float = 2.0
-    eval_starts_days: tuple[float, ...] = (8.5, 10.0, 11.5, 13.0)
+    free_starts_days: tuple[float, ...] = (0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0)
+    """Start dates of the free training forecasts (the same period as the nudged ones)."""
+    free_days: float = 1.0
+    reward_horizon: int = 12
+    """Steps over which a free-forecast correction's consequences make its reward (6 h)."""
+    eval_starts_days: tuple[float, ...] = tuple(8.5 + i for i in range(12))
     """Start dates of the evaluation forecasts: after the training period, never trained on."""
-    lead_hours: tuple[int, ...] = (6, 12, 24)
+    lead_hours: tuple[int, ...] = (6, 12, 24, 72, 120)
+    seeds: int = 3
+    """Seeds of every variant in SEEDED."""
     free_run_days: float = 10.0
     """Length of the free run with the learnt correction (stability)."""
     nudge_tau_h: float = 3.0
@@ -74,26 +90,33 @@ class ExperimentConfig:
     """Streaming steps whose columns go out in one STEPS message (one every 16 steps)."""
     compression: str = "off"
     """Step batches' compression: the ranks and the learner share one machine, where none pays."""
-    policy_wait_s: float = 900.0
+    policy_wait_s: float = 3600.0
     """How long ranks wait for the learner's final policy before evaluating without it."""
 
     @classmethod
     def quick(cls) -> ExperimentConfig:
         return cls(nlat=8, nlon=16, spin_up_days=3.0, train_starts_days=(0.0, 1.0), train_days=1.0,
-                   eval_starts_days=(2.25, 2.75), lead_hours=(6, 12), free_run_days=2.0,
-                   stream_fraction=0.25, stream_every=1, send_every=8)  # enough steps for the learner to start
+                   free_starts_days=(0.0, 1.0), free_days=1.0, eval_starts_days=(2.25, 2.75), seeds=2,
+                   lead_hours=(6, 24, 72),
+                   free_run_days=2.0, stream_fraction=0.25, stream_every=1, send_every=8)  # enough steps for
+                                                                                           # the learner to start
 
-    def coupling(self) -> CouplingConfig:
+    def coupling(self, free: bool = False) -> CouplingConfig:
+        """The links' configuration; ``free``: training on free forecasts (horizon rewards)."""
         cfg = ColumnConfig()
         return CouplingConfig(levels=cfg.levels, features=ColumnModel.FEATURES, context=ColumnModel.CONTEXT,
                               radius=self.radius, max_correction=self.max_correction,
                               stream_fraction=self.stream_fraction, stream_every=self.stream_every,
-                              send_every=self.send_every,
+                              send_every=self.send_every, reward_horizon=self.reward_horizon if free else 0,
                               compression=self.compression)
+
+    def members(self) -> list[str]:
+        """Every evaluated forecast system: ``variant`` or ``variant/sN`` for the seeded ones."""
+        return [f"{v}/s{s}" if v in SEEDED else v for v in VARIANTS for s in range(self.seeds if v in SEEDED else 1)]
 
     @property
     def period_days(self) -> float:
-        return max(max(self.train_starts_days) + self.train_days,
+        return max(max(self.train_starts_days) + self.train_days, max(self.free_starts_days) + self.free_days,
                    max(self.eval_starts_days) + max(self.lead_hours) / 24.0)
 
 
@@ -192,11 +215,16 @@ class Analysis:
         return int(round(day * DAY_S / self.dt))
 
 
-def train(rank: Rank, analysis: Analysis, link: CouplingLink) -> np.ndarray:
-    """Nudged forecasts from every training start; returns the mean nudging increment (K/day)."""
+def train(rank: Rank, analysis: Analysis, links: list[CouplingLink], record: Path | None = None) -> np.ndarray:
+    """Nudged forecasts from every training start, every seed's link scoring the same steps; returns
+    the mean nudging increment (K/day). With ``record``, a sample of (profile, context, increment)
+    at the streaming rate (a ``stream_fraction`` of the columns every ``stream_every`` steps) goes
+    to ``record`` (npz) for the offline baselines."""
     exp = rank.exp
     tau = exp.nudge_tau_h * 3600.0
     total, count = 0.0, 0
+    rng = np.random.default_rng(1000 + rank.comm.rank)
+    kept: dict[str, list] = {"profile": [], "context": [], "increment": [], "start": []}
     for i, day in enumerate(exp.train_starts_days):
         model = rank.model(rank.model_cfg, seed=100 + i)
         k0 = analysis.step_of(day)
@@ -209,42 +237,89 @@ def train(rank: Rank, analysis: Analysis, link: CouplingLink) -> np.ndarray:
             state, context = model.features(theta), model.context()
             rank.timing["feature_s"] += time.perf_counter() - t0
             rank.timing["feature_cpu_s"] += time.thread_time() - c0
-            link.exchange(state, {"context": context, "target": increment})
+            for link in links:
+                link.exchange(state, {"context": context, "target": increment})
+            if record is not None and k % exp.stream_every == 0:
+                n = len(theta)
+                rows = rng.choice(n, max(1, int(round(exp.stream_fraction * n))), replace=False)
+                for name, value in (("profile", state[rows]), ("context", context[rows]),
+                                    ("increment", increment[rows].astype(np.float32)),
+                                    ("start", np.full(len(rows), i))):
+                    kept[name].append(value)
             total, count = total + increment, count + 1
             theta, _ = rank.step(model, theta, nudge_to=reference, nudge_tau_s=tau)
+    if record is not None:
+        record.parent.mkdir(parents=True, exist_ok=True)
+        np.savez(record, **{name: np.concatenate(values) for name, values in kept.items()})
     return total / count
 
 
-def forecast_errors(rank: Rank, analysis: Analysis, bias_kday: np.ndarray, link: CouplingLink | None,
-                    variants: tuple[str, ...]):
-    """Band sums of |error| over the start dates, for ``variants`` (the other slots stay zero):
-    arrays [variants, leads, 2 (z, t), bands] and the band weights [bands]."""
+def score(model: ColumnModel, theta: np.ndarray, reference: np.ndarray) -> np.ndarray:
+    """Per column, minus the mean over levels of the squared temperature error (K^2) against the
+    analysis: the free-forecast reward's ingredient (temperature, not theta, so that the upper
+    levels' large theta values do not dominate)."""
+    return -np.mean(((theta - reference) * model.grid.exner) ** 2, axis=1)
+
+
+def train_free(rank: Rank, analysis: Analysis, link: CouplingLink) -> None:
+    """Free forecasts from the analysis at every free training start, the exploring policy's corrections
+    applied; the link rewards each streamed column by its mean score (:func:`score`) over the next
+    ``reward_horizon`` steps. Rows whose horizon passes the forecast's end are dropped."""
+    exp = rank.exp
+    for i, day in enumerate(exp.free_starts_days):
+        model = rank.model(rank.model_cfg, seed=300 + i)
+        k0 = analysis.step_of(day)
+        model.time_s = analysis.start_s + k0 * rank.dt
+        theta = analysis.at_step(k0)
+        link.restart()
+        for k in range(int(exp.free_days * DAY_S / rank.dt)):
+            reference = analysis.at_step(k0 + k)
+            t0, c0 = time.perf_counter(), time.thread_time()
+            state, context = model.features(theta), model.context()
+            rank.timing["feature_s"] += time.perf_counter() - t0
+            rank.timing["feature_cpu_s"] += time.thread_time() - c0
+            correction = link.exchange(state, {"context": context, "score": score(model, theta, reference)})
+            theta, _ = rank.step(model, theta, correction=correction / DAY_S)
+    link.restart()
+
+
+def bounded(theta: np.ndarray) -> bool:
+    """Finite and physical (a forecast beyond this has blown up)."""
+    return bool(np.isfinite(theta).all() and theta.min() > 150 and theta.max() < 2000)
+
+
+def forecast_errors(rank: Rank, analysis: Analysis, correct) -> dict[str, np.ndarray]:
+    """One forecast system's free forecasts from every evaluation start date.
+
+    ``correct(model, theta)`` gives the correction (K/day) or None. Returns this rank's sums:
+    ``abs`` [starts, leads, 2 (z500, t850), bands] of area x |error|, ``signed`` [starts, leads, 2]
+    of area x error over all its columns, ``unbounded`` [starts] (1 where the forecast left
+    :func:`bounded`; its sums then stop), and ``weights`` [bands] of area. The stochastic forcing of
+    start i is the same for every system (paired comparisons)."""
     exp = rank.exp
     leads = [int(h * 3600 / rank.dt) for h in exp.lead_hours]
-    sums = np.zeros((len(VARIANTS), len(leads), 2, BANDS))
-    weights = None
+    n = len(exp.eval_starts_days)
+    out = {"abs": np.zeros((n, len(leads), 2, BANDS)), "signed": np.zeros((n, len(leads), 2)),
+           "unbounded": np.zeros(n), "weights": np.zeros(BANDS)}
     for i, day in enumerate(exp.eval_starts_days):
         k0 = analysis.step_of(day)
-        for v, variant in enumerate(VARIANTS):
-            if variant not in variants:
-                continue
-            model = rank.model(rank.model_cfg, seed=500 + i)  # the same forcing for every variant
-            model.time_s = analysis.start_s + k0 * rank.dt
-            theta = analysis.at_step(k0)
-            g = model.grid
-            for k in range(1, max(leads) + 1):
-                correction = None
-                if variant == "bias_corrected":
-                    correction = bias_kday / DAY_S
-                elif variant == "corrected":
-                    correction = link.exchange(model.features(theta), {"context": model.context()}) / DAY_S
-                theta, _ = rank.step(model, theta, correction=correction)
-                if k in leads:
-                    ref = analysis.at_step(k0 + k)
-                    for j, field in enumerate((g.z500, g.t850)):
-                        value, weights = model.band_sums(np.abs(field(theta) - field(ref)))
-                        sums[v, leads.index(k), j] += value
-    return sums, weights
+        model = rank.model(rank.model_cfg, seed=500 + i)
+        model.time_s = analysis.start_s + k0 * rank.dt
+        theta = analysis.at_step(k0)
+        g, ok = model.grid, True
+        for k in range(1, max(leads) + 1):
+            correction = correct(model, theta) if ok else None  # a blown-up state is not corrected
+            theta, _ = rank.step(model, theta, correction=None if correction is None else correction / DAY_S)
+            ok = ok and bounded(theta)
+            if k in leads and ok:
+                ref = analysis.at_step(k0 + k)
+                for j, field in enumerate((g.z500, g.t850)):
+                    error = field(theta) - field(ref)
+                    value, out["weights"] = model.band_sums(np.abs(error))
+                    out["abs"][i, leads.index(k), j] = value
+                    out["signed"][i, leads.index(k), j] = np.sum(model.area * error)
+        out["unbounded"][i] = 0.0 if ok else 1.0
+    return out
 
 
 def free_run(rank: Rank, analysis: Analysis, link: CouplingLink) -> dict:
@@ -262,7 +337,7 @@ def free_run(rank: Rank, analysis: Analysis, link: CouplingLink) -> dict:
             correction = link.exchange(model.features(theta), {"context": model.context()}) / DAY_S
             largest = max(largest, float(np.abs(correction).max()) * DAY_S)
         theta, _ = rank.step(model, theta, correction=correction)
-        finite = finite and bool(np.isfinite(theta).all() and theta.min() > 150 and theta.max() < 2000)
+        finite = finite and bounded(theta)
     z1 = model.band_sums(model.grid.z500(theta))[0] if finite else np.full(BANDS, np.nan)
     return {"finite": finite, "largest_correction": largest, "z500_sum_start": z0, "z500_sum_end": z1,
             "theta_min": float(theta.min()), "theta_max": float(theta.max())}

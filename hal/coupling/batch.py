@@ -24,6 +24,9 @@ the bytes a row would otherwise carry).
 
 from __future__ import annotations
 
+from collections import deque
+from dataclasses import dataclass
+
 import numpy as np
 
 from ..steps import SCALAR_COLUMNS, PolicyVersion, Steps
@@ -121,6 +124,26 @@ class ColumnBatch:
         self.stage(profile, context, target, rows, episode_ids, step_index, version, capacity)
         self.complete(action)
 
+    def put(self, held: HeldRows, reward: np.ndarray, capacity: int) -> None:
+        """Commit rows gathered earlier (:class:`HeldRows`) with their ``reward`` [n] now known."""
+        m = len(held.action)
+        if self._rows == 0:
+            self._allocate(max(capacity, m))
+        elif self._rows + m > self._capacity:
+            raise ValueError(f"{m} rows do not fit: {self._capacity - self._rows} left; take() first")
+        lo, hi = self._rows, self._rows + m
+        c = self._columns
+        c["observation/profile"][lo:hi] = held.profile
+        if self.context:
+            c["observation/context"][lo:hi] = held.context
+        c["action"][lo:hi] = held.action
+        c["reward"][lo:hi] = reward
+        c["episode_id"][lo:hi] = held.episode_ids
+        c["step_index"][lo:hi] = held.step_index
+        c["policy_incarnation"][lo:hi] = held.version.incarnation
+        c["policy_count"][lo:hi] = held.version.count
+        self._rows = hi
+
     def take(self) -> WireSteps | None:
         """The rows gathered so far as one :class:`WireSteps` (views, no copy); None when empty."""
         if self._rows == 0:
@@ -166,3 +189,60 @@ class ColumnBatch:
                 array.flags.writeable = False
             self._constant[n] = const
         return self._constant[n]
+
+
+@dataclass
+class HeldRows:
+    """One exchange's streamed rows, gathered, waiting for their reward."""
+
+    rows: np.ndarray
+    profile: np.ndarray
+    context: np.ndarray | None
+    action: np.ndarray
+    episode_ids: np.ndarray
+    step_index: int
+    version: PolicyVersion
+    reward: np.ndarray
+    scores: int = 0
+
+
+class HorizonRewards:
+    """Rows whose reward is the mean score of the next ``horizon`` exchanges.
+
+    A correction applied to a free-running model shows its worth only in the
+    states that follow. The model reports a score per column at every
+    exchange (for example minus the squared error against an analysis); the
+    row of exchange t is rewarded ``(score[t+1] + ... + score[t+horizon]) /
+    horizon`` and leaves here once that is known. Rows of a run that stops
+    earlier are dropped (:meth:`drop`), never sent with a partial reward.
+    """
+
+    def __init__(self, horizon: int):
+        if horizon < 1:
+            raise ValueError(f"horizon: {horizon}; expected at least 1 exchange")
+        self.horizon = int(horizon)
+        self._held: deque[HeldRows] = deque()
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    def hold(self, held: HeldRows) -> None:
+        self._held.append(held)
+
+    def score(self, score: np.ndarray) -> list[tuple[HeldRows, np.ndarray]]:
+        """Add this exchange's per-column ``score`` to every held row; return the rows now complete
+        with their rewards."""
+        done = []
+        for held in self._held:
+            held.reward += score[held.rows]
+            held.scores += 1
+        while self._held and self._held[0].scores >= self.horizon:
+            held = self._held.popleft()
+            done.append((held, held.reward / self.horizon))
+        return done
+
+    def drop(self) -> int:
+        """Forget the rows still waiting (the run they belong to stopped); return how many."""
+        dropped = sum(len(h.rows) for h in self._held)
+        self._held.clear()
+        return dropped

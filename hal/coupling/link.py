@@ -31,10 +31,14 @@ process that does not answer in time, a learner that has gone silent for
 ``peer_timeout_s`` (with ``zero_when_learner_lost``), or a spool that is
 full all give a zero correction (or drop the steps) and a logged warning.
 
-Steps are contextual-bandit rows (discount 0): the reward of row t is
-complete when it is recorded, so every row is ``terminated`` and carries no
-successor (no ``final`` rows are sent). The message schema for other
-languages is in ``docs/coupling.md``.
+Steps are contextual-bandit rows (discount 0): every row is ``terminated``
+and carries no successor (no ``final`` rows are sent). Its reward is known
+either when it is recorded (the correction scored against ``info["target"]``,
+as in nudged training) or ``reward_horizon`` exchanges later: a model that
+applies the corrections reports a per-column ``info["score"]`` every
+exchange, and a row's reward is the mean score over the next
+``reward_horizon`` exchanges (its consequences; :class:`~.batch.HorizonRewards`).
+The message schema for other languages is in ``docs/coupling.md``.
 """
 
 from __future__ import annotations
@@ -52,7 +56,7 @@ from ..steps import NO_POLICY, PolicyVersion, new_episode_id
 from ..wire import protocol as P
 from ..wire.client import LearnerLink, LinkError
 from ..wire.spool import Spool, SpoolFull
-from .batch import ColumnBatch
+from .batch import ColumnBatch, HeldRows, HorizonRewards
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +106,10 @@ class CouplingConfig:
     """Answer zero corrections (not the stale policy) while the learner is lost."""
     spool_bytes: int = 256 << 20
     """RAM for steps the learner has not acknowledged; beyond it the oldest are dropped."""
+    reward_horizon: int = 0
+    """0: a row's reward is its correction scored against ``info["target"]``. n > 0: the mean of the
+    per-column ``info["score"]`` of the next n exchanges (the model applied the correction and
+    reports how its state fares); rows wait on the rank until then."""
     compression: str = "auto"
     """Step batches' compression (``auto``, ``off``, ``zstd``, ``lz4``): the link's CPU against bandwidth."""
     inference_rows: int = 4096
@@ -239,6 +247,7 @@ class CouplingLink:
         self._answered = False
         """Whether the last exchange had a policy answer (until then the learner is polled every time)."""
         self._batch = ColumnBatch(config.levels, config.features, config.context, self.rank, config.max_correction)
+        self._horizon = HorizonRewards(config.reward_horizon) if config.reward_horizon > 0 else None
         self._spool = Spool(ram_bytes=config.spool_bytes, disk_bytes=config.spool_bytes, on_full="drop_oldest")
         self._next_connect = 0.0
         self._lost_since: float | None = None
@@ -255,12 +264,16 @@ class CouplingLink:
 
         ``info`` may hold ``context`` [columns, context] and, while training,
         ``target`` [columns, levels]: the reward of a column is
-        ``-mean(((correction - target) / max_correction) ** 2)``.
+        ``-mean(((correction - target) / max_correction) ** 2)``; or, with
+        ``reward_horizon``, ``score`` [columns], this state's score (see the
+        module docstring).
         """
         start, start_cpu = time.perf_counter(), time.thread_time()
         info = info or {}
         turn = self.stats.exchanges % self.config.stream_every == 0  # a training exchange here streams
         profile, context, target = self._checked(state, info, turn)
+        if self._horizon is not None:
+            target = self._score_held(info, profile.shape[0])  # not None: this exchange may stream
         sent = self._exchanges_in_batch >= self.config.send_every and self._link is not None
         if sent:  # the last streaming exchange filled the batch
             self._send_pending()
@@ -270,13 +283,16 @@ class CouplingLink:
         answer = None
         if self._ready():
             streaming = turn and target is not None and self._link is not None
-            if streaming:  # the rows' inputs now, while the state is in the cache; the policy evicts it
-                self._stage(profile, context, target)
+            if streaming and self._horizon is None:  # the rows' inputs now, while the state is in the
+                self._stage(profile, context, target)  # cache; the policy evicts it
             t0, c0, p0 = time.perf_counter(), time.thread_time(), time.process_time()
             answer = self._infer(profile, context)
             inference_s, inference_thread_s = time.perf_counter() - t0, time.thread_time() - c0
             inference_cpu_s = time.process_time() - p0
-            if streaming and answer is not None:
+            if streaming and answer is not None and self._horizon is not None:
+                self._hold(profile, context, answer)
+                self._step_index += 1
+            elif streaming and answer is not None:
                 self._batch.complete(answer)
                 self._step_index += 1
                 self._exchanges_in_batch += 1
@@ -300,6 +316,13 @@ class CouplingLink:
     def codec(self) -> str | None:
         """The compression the step batches go out with now (None: raw, or no learner)."""
         return self._link.compression.codec if self._link is not None else None
+
+    def restart(self) -> int:
+        """The model starts a new run (another start date): rows still waiting for their horizon's
+        scores are dropped (their consequences will not be seen), and the columns get new episode
+        ids. Returns the rows dropped."""
+        self._episodes = None
+        return self._horizon.drop() if self._horizon is not None else 0
 
     def close(self, flush_s: float = 5.0) -> None:
         """Hand what is spooled to the learner (within ``flush_s``) and close the sockets."""
@@ -454,6 +477,38 @@ class CouplingLink:
             self._send_pending()
         self._batch.stage(profile, context, target, rows, self._episodes, self._step_index, self.version,
                           capacity=cfg.send_every * len(rows))
+
+    def _score_held(self, info, n: int) -> np.ndarray:
+        """Add this exchange's ``info["score"]`` to the rows waiting for it; commit those complete.
+        Returns the score (which stands in for the target: its presence lets this exchange stream)."""
+        score = info.get("score")
+        if score is None:
+            raise CouplingError(f"info['score']: missing; reward_horizon {self.config.reward_horizon} "
+                                "needs a score per column every exchange")
+        score = np.asarray(score)
+        if score.shape != (n,) or score.dtype.kind not in "fiu":
+            raise CouplingError(f"info['score']: {score.dtype} shape {score.shape}; expected ({n},) numbers")
+        if not all_finite(score):
+            raise CouplingError("info['score']: non-finite values")
+        for held, reward in self._horizon.score(score.astype(np.float32)):
+            if self._link is None:
+                continue  # the learner is away: the rows are lost, as streamed rows would be
+            if not self._batch.fits(len(held.rows)):
+                self._send_pending()
+            self._batch.put(held, reward, capacity=self.config.send_every * len(held.rows))
+            self._exchanges_in_batch += 1
+        return score
+
+    def _hold(self, profile, context, answer) -> None:
+        """Gather this exchange's streamed rows with their answers; they wait for their reward."""
+        n = profile.shape[0]
+        if self._episodes is None or len(self._episodes) != n:
+            self._episodes = np.array([new_episode_id() for _ in range(n)], np.int64)
+            self._order, self._picked = np.empty(0, np.int64), 0
+        rows = self._pick_rows(n)
+        self._horizon.hold(HeldRows(rows, profile[rows], None if context is None else context[rows],
+                                    answer[rows].astype(np.float32), self._episodes[rows], self._step_index,
+                                    self.version, np.zeros(len(rows), np.float32)))
 
     def _pick_rows(self, n: int) -> np.ndarray:
         """A random ``stream_fraction`` of the n columns, drawn without replacement across exchanges:

@@ -1,0 +1,60 @@
+"""The offline baselines of the column experiment: fitted on recorded increments, run by the numpy runtime."""
+
+import numpy as np
+
+from embodyrl.coupling.baselines import (
+    Increments,
+    fit_mlp,
+    fit_ridge,
+    mlp_policy,
+    mlp_predict,
+    r2,
+    ridge_policy,
+    ridge_predict,
+)
+from embodyrl.coupling.learner import CouplingLearnerConfig
+from embodyrl.hal import runtime
+from embodyrl.hal.coupling.link import CouplingConfig, CouplingLink, level_inputs
+from embodyrl.hal.steps import PolicyVersion
+
+CFG = CouplingConfig(levels=10, features=3, context=2, radius=1, max_correction=3.0, explore=False)
+
+
+def data(n: int, target, seed: int = 0) -> Increments:
+    rng = np.random.default_rng(seed)
+    profile = rng.normal(size=(n, CFG.levels, CFG.features)).astype(np.float32)
+    context = rng.normal(size=(n, CFG.context)).astype(np.float32)
+    window = level_inputs(profile, context, CFG.radius)
+    return Increments(profile, context, target(window).astype(np.float32), np.zeros(n, np.int64))
+
+
+def frozen_link(tmp_path, export) -> CouplingLink:
+    path, _ = runtime.save(tmp_path / "policy", *export)
+    return CouplingLink(CFG, 0, runtime.load(path))
+
+
+def test_ridge_recovers_a_linear_increment_and_its_export_answers_the_same_through_a_link(tmp_path):
+    w_true = np.linspace(-0.3, 0.3, CFG.window)
+    train, test = data(400, lambda x: x @ w_true + 0.2), data(100, lambda x: x @ w_true + 0.2, seed=1)
+    w, b = fit_ridge(train, CFG, l2=1e-8)
+    np.testing.assert_allclose(w, w_true, atol=1e-3)
+    assert abs(b - 0.2) < 1e-3 and r2(ridge_predict(test, CFG, w, b), test.increment) > 0.999
+    link = frozen_link(tmp_path, ridge_policy(CFG, w, b, PolicyVersion(3, 1)))
+    answer = link.exchange(test.profile, {"context": test.context})
+    np.testing.assert_allclose(answer, ridge_predict(test, CFG, w, b), atol=1e-5)
+
+
+def test_the_mlp_learns_what_ridge_cannot_and_its_export_matches_jax(tmp_path):
+    def target(x):  # a threshold process of one feature: no linear fit explains it
+        return 2.0 * np.maximum(x[..., 1], 0.0) - 0.8
+
+    train, test = data(2000, target), data(200, target, seed=1)
+    w, b = fit_ridge(train, CFG)
+    ddpg = CouplingLearnerConfig().ddpg
+    networks, params = fit_mlp(train, CFG, ddpg, seed=0, steps=1500)
+    ridge_r2, mlp_r2 = r2(ridge_predict(test, CFG, w, b), test.increment), r2(mlp_predict(networks, params, test),
+                                                                             test.increment)
+    assert ridge_r2 < 0.8 < mlp_r2, (ridge_r2, mlp_r2)
+    link = frozen_link(tmp_path, mlp_policy(networks, params, ddpg, PolicyVersion(3, 2)))
+    answer = link.exchange(test.profile, {"context": test.context})
+    np.testing.assert_allclose(answer, mlp_predict(networks, params, test), atol=1e-4)
