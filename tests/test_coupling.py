@@ -185,6 +185,9 @@ def test_coupling_benchmark_quick_reports_finite_named_figures():
                 "inference_fraction_wall"):
         assert np.isfinite(res[key]) and res[key] > 0, key
     assert res["link_overhead_fraction"] == res["link_overhead_fraction_cpu"]
+    per_column = res["us_per_column_step"]
+    assert abs(per_column["inference"] / per_column["physics"] - res["inference_fraction"]) < 1e-6
+    assert all(per_column[k] > 0 for k in ("physics", "link", "inference")) and "MLP" in per_column["inference_network"]
     streamed = -(-res["steps"] // res["stream_every"])  # exchanges 0, every, 2 every, ...
     assert res["zero_answers"] == 0
     assert res["steps_sent"] == streamed * round(res["stream_fraction"] * res["columns"])

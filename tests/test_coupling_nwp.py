@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from embodyrl.coupling.nwp import ExperimentConfig
+from embodyrl.coupling.nwp import BAND_NAMES, SEEDED, VARIANTS, ExperimentConfig
 from embodyrl.envs.columns import row_split
 from embodyrl.hal.steps import PolicyVersion
 from tests.test_coupling_mpi import MPIEXEC, LearnerThread, level_policy
@@ -19,42 +19,59 @@ pytest.importorskip("mpi4py")
 pytestmark = pytest.mark.skipif(MPIEXEC is None, reason="no mpiexec (pip install mpich)")
 
 TINY = ExperimentConfig(nlat=6, nlon=8, spin_up_days=0.5, train_starts_days=(0.0,), train_days=0.25,
-                        eval_starts_days=(0.5,), lead_hours=(3, 6), free_run_days=0.25, stream_fraction=0.5,
-                        stream_every=2, send_every=2, policy_wait_s=30.0)
+                        free_starts_days=(0.0,), free_days=0.25, reward_horizon=4, eval_starts_days=(0.5,),
+                        lead_hours=(3, 6), seeds=1, free_run_days=0.25, stream_fraction=0.5, stream_every=2,
+                        send_every=2, policy_wait_s=30.0)
 
 
-def test_tiny_run_on_two_ranks_streams_from_both_and_scores_three_forecasts(tmp_path):
+def test_tiny_run_on_two_ranks_streams_both_trainings_and_scores_every_forecast_system(tmp_path):
+    learners = {member: LearnerThread() for member in ("rl_nudged/s0", "rl_free/s0")}
     coupling = TINY.coupling()
-    level_policy(tmp_path, PolicyVersion(7, 0), cfg=coupling, name="policy_init")
-    level_policy(tmp_path, PolicyVersion(7, 9), seed=1, cfg=coupling, name="policy")  # the "frozen" policy
-    learner = LearnerThread()
+    for member in learners:
+        level_policy(tmp_path, PolicyVersion(7, 0), cfg=coupling, name=f"policy_init_{member.replace('/', '-')}")
+    for i, member in enumerate(m for m in TINY.members() if m not in ("native", "bias_corrected")):
+        level_policy(tmp_path, PolicyVersion(7, 9), seed=1 + i, cfg=coupling, name=f"policy_{member.replace('/', '-')}")
     args = tmp_path / "args.json"
-    args.write_text(json.dumps({"experiment": asdict(TINY), "out": str(tmp_path), "learner": learner.endpoint}))
+    args.write_text(json.dumps({"experiment": asdict(TINY), "out": str(tmp_path),
+                                "learners": {m: learner.endpoint for m, learner in learners.items()}}))
     try:
         rank = Path(__file__).resolve().parents[1] / "examples" / "nwp_column_correction.py"
         proc = subprocess.run([MPIEXEC, "-n", "2", sys.executable, str(rank), "rank", str(args)],
                               capture_output=True, text=True, timeout=240)
         time.sleep(0.2)
     finally:
-        learner.close()
+        for learner in learners.values():
+            learner.close()
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    train_steps = int(TINY.train_days * 48)
+    steps = int(TINY.train_days * 48)
     blocks = row_split(TINY.nlat, 2)
     for r, rows in enumerate(blocks):  # every rank streamed its own half of its columns, every 2nd step
-        assert learner.rows[(r, r)] == (train_steps // 2) * round(0.5 * len(rows) * TINY.nlon)
-    assert (tmp_path / "training_done").exists()
-    sums = np.load(tmp_path / "band_error_sums.npy")
-    assert sums.shape == (3, 2, 2, 6) and np.isfinite(sums).all() and (sums > 0).all()
-    assert not np.allclose(sums[0], sums[1]) and not np.allclose(sums[0], sums[2])  # the corrections acted
-    assert (sums[:, 1] > sums[:, 0]).mean() > 0.5  # errors grow with lead time
+        per_step = round(0.5 * len(rows) * TINY.nlon)
+        assert learners["rl_nudged/s0"].rows[(r, r)] == (steps // 2) * per_step
+        # free forecasts: the rows of streaming steps 0, 2, 4, 6 saw their 4 steps; 8 and 10 were cut
+        assert learners["rl_free/s0"].rows[(r, r)] == 4 * per_step
+        recorded = np.load(tmp_path / "increments" / f"rank{r}.npz")
+        assert recorded["increment"].shape == ((steps // 2) * per_step, 70) and np.isfinite(recorded["increment"]).all()
+    free_rewards = np.array(learners["rl_free/s0"].rewards)
+    assert (free_rewards < 0).all() and np.isfinite(free_rewards).all()  # minus squared errors
+    for name in ("train_done", "free_done"):
+        assert (tmp_path / name).exists()
+    sums = np.load(tmp_path / "forecast_sums.npz")
+    assert list(sums["members"]) == TINY.members()
+    errors = sums["abs"]
+    assert errors.shape == (len(TINY.members()), 1, 2, 2, 6) and np.isfinite(errors).all() and (errors > 0).all()
+    assert len({round(float(e.sum()), 6) for e in errors}) == len(errors)  # every correction acted differently
+    assert (errors[:, :, 1] > errors[:, :, 0]).mean() > 0.5  # errors grow with lead time
+    assert sums["signed"].shape == (len(TINY.members()), 1, 2, 2) and (sums["unbounded"] == 0).all()
     reports = json.loads((tmp_path / "ranks.json").read_text())
     assert [r["columns"] for r in reports] == [len(rows) * TINY.nlon for rows in blocks]
     for r in reports:
         assert r["stability"]["finite"] and r["stability"]["largest_correction"] <= TINY.max_correction + 1e-5
         assert r["train_link"]["zero_answers"] == 0 and r["train_link"]["link_s"] > 0
+        assert r["free_link"]["zero_answers"] == 0
     analysis = np.load(tmp_path / "analysis.npy", mmap_mode="r")
     assert np.isfinite(analysis).all() and (analysis[-1] > 150).all()  # every rank wrote its columns
-    np.testing.assert_allclose(sums[0], _serial_native_sums(analysis), rtol=1e-9)  # counted once, all ranks
+    np.testing.assert_allclose(errors[0, 0], _serial_native_sums(analysis), rtol=1e-9)  # counted once, all ranks
 
 
 def _serial_native_sums(analysis):
@@ -80,22 +97,41 @@ def _serial_native_sums(analysis):
     return out
 
 
-@pytest.mark.slow
-def test_the_example_runs_end_to_end_and_writes_the_named_keys(tmp_path):
+def test_the_example_at_reduced_size_writes_every_key(tmp_path):
     script = Path(__file__).parent.parent / "examples" / "nwp_column_correction.py"
     proc = subprocess.run([sys.executable, str(script), "--out", str(tmp_path), "--quick", "--ranks", "2"],
                           capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "goal_met=" in proc.stdout
+    quick = ExperimentConfig.quick()
     res = json.loads((tmp_path / "results.json").read_text())
     keys = {"band", "native_mae_z500", "bias_corrected_mae_z500", "corrected_mae_z500", "native_mae_t850",
             "corrected_mae_t850"}
     assert len(res["bands"]) == 6 and all(keys <= set(b) for b in res["bands"])
     assert all(np.isfinite(b[k]) for b in res["bands"] for k in keys - {"band"})
-    assert res["lead_hours"] == list(ExperimentConfig.quick().lead_hours)
+    assert res["lead_hours"] == list(quick.lead_hours)
     assert [d["lead_hours"] for d in res["by_lead"]] == res["lead_hours"]
-    assert isinstance(res["stable"], bool)
+    assert set(res["by_variant"]) == set(VARIANTS)
+    for variant, entry in res["by_variant"].items():
+        assert entry["seeds"] == (quick.seeds if variant in SEEDED else 1) and entry["bounded_fraction"] == 1.0
+        assert [d["lead_hours"] for d in entry["by_lead"]] == res["lead_hours"]
+        for d in entry["by_lead"]:
+            for field in ("z500", "t850"):
+                value = d["area_weighted"][field]
+                assert value["ci95"][0] <= value["mean"] <= value["ci95"][1] and len(value["by_seed"]) == entry["seeds"]
+                assert np.isfinite(d["drift"][field])
+            assert [b["band"] for b in d["bands"]] == BAND_NAMES and all(b["mae_z500"] > 0 for b in d["bands"])
+    goal = res["goals"]["beats_bias_and_ridge_by_20_percent"]
+    assert goal["best_learnt_variant"] in SEEDED and isinstance(goal["met"], bool)
+    assert len(goal["by_variant"]["rl_free"]["checks"]) == 2 * 2 * 2  # 2 leads x 2 fields x 2 baselines
+    assert isinstance(res["stable"], bool) and res["goals"]["all_forecasts_bounded"] is True
+    assert 0 < res["baselines"]["ridge_r2_heldout"] < 1 and res["baselines"]["mlp_r2_heldout"] < 1
+    cost = res["us_per_column_step"]
+    assert all(cost[k] > 0 for k in ("physics", "link", "inference")) and "MLP" in cost["inference_network"]
     assert 0 < res["link_overhead_fraction"] < 10 and res["inference_fraction"] > 0
-    assert sum(res["learner"]["steps_by_rank"].values()) > 0 and set(res["learner"]["steps_by_rank"]) == {"0", "1"}
+    for member in ("rl_nudged/s0", "rl_free/s1"):
+        learner = res["learners"][member]
+        assert learner["updates"] >= 200 and set(learner["steps_by_rank"]) == {"0", "1"}
     assert (tmp_path / "nwp_column_correction.png").stat().st_size > 10_000
 
 
@@ -103,3 +139,31 @@ def test_quick_config_fits_its_grid():
     quick = ExperimentConfig.quick()
     assert quick.period_days >= max(quick.eval_starts_days) + max(quick.lead_hours) / 24
     assert replace(quick, nlat=8).coupling().levels == 70
+
+
+def _variant(values: dict[int, tuple[float, float, float]], leads=(24, 72)) -> dict:
+    """A by_variant entry whose area-weighted Z500 and T850 at each lead are (mean, lo, hi)."""
+    return {"bounded_fraction": 1.0, "by_lead": [
+        {"lead_hours": h, "area_weighted": {f: {"mean": values[h][0], "ci95": [values[h][1], values[h][2]]}
+                                            for f in ("z500", "t850")}} for h in leads]}
+
+
+def test_the_goal_needs_twenty_percent_and_separate_intervals_against_both_baselines_at_both_leads():
+    from embodyrl.coupling.nwp import goals
+
+    exp = replace(ExperimentConfig(), lead_hours=(24, 72))
+    base = {"bias_corrected": _variant({24: (1.0, 0.9, 1.1), 72: (3.0, 2.8, 3.2)}),
+            "ridge": _variant({24: (1.1, 1.0, 1.2), 72: (3.0, 2.9, 3.1)})}
+    good = _variant({24: (0.7, 0.65, 0.75), 72: (2.0, 1.9, 2.1)})  # 30 % and 33 % below, intervals apart
+    overlapping = _variant({24: (0.7, 0.6, 0.95), 72: (2.0, 1.9, 2.1)})  # 30 % below but overlaps bias at +24 h
+    small = _variant({24: (0.85, 0.8, 0.88), 72: (2.5, 2.4, 2.6)})  # apart but only 15 % below at +24 h
+    result = goals({**base, "mlp": small, "rl_nudged": overlapping, "rl_free": good}, exp)
+    goal = result["beats_bias_and_ridge_by_20_percent"]
+    assert goal["met"] and goal["best_learnt_variant"] == "rl_free"
+    assert not goal["by_variant"]["rl_nudged"]["met"] and not goal["by_variant"]["mlp"]["met"]
+    assert abs(goal["by_variant"]["mlp"]["worst_reduction"] - 0.15) < 1e-9
+    assert result["all_forecasts_bounded"]
+    result = goals({**base, "mlp": small, "rl_nudged": overlapping}, exp)
+    assert not result["beats_bias_and_ridge_by_20_percent"]["met"]
+    unbounded = {**base, "rl_free": {**good, "bounded_fraction": 0.75}}
+    assert not goals(unbounded, exp)["all_forecasts_bounded"]

@@ -111,6 +111,11 @@ def run(quick: bool = False) -> dict:
             "link_overhead_fraction_wall": ms["link"] / ms["model"],
             "inference_fraction": ms["inference_cpu"] / ms["model_cpu"],
             "inference_fraction_wall": ms["inference"] / ms["model"],
+            "us_per_column_step": {"physics": 1e3 * ms["model_cpu"] / len(model.columns),
+                                   "link": 1e3 * link_cpu_ms / len(model.columns),
+                                   "inference": 1e3 * ms["inference_cpu"] / len(model.columns),
+                                   "inference_network": "per-level MLP 21-64-64-1 (ReLU, tanh), at each of "
+                                                        f"{grid.levels} levels"},
             "steps_sent": sent, "zero_answers": zero, "stream_fraction": cfg.stream_fraction,
             "stream_every": cfg.stream_every,
             "clock": "fractions on the CPU clock (the rank thread's, plus the ZeroMQ I/O threads' for the link; "

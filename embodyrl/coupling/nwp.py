@@ -47,6 +47,7 @@ increments; online DDPG scored against the increment (discount 0); online DDPG o
 rewarded by the error over the next steps."""
 SEEDED = ("mlp", "rl_nudged", "rl_free")
 """The variants trained from a random initialisation, evaluated for every seed (ridge is a closed form)."""
+FIELDS = ("z500", "t850")
 DEFAULT_VARIANT = "rl_nudged"
 """The variant the top-level keys of ``results.json`` (``corrected_*``, ``stable``) describe."""
 
@@ -341,3 +342,39 @@ def free_run(rank: Rank, analysis: Analysis, link: CouplingLink) -> dict:
     z1 = model.band_sums(model.grid.z500(theta))[0] if finite else np.full(BANDS, np.nan)
     return {"finite": finite, "largest_correction": largest, "z500_sum_start": z0, "z500_sum_end": z1,
             "theta_min": float(theta.min()), "theta_max": float(theta.max())}
+
+
+GOAL_LEADS = (24, 72)
+GOAL_REDUCTION = 0.20
+
+
+def goals(by_variant: dict, exp: ExperimentConfig) -> dict:
+    """Whether the best learnt variant beats both the constant bias correction and ridge regression by
+    ``GOAL_REDUCTION`` on area-weighted Z500 and T850 MAE at +24 h and +72 h, with intervals that do not
+    overlap; whether every forecast stayed bounded to the last lead."""
+    leads = [h for h in GOAL_LEADS if h in exp.lead_hours]
+    checks = {}
+    for variant in SEEDED:
+        if variant not in by_variant:
+            continue
+        rows = []
+        for h in leads:
+            li = exp.lead_hours.index(h)
+            for field in FIELDS:
+                mine = by_variant[variant]["by_lead"][li]["area_weighted"][field]
+                for baseline in ("bias_corrected", "ridge"):
+                    theirs = by_variant[baseline]["by_lead"][li]["area_weighted"][field]
+                    reduction = 1.0 - mine["mean"] / theirs["mean"]
+                    separated = mine["ci95"][1] < theirs["ci95"][0]
+                    rows.append({"lead_hours": h, "field": field, "baseline": baseline, "reduction": reduction,
+                                 "intervals_separate": separated,
+                                 "met": bool(reduction >= GOAL_REDUCTION and separated)})
+        checks[variant] = {"met": bool(rows) and all(r["met"] for r in rows),
+                           "worst_reduction": min((r["reduction"] for r in rows), default=float("-inf")),
+                           "checks": rows}
+    best = max(checks, key=lambda v: (checks[v]["met"], checks[v]["worst_reduction"]), default=None)
+    return {"beats_bias_and_ridge_by_20_percent": {"best_learnt_variant": best,
+                                                   "met": bool(best is not None and checks[best]["met"]),
+                                                   "by_variant": checks},
+            "all_forecasts_bounded": all(v["bounded_fraction"] == 1.0 for v in by_variant.values()),
+            "bounded_to_hours": max(exp.lead_hours)}
