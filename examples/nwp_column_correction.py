@@ -121,9 +121,16 @@ def rank_main(args_path: str) -> None:
               for s in range(exp.seeds)]
     bias = phase("train", nudged,
                  lambda: train(rank, analysis, nudged, record=out / "increments" / f"rank{comm.rank}.npz"))
-    free = [training_link(exp.coupling(free=True), endpoints[f"rl_free/s{s}"], out, f"rl_free/s{s}", comm.rank)
-            for s in range(exp.seeds)]
-    phase("free", free, lambda: [train_free(rank, analysis, link) for link in free])
+    free: list[CouplingLink] = []
+
+    def free_forecasts() -> None:
+        for s in range(exp.seeds):  # each seed's link opens when its forecasts start: one left idle
+            member = f"rl_free/s{s}"  # through the others' would sit silent past the learner's timeout
+            free.append(training_link(exp.coupling(free=True), endpoints[member], out, member, comm.rank))
+            train_free(rank, analysis, free[-1])
+            free[-1].close(flush_s=30.0)
+
+    phase("free", free, free_forecasts)
 
     rank.timing = new_timing()
     frozen = CouplingConfig(**{**asdict(exp.coupling()), "explore": False})

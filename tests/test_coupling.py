@@ -267,3 +267,36 @@ def test_a_horizon_reward_is_the_mean_score_of_the_next_exchanges_and_a_restart_
     expected = [np.mean([-c - 10.0 * (t + j) for j in range(1, k + 1)]) for t, c in zip(index, column, strict=True)]
     np.testing.assert_allclose(rewards, expected, rtol=1e-6)
     assert sorted(set(index.tolist())) == [0, 1] and (np.concatenate([s.terminated for s in steps])).all()
+
+
+def test_a_rank_silent_longer_than_the_learner_waits_says_hello_again_and_its_rows_arrive(tmp_path):
+    """A model busy elsewhere (another seed's forecasts, I/O) leaves its link unpolled past the learner's
+    peer timeout: the learner ends the session. The link must notice its own silence, say HELLO
+    again, and deliver what it streams after; before this, its rows went to a session that no longer
+    existed, unacknowledged, and the link went on as if connected."""
+    from embodyrl.hal import runtime
+
+    path, _ = level_policy(tmp_path, PolicyVersion(7, 0))
+    learner = LearnerThread(peer_timeout_s=1.0)
+    try:
+        link = CouplingLink(replace(CFG, learner=learner.endpoint, peer_timeout_s=30.0), rank=3,
+                            policy=runtime.load(path), seed=0)
+        rng = np.random.default_rng(3)
+
+        def exchange():
+            link.exchange(rng.normal(size=(4, 12, 3)), {"context": np.zeros((4, 2)), "target": np.zeros((4, 12))})
+
+        exchange()
+        time.sleep(2.5)  # the learner expires the silent session
+        assert not learner.server.sessions
+        for _ in range(20):
+            exchange()
+            time.sleep(0.05)
+        link.close(flush_s=5.0)
+        deadline = time.monotonic() + 5
+        while learner.rows.get((3, 3), 0) < 21 * 4 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        learner.close()
+    # every streamed row arrived; at most the exchange that said HELLO again answered zero and streamed none
+    assert learner.rows[(3, 3)] == link.stats.steps_sent >= 20 * 4 and link.stats.zero_answers <= 1

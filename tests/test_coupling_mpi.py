@@ -99,7 +99,6 @@ class LearnerThread:
         self._publish: tuple | None = None
         self._publish_after: tuple | None = None
         self._stop = threading.Event()
-        self._granted: set[bytes] = set()
         self._thread = threading.Thread(target=self._loop, daemon=True)
         self._thread.start()
 
@@ -122,9 +121,8 @@ class LearnerThread:
                 self.received.append(s)
                 self.server.ack(batch.session, batch.seq, credits=len(s))
             for identity, session in self.server.sessions.items():
-                if identity not in self._granted:
-                    self._granted.add(identity)
-                    self.server.grant(session, 1 << 20)
+                if self.server.credits.held(identity) < 1 << 19:  # a new session, or one said HELLO again
+                    self.server.grant(session, (1 << 20) - self.server.credits.held(identity))
             if self._publish is not None:
                 self.server.publish(*self._publish)
                 self._publish = None

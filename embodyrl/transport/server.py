@@ -262,7 +262,8 @@ class LearnerServer:
         self.sessions[identity] = session
         self._send(identity, P.WELCOME, {"protocol": PROTOCOL_VERSION, "run_id": self.run_id,
                                          "incarnation": self.incarnation, "credits": 0,
-                                         "committed_seq": session.committed_seq})
+                                         "committed_seq": session.committed_seq,
+                                         "peer_timeout_s": float(self.peer_timeout_s)})
         self._maybe_send_weights(session)
 
     def _refuse(self, identity: bytes, tag: str, reason: str) -> None:

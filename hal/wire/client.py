@@ -17,7 +17,11 @@ restarted learner, no send blocks), and reports each lost connection: the
 next one is a new identity at the learner, so HELLO goes out on it at once.
 A learner that says nothing for ``peer_timeout_s`` on a live connection (its
 loop stalled, or it dropped our session) is sent HELLO again there, once per
-``peer_timeout_s``. :meth:`LearnerLink.drain` is an actor's final flush.
+``peer_timeout_s``. A link that itself said nothing for longer than the
+learner keeps a silent session (WELCOME's ``peer_timeout_s``: an actor, or a
+model's rank, busy elsewhere for minutes) has lost its session and says
+HELLO again before anything else; the spool resends what was not committed.
+:meth:`LearnerLink.drain` is an actor's final flush.
 """
 
 from __future__ import annotations
@@ -115,6 +119,9 @@ class LearnerLink:
         self._weights: tuple[PolicyVersion, dict[str, np.ndarray]] | None = None
         self._base: tuple[PolicyVersion, dict[str, np.ndarray]] | None = None
         self._last_heard = self._last_sent = 0.0
+        self._learner_timeout_s = peer_timeout_s
+        """How long the learner keeps a silent session (its WELCOME says): a link that did not poll
+        for longer, say a model busy elsewhere, has lost its session and says HELLO again."""
         self._next_hello = 0.0  # while not connected: when HELLO is (re)sent, if the transport takes it
         self.instance = secrets.token_hex(8)
         """This link's token in every HELLO: a reconnect of the same link replaces its session at
@@ -201,6 +208,8 @@ class LearnerLink:
         now = time.monotonic()
         if self.connected and now - self._last_heard > self.peer_timeout_s:
             self._disconnect()
+        if self.connected and now - self._last_sent > self._learner_timeout_s:
+            self._disconnect()  # we were silent longer than the learner waits: it has ended our session
         if not self.connected:
             self._hello()
             return
@@ -396,6 +405,9 @@ class LearnerLink:
             self.run_id = P.field(f, "run_id", str)
             self.incarnation = P.field(f, "incarnation", int)
             self._credits = P.field(f, "credits", int)
+            timeout = f.get("peer_timeout_s")
+            if type(timeout) in (int, float) and timeout > 0:  # learners before it sent none: ours stands
+                self._learner_timeout_s = float(timeout)
             self._acknowledge(committed)
             self._seq = max(self._seq, committed)
             self._sent_upto = committed  # everything after it is resent, in order
