@@ -93,7 +93,7 @@ def rank_main(args_path: str) -> None:
 
     comm = MPI.COMM_WORLD
     args = json.loads(Path(args_path).read_text())
-    exp = ExperimentConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in args["experiment"].items()})
+    exp = config_of(args["experiment"])
     out, endpoints = Path(args["out"]), args["learners"]
     rank = Rank(exp, comm)
     clock = {"start": time.perf_counter()}

@@ -81,19 +81,12 @@ class ColumnBatch:
         for ``capacity`` rows.
         """
         m = len(rows)
-        if self._rows == 0:
-            self._allocate(max(capacity, m))
-        elif self._rows + m > self._capacity:
-            raise ValueError(f"{m} rows do not fit: {self._capacity - self._rows} left; take() first")
-        lo, hi = self._rows, self._rows + m
+        lo, hi = self._room(m, capacity, step_index, version)
         c = self._columns
         np.take(profile, rows, axis=0, out=c["observation/profile"][lo:hi], mode="clip")
         if self.context:
             np.take(context, rows, axis=0, out=c["observation/context"][lo:hi], mode="clip")
         np.take(episode_ids, rows, out=c["episode_id"][lo:hi], mode="clip")
-        c["step_index"][lo:hi] = step_index
-        c["policy_incarnation"][lo:hi] = version.incarnation
-        c["policy_count"][lo:hi] = version.count
         staged = np.take(target, rows, axis=0, out=self._rows_of(target.dtype, m), mode="clip")
         if staged.dtype != np.float32:  # cast now, while warm (a take that casts into its ``out``
             staged32 = self._rows_of(np.dtype(np.float32), m)  # goes through a buffer: slower, and it warns)
@@ -126,12 +119,7 @@ class ColumnBatch:
 
     def put(self, held: HeldRows, reward: np.ndarray, capacity: int) -> None:
         """Commit rows gathered earlier (:class:`HeldRows`) with their ``reward`` [n] now known."""
-        m = len(held.action)
-        if self._rows == 0:
-            self._allocate(max(capacity, m))
-        elif self._rows + m > self._capacity:
-            raise ValueError(f"{m} rows do not fit: {self._capacity - self._rows} left; take() first")
-        lo, hi = self._rows, self._rows + m
+        lo, hi = self._room(len(held.action), capacity, held.step_index, held.version)
         c = self._columns
         c["observation/profile"][lo:hi] = held.profile
         if self.context:
@@ -139,10 +127,21 @@ class ColumnBatch:
         c["action"][lo:hi] = held.action
         c["reward"][lo:hi] = reward
         c["episode_id"][lo:hi] = held.episode_ids
-        c["step_index"][lo:hi] = held.step_index
-        c["policy_incarnation"][lo:hi] = held.version.incarnation
-        c["policy_count"][lo:hi] = held.version.count
         self._rows = hi
+
+    def _room(self, m: int, capacity: int, step_index: int, version: PolicyVersion) -> tuple[int, int]:
+        """The slice [lo, hi) of the batch for ``m`` more rows (the first rows of a batch allocate it
+        for ``capacity``), stamped with their exchange's step index and policy version."""
+        if self._rows == 0:
+            self._allocate(max(capacity, m))
+        elif self._rows + m > self._capacity:
+            raise ValueError(f"{m} rows do not fit: {self._capacity - self._rows} left; take() first")
+        lo, hi = self._rows, self._rows + m
+        c = self._columns
+        c["step_index"][lo:hi] = step_index
+        c["policy_incarnation"][lo:hi] = version.incarnation
+        c["policy_count"][lo:hi] = version.count
+        return lo, hi
 
     def take(self) -> WireSteps | None:
         """The rows gathered so far as one :class:`WireSteps` (views, no copy); None when empty."""

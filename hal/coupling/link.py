@@ -289,13 +289,13 @@ class CouplingLink:
             answer = self._infer(profile, context)
             inference_s, inference_thread_s = time.perf_counter() - t0, time.thread_time() - c0
             inference_cpu_s = time.process_time() - p0
-            if streaming and answer is not None and self._horizon is not None:
-                self._hold(profile, context, answer)
+            if streaming and answer is not None:
+                if self._horizon is not None:
+                    self._hold(profile, context, answer)
+                else:
+                    self._batch.complete(answer)
+                    self._exchanges_in_batch += 1
                 self._step_index += 1
-            elif streaming and answer is not None:
-                self._batch.complete(answer)
-                self._step_index += 1
-                self._exchanges_in_batch += 1
         self._answered = answer is not None
         if answer is None:
             answer = np.zeros(profile.shape[:2], np.float32)
@@ -468,11 +468,7 @@ class CouplingLink:
         """Stage this exchange's streamed rows (a random subset of the columns) in the outgoing batch;
         the answer completes them. A batch goes out at the start of the exchange after it fills."""
         cfg = self.config
-        n = profile.shape[0]
-        if self._episodes is None or len(self._episodes) != n:
-            self._episodes = np.array([new_episode_id() for _ in range(n)], np.int64)
-            self._order, self._picked = np.empty(0, np.int64), 0
-        rows = self._pick_rows(n)
+        rows = self._streamed_rows(profile.shape[0])
         if not self._batch.fits(len(rows)):  # the column count grew within a batch
             self._send_pending()
         self._batch.stage(profile, context, target, rows, self._episodes, self._step_index, self.version,
@@ -501,14 +497,18 @@ class CouplingLink:
 
     def _hold(self, profile, context, answer) -> None:
         """Gather this exchange's streamed rows with their answers; they wait for their reward."""
-        n = profile.shape[0]
-        if self._episodes is None or len(self._episodes) != n:
-            self._episodes = np.array([new_episode_id() for _ in range(n)], np.int64)
-            self._order, self._picked = np.empty(0, np.int64), 0
-        rows = self._pick_rows(n)
+        rows = self._streamed_rows(profile.shape[0])
         self._horizon.hold(HeldRows(rows, profile[rows], None if context is None else context[rows],
                                     answer[rows].astype(np.float32), self._episodes[rows], self._step_index,
                                     self.version, np.zeros(len(rows), np.float32)))
+
+    def _streamed_rows(self, n: int) -> np.ndarray:
+        """This exchange's streamed columns of the n (:meth:`_pick_rows`); a new column count, or a
+        restart, gives every column a new episode id and starts a new round of picks."""
+        if self._episodes is None or len(self._episodes) != n:
+            self._episodes = np.array([new_episode_id() for _ in range(n)], np.int64)
+            self._order, self._picked = np.empty(0, np.int64), 0
+        return self._pick_rows(n)
 
     def _pick_rows(self, n: int) -> np.ndarray:
         """A random ``stream_fraction`` of the n columns, drawn without replacement across exchanges:
