@@ -19,6 +19,7 @@ learnt policy; ``stable``; the link's overhead) and ``DIR/nwp_column_correction.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import multiprocessing as mp
 import os
@@ -88,78 +89,93 @@ def link_report(links: list[CouplingLink], io_cpu_s: float | None) -> dict:
 
 
 def rank_main(args_path: str) -> None:
-    """One MPI rank's whole experiment: analysis, both trainings, forecasts of every system, a free run."""
+    """One MPI rank's whole experiment: analysis, both trainings, forecasts of every system, a free run.
+
+    ``ARGS.json``'s ``plan`` (:func:`plan_of`) names the phases still to run; the others' outputs are
+    read back (this rank's constant bias, its report, each forecast system's sums)."""
     from mpi4py import MPI
 
     comm = MPI.COMM_WORLD
     args = json.loads(Path(args_path).read_text())
     exp = config_of(args["experiment"])
     out, endpoints = Path(args["out"]), args["learners"]
+    plan = args.get("plan") or everything(exp)
     rank = Rank(exp, comm)
-    clock = {"start": time.perf_counter()}
-    make_analysis(rank, out / "analysis.npy")
-    analysis = Analysis(rank, out / "analysis.npy")
-    clock["analysis"] = time.perf_counter()
-    report = {"rank": comm.rank, "columns": len(rank.rows) * exp.nlon}
+    saved = out / "reports" / f"rank{comm.rank}.json"
+    report = json.loads(saved.read_text()) if saved.exists() else {}
+    report.update(rank=comm.rank, columns=len(rank.rows) * exp.nlon)
+    report.setdefault("wall_s", {})
+    clock = time.perf_counter()
 
-    def phase(name: str, links: list[CouplingLink], body):
+    def done(name: str) -> None:
+        """This rank's report saved; once every rank is here, rank 0 marks ``name`` done."""
+        nonlocal clock
+        report["wall_s"][name] = time.perf_counter() - clock
+        saved.parent.mkdir(exist_ok=True)
+        saved.write_text(json.dumps(report, indent=1) + "\n")
+        comm.Barrier()
+        if comm.rank == 0:
+            (out / f"{name}_done").write_text("done\n")
+        clock = time.perf_counter()
+
+    if plan["analysis"]:
+        make_analysis(rank, out / "analysis.npy")
+        done("analysis")
+    analysis = Analysis(rank, out / "analysis.npy")
+
+    def phase(name: str, links: list[CouplingLink], body) -> None:
         rank.timing = new_timing()
         io_before = io_threads_cpu_s()
-        result = body()
+        body()
         io_after = io_threads_cpu_s()
         report[f"{name}_timing"] = dict(rank.timing)
         report[f"{name}_link"] = link_report(links, None if io_before is None else io_after - io_before)
         for link in links:
             link.close(flush_s=30.0)
-        comm.Barrier()
-        if comm.rank == 0:
-            (out / f"{name}_done").write_text("done\n")
-        clock[name] = time.perf_counter()
-        return result
 
-    nudged = [training_link(exp.coupling(), endpoints[f"rl_nudged/s{s}"], out, f"rl_nudged/s{s}", comm.rank)
-              for s in range(exp.seeds)]
-    bias = phase("train", nudged,
-                 lambda: train(rank, analysis, nudged, record=out / "increments" / f"rank{comm.rank}.npz"))
-    free: list[CouplingLink] = []
-
-    def free_forecasts() -> None:
-        for s in range(exp.seeds):  # each seed's link opens when its forecasts start: one left idle
-            member = f"rl_free/s{s}"  # through the others' would sit silent past the learner's timeout
-            free.append(training_link(exp.coupling(free=True), endpoints[member], out, member, comm.rank))
-            train_free(rank, analysis, free[-1])
-            free[-1].close(flush_s=30.0)
-
-    phase("free", free, free_forecasts)
+    bias_file = out / "bias" / f"rank{comm.rank}.npy"
+    if plan["nudged"]:
+        nudged = [training_link(exp.coupling(), endpoints[f"rl_nudged/s{s}"], out, f"rl_nudged/s{s}", comm.rank)
+                  for s in range(exp.seeds)]
+        record = out / "increments" / f"rank{comm.rank}.npz"
+        phase("train", nudged, lambda: save_array(bias_file, train(rank, analysis, nudged, record=record)))
+        done("train")
+    bias = np.load(bias_file)
+    for s in plan["free_seeds"]:  # each seed's link opens when its forecasts start: one left idle through
+        member = f"rl_free/s{s}"  # the others' would sit silent past the learner's timeout
+        link = training_link(exp.coupling(free=True), endpoints[member], out, member, comm.rank)
+        phase(f"free-s{s}", [link], lambda link=link: train_free(rank, analysis, link))
+        done(f"free-s{s}")
 
     rank.timing = new_timing()
     frozen = CouplingConfig(**{**asdict(exp.coupling()), "explore": False})
-    sums, evaluated, eval_links = {}, [], {}
+    sums, eval_links = {}, {}
     for member in exp.members():
         variant = member.split("/")[0]
         if variant == "native":
-            correct = lambda model, theta: None  # noqa: E731
+            correct, key = (lambda model, theta: None), "native"  # noqa: E731
         elif variant == "bias_corrected":
-            correct = lambda model, theta: bias  # noqa: E731
+            correct, key = (lambda model, theta: bias), digest(bias.tobytes())  # noqa: E731
         else:
-            if not wait_for(out / f"policy_{stem(member)}.npz", exp.policy_wait_s, comm):
+            policy = out / f"policy_{stem(member)}"
+            if not wait_for(policy.with_suffix(".npz"), exp.policy_wait_s, comm):
                 continue
-            link = eval_links[member] = CouplingLink(frozen, comm.rank, runtime.load(out / f"policy_{stem(member)}"))
+            key = digest(policy.with_suffix(".npz").read_bytes())
+            link = eval_links[member] = CouplingLink(frozen, comm.rank, runtime.load(policy))
 
             def correct(model, theta, link=link):
                 return link.exchange(model.features(theta), {"context": model.context()})
-        sums[member] = forecast_errors(rank, analysis, correct)
-        evaluated.append(member)
+        cache = out / "forecasts" / f"{stem(member)}.rank{comm.rank}.npz"
+        sums[member] = cached(cache, key, lambda correct=correct: forecast_errors(rank, analysis, correct), comm)
     default = f"{DEFAULT_VARIANT}/s0"
     stability = free_run(rank, analysis, eval_links[default]) if default in eval_links else {"finite": False}
-    clock["eval"] = time.perf_counter()
     report.update(eval_timing=dict(rank.timing), stability={
         k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in stability.items()})
     report["eval_link"] = {m: {k: getattr(link.stats, k) for k in (
         "link_s", "link_cpu_s", "inference_s", "inference_cpu_s", "exchanges")} for m, link in eval_links.items()}
-    names = ("analysis", "train", "free", "eval")
-    report["wall_s"] = {name: clock[name] - clock[previous] for previous, name in zip(("start", *names[:-1]), names, strict=True)}
+    report["wall_s"]["eval"] = time.perf_counter() - clock
     reports = comm.gather(report, root=0)
+    evaluated = list(sums)
     totals = {}
     for key in ("abs", "signed", "unbounded", "weights"):
         local = np.stack([sums[m][key] for m in evaluated]) if evaluated else np.zeros(0)
@@ -171,27 +187,56 @@ def rank_main(args_path: str) -> None:
         (out / "ranks.json").write_text(json.dumps(reports, indent=1) + "\n")
 
 
-def learners_main(exp_args: dict, out: str, endpoint_queue, min_updates: int, max_s: float) -> None:
-    """Every online learner in one process (both RL variants, every seed), polled and trained in turn.
+def digest(data: bytes) -> str:
+    return hashlib.blake2b(data, digest_size=16).hexdigest()
 
-    A learner is finished when its ranks' phase is done (``train_done`` / ``free_done``) and it has
+
+def save_array(path: Path, array: np.ndarray) -> None:
+    path.parent.mkdir(exist_ok=True)
+    np.save(path, array)
+
+
+def cached(path: Path, key: str, compute, comm) -> dict[str, np.ndarray]:
+    """A forecast system's sums on this rank, read back when ``path`` holds them for the same ``key``
+    (the policy's bytes): a resumed run forecasts only what it has not. Every rank takes rank 0's
+    answer, so all run the forecasts (halo exchanges) or none."""
+    have = path.exists() and str(np.load(path, allow_pickle=False)["key"]) == key
+    if all(comm.allgather(have)):
+        with np.load(path, allow_pickle=False) as stored:
+            return {name: stored[name] for name in stored.files if name != "key"}
+    sums = compute()
+    path.parent.mkdir(exist_ok=True)
+    partial = path.with_name(path.name + ".partial.npz")
+    np.savez(partial, key=np.array(key), **sums)
+    partial.replace(path)
+    return sums
+
+
+def learners_main(exp_args: dict, plan: dict, out: str, endpoint_queue, min_updates: int, max_s: float) -> None:
+    """The online learners the plan still trains (both RL variants, every seed), in one process, polled
+    and trained in turn.
+
+    A learner is finished when its ranks' phase is done (``train_done`` / ``free-sN_done``) and it has
     made ``min_updates``; it then writes its final export ``policy_<name>`` and its record into
-    ``learners.json``."""
+    ``learners.json`` (beside those of earlier runs of the same experiment)."""
     from embodyrl.coupling import CouplingLearner, CouplingLearnerConfig
 
     exp = config_of(exp_args)
     out_dir = Path(out)
-    learners = {}
-    for variant, free in (("rl_nudged", False), ("rl_free", True)):
-        for s in range(exp.seeds):
-            name = f"{variant}/s{s}"
-            learner = learners[name] = CouplingLearner(exp.coupling(free), CouplingLearnerConfig(
-                seed=s, capacity=LEARNER_CAPACITY))
-            learner.warm_up()
-            runtime.save(out_dir / f"policy_init_{stem(name)}", *learner.export())
+    learners, done_file = {}, {}
+    to_train = [("rl_nudged", s, "train_done") for s in range(exp.seeds) if plan["nudged"]]
+    to_train += [("rl_free", s, f"free-s{s}_done") for s in plan["free_seeds"]]
+    for variant, seed, marker in to_train:
+        name = f"{variant}/s{seed}"
+        learner = learners[name] = CouplingLearner(exp.coupling(free=variant == "rl_free"), CouplingLearnerConfig(
+            seed=seed, capacity=LEARNER_CAPACITY))
+        learner.warm_up()
+        runtime.save(out_dir / f"policy_init_{stem(name)}", *learner.export())
+        done_file[name] = out_dir / marker
     endpoint_queue.put({name: learner.endpoint for name, learner in learners.items()})
-    done_file = {name: out_dir / ("free_done" if name.startswith("rl_free") else "train_done") for name in learners}
-    records, start = {}, time.monotonic()
+    record_file = out_dir / "learners.json"
+    records = json.loads(record_file.read_text()) if record_file.exists() else {}
+    start = time.monotonic()
     while learners and time.monotonic() - start < max_s:
         trained = False
         for name, learner in list(learners.items()):
@@ -201,11 +246,12 @@ def learners_main(exp_args: dict, out: str, endpoint_queue, min_updates: int, ma
                 learner.poll(0)
                 records[name] = finish_learner(learner, out_dir, name, start)
                 del learners[name]
+                record_file.write_text(json.dumps(records, indent=1) + "\n")
         if not trained and learners:
             next(iter(learners.values())).poll(20)  # nothing to train yet: wait a little on one socket
     for name, learner in learners.items():  # out of time: what they have
         records[name] = finish_learner(learner, out_dir, name, start)
-    (out_dir / "learners.json").write_text(json.dumps(records, indent=1) + "\n")
+    record_file.write_text(json.dumps(records, indent=1) + "\n")
 
 
 def finish_learner(learner, out_dir: Path, name: str, start: float) -> dict:
@@ -266,23 +312,74 @@ def config_of(args: dict) -> ExperimentConfig:
     return ExperimentConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in args.items()})
 
 
-def run(out: Path, ranks: int, exp: ExperimentConfig, min_updates: int, mlp_steps: int, timeout_s: float) -> None:
-    """Start the learners, the baselines' fitter and the ranks; wait (bounded) for all."""
+def everything(exp: ExperimentConfig) -> dict:
+    """The plan of a run that starts from nothing."""
+    return {"analysis": True, "nudged": True, "free_seeds": list(range(exp.seeds)), "baselines": True}
+
+
+def plan_of(out: Path, exp: ExperimentConfig, ranks: int) -> dict:
+    """What a run in ``out`` still has to do: a phase whose outputs all exist is not run again, so a run
+    stopped part way resumes with the same command. A phase to run loses its partial outputs first, and
+    so does what was computed from them (the baselines from the nudged phase's increments). Forecasts
+    are cached per system and rank, keyed by the policy's bytes (:func:`cached`)."""
+    def have(*names: str) -> bool:
+        return all((out / name).exists() for name in names)
+
+    def drop(*patterns: str) -> None:
+        remove(out, patterns)
+
+    seeds = range(exp.seeds)
+    by_rank = [f"{folder}/rank{r}.{ext}" for r in range(ranks) for folder, ext in (("bias", "npy"),
+                                                                                  ("increments", "npz"))]
+    nudged = not have("train_done", *by_rank, *(f"policy_rl_nudged-s{s}.npz" for s in seeds))
+    if nudged:
+        drop("train_done", "bias", "increments", "policy_rl_nudged-*", "policy_init_rl_nudged-*")
+    free_seeds = [s for s in seeds if not have(f"free-s{s}_done", f"policy_rl_free-s{s}.npz")]
+    for s in free_seeds:
+        drop(f"free-s{s}_done", f"policy_rl_free-s{s}.*", f"policy_rl_free-s{s}_partial.*",
+             f"policy_init_rl_free-s{s}.*")
+    baselines = nudged or not have("baselines.json", "policy_ridge.npz", *(f"policy_mlp-s{s}.npz" for s in seeds))
+    if baselines:
+        drop("baselines.json", "policy_ridge*", "policy_mlp-*")
+    analysis = not have("analysis_done", "analysis.npy")
+    if analysis:
+        drop("analysis_done")
+    return {"analysis": analysis, "nudged": nudged, "free_seeds": free_seeds, "baselines": baselines}
+
+
+def remove(out: Path, patterns) -> None:
+    for pattern in patterns:
+        for path in out.glob(pattern):
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+
+
+RUN_FILES = ("analysis*", "*_done", "bias", "increments", "forecasts", "reports", "policy_*", "baselines.json",
+             "learners.json", "forecast_sums.npz", "ranks.json", "ranks.log", "rank_args.json", "results.json",
+             "experiment.json", "nwp_column_correction.png")
+"""What a run writes in its directory (``--fresh`` removes them, and nothing else)."""
+
+
+def run(out: Path, ranks: int, exp: ExperimentConfig, plan: dict, min_updates: int, mlp_steps: int,
+        timeout_s: float) -> None:
+    """Start the learners, the baselines' fitter (if the plan has them) and the ranks; wait (bounded)."""
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
-    helpers = [ctx.Process(target=learners_main, args=(asdict(exp), str(out), queue, min_updates, timeout_s),
-                           daemon=True),
-               ctx.Process(target=baselines_main, args=(asdict(exp), str(out), mlp_steps, timeout_s), daemon=True)]
+    helpers = [ctx.Process(target=learners_main, args=(asdict(exp), plan, str(out), queue, min_updates, timeout_s),
+                           daemon=True)]
+    if plan["baselines"]:
+        helpers.append(ctx.Process(target=baselines_main, args=(asdict(exp), str(out), mlp_steps, timeout_s),
+                                   daemon=True))
     for helper in helpers:
         helper.start()
     try:
         endpoints = queue.get(timeout=600)
         args = out / "rank_args.json"
-        args.write_text(json.dumps({"experiment": asdict(exp), "out": str(out), "learners": endpoints}))
+        args.write_text(json.dumps({"experiment": asdict(exp), "out": str(out), "learners": endpoints,
+                                    "plan": plan}))
         env = dict(os.environ)
         for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
             env.setdefault(name, "1")  # one thread per rank, as MPI models run (unless the user says otherwise)
-        with open(out / "ranks.log", "w") as log:
+        with open(out / "ranks.log", "a") as log:
             subprocess.run([mpiexec(), "-n", str(ranks), sys.executable, __file__, "rank", str(args)],
                            stdout=log, stderr=subprocess.STDOUT, timeout=timeout_s, check=True, env=env)
         for helper in helpers:
@@ -480,6 +577,8 @@ def main(argv=None) -> int:
     parser.add_argument("--mlp-steps", type=int, default=None, help="Adam steps of each offline MLP")
     parser.add_argument("--timeout-s", type=float, default=7200.0, help="bound on the whole run")
     parser.add_argument("--keep-analysis", action="store_true", help="keep DIR/analysis.npy")
+    parser.add_argument("--fresh", action="store_true", help="start over: remove what an earlier run left in "
+                                                             "DIR (by default a run resumes it)")
     parser.add_argument("--report", action="store_true", help="run nothing: write results.json and the figure "
                                                               "again from DIR's files")
     args = parser.parse_args(argv)
@@ -496,16 +595,27 @@ def main(argv=None) -> int:
         print_table(res)
         return 0
     args.out.mkdir(parents=True, exist_ok=True)
-    for stale in [*args.out.glob("policy*"), *args.out.glob("*_done"), args.out / "increments"]:
-        shutil.rmtree(stale) if stale.is_dir() else stale.unlink(missing_ok=True)
+    if args.fresh:
+        remove(args.out, RUN_FILES)
+    identity = json.loads(json.dumps({"experiment": asdict(exp), "ranks": args.ranks, "min_updates": min_updates,
+                                      "mlp_steps": mlp_steps}))
+    stored = args.out / "experiment.json"
+    if stored.exists() and json.loads(stored.read_text()) != identity:
+        parser.error(f"{args.out} holds a run of another configuration ({stored}); resume it with the same "
+                     "options, or start over with --fresh")
+    stored.write_text(json.dumps(identity, indent=1) + "\n")
+    plan = plan_of(args.out, exp, args.ranks)
+    print(f"plan: {json.dumps(plan)}", flush=True)
     start = time.monotonic()
-    run(args.out, args.ranks, exp, min_updates, mlp_steps, args.timeout_s)
+    run(args.out, args.ranks, exp, plan, min_updates, mlp_steps, args.timeout_s)
     res = results(args.out, args.ranks, exp)
     res["total_wall_s"] = time.monotonic() - start
+    res["plan"] = plan
     (args.out / "results.json").write_text(json.dumps(res, indent=1) + "\n")
     plot(res, args.out / "nwp_column_correction.png")
     if not args.keep_analysis:
-        (args.out / "analysis.npy").unlink(missing_ok=True)
+        for path in (args.out / "analysis.npy", args.out / "analysis_done"):
+            path.unlink(missing_ok=True)
     print_table(res)
     return 0
 

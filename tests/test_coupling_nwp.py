@@ -54,7 +54,7 @@ def test_tiny_run_on_two_ranks_streams_both_trainings_and_scores_every_forecast_
         assert recorded["increment"].shape == ((steps // 2) * per_step, 70) and np.isfinite(recorded["increment"]).all()
     free_rewards = np.array(learners["rl_free/s0"].rewards)
     assert (free_rewards < 0).all() and np.isfinite(free_rewards).all()  # minus squared errors
-    for name in ("train_done", "free_done"):
+    for name in ("analysis_done", "train_done", "free-s0_done"):
         assert (tmp_path / name).exists()
     sums = np.load(tmp_path / "forecast_sums.npz")
     assert list(sums["members"]) == TINY.members()
@@ -68,7 +68,7 @@ def test_tiny_run_on_two_ranks_streams_both_trainings_and_scores_every_forecast_
     for r in reports:
         assert r["stability"]["finite"] and r["stability"]["largest_correction"] <= TINY.max_correction + 1e-5
         assert r["train_link"]["zero_answers"] == 0 and r["train_link"]["link_s"] > 0
-        assert r["free_link"]["zero_answers"] == 0
+        assert r["free-s0_link"]["zero_answers"] == 0
     analysis = np.load(tmp_path / "analysis.npy", mmap_mode="r")
     assert np.isfinite(analysis).all() and (analysis[-1] > 150).all()  # every rank wrote its columns
     np.testing.assert_allclose(errors[0, 0], _serial_native_sums(analysis), rtol=1e-9)  # counted once, all ranks
@@ -99,8 +99,8 @@ def _serial_native_sums(analysis):
 
 def test_the_example_at_reduced_size_writes_every_key(tmp_path):
     script = Path(__file__).parent.parent / "examples" / "nwp_column_correction.py"
-    proc = subprocess.run([sys.executable, str(script), "--out", str(tmp_path), "--quick", "--ranks", "2"],
-                          capture_output=True, text=True, timeout=900)
+    command = [sys.executable, str(script), "--out", str(tmp_path), "--quick", "--ranks", "2", "--keep-analysis"]
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "goal_met=" in proc.stdout
     quick = ExperimentConfig.quick()
@@ -133,6 +133,25 @@ def test_the_example_at_reduced_size_writes_every_key(tmp_path):
         learner = res["learners"][member]
         assert learner["updates"] >= 200 and set(learner["steps_by_rank"]) == {"0", "1"}
     assert (tmp_path / "nwp_column_correction.png").stat().st_size > 10_000
+
+    # the same command resumes: a run that lost one seed's free-forecast policy trains that seed again,
+    # forecasts with it, and reads every other phase and forecast back
+    (tmp_path / "policy_rl_free-s1.npz").unlink()
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert 'plan: {"analysis": false, "nudged": false, "free_seeds": [1], "baselines": false}' in proc.stdout
+    again = json.loads((tmp_path / "results.json").read_text())
+    for variant in ("native", "bias_corrected", "ridge", "mlp", "rl_nudged"):
+        assert again["by_variant"][variant] == res["by_variant"][variant]
+    assert again["learners"]["rl_nudged/s0"] == res["learners"]["rl_nudged/s0"]
+    assert again["learners"]["rl_free/s1"]["updates"] >= 200
+    assert again["learners"]["rl_free/s1"]["wall_s"] != res["learners"]["rl_free/s1"]["wall_s"]
+    assert again["us_per_column_step"] == res["us_per_column_step"]  # the nudged phase's, from its saved report
+
+    # another configuration in the same directory is refused, and the run's files stay
+    proc = subprocess.run([*command[:-2], "1"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "another configuration" in proc.stderr and "--fresh" in proc.stderr
+    assert json.loads((tmp_path / "results.json").read_text()) == again
 
 
 def test_quick_config_fits_its_grid():
