@@ -198,12 +198,15 @@ def save_array(path: Path, array: np.ndarray) -> None:
 
 def cached(path: Path, key: str, compute, comm) -> dict[str, np.ndarray]:
     """A forecast system's sums on this rank, read back when ``path`` holds them for the same ``key``
-    (the policy's bytes): a resumed run forecasts only what it has not. Every rank takes rank 0's
-    answer, so all run the forecasts (halo exchanges) or none."""
-    have = path.exists() and str(np.load(path, allow_pickle=False)["key"]) == key
-    if all(comm.allgather(have)):
-        with np.load(path, allow_pickle=False) as stored:
-            return {name: stored[name] for name in stored.files if name != "key"}
+    (the policy's bytes): a resumed run forecasts only what it has not. The sums are read back only
+    when every rank holds its own, so all ranks run the forecasts (halo exchanges) or none."""
+    stored = {}
+    if path.exists():
+        with np.load(path, allow_pickle=False) as saved:
+            if str(saved["key"]) == key:
+                stored = {name: saved[name] for name in saved.files if name != "key"}
+    if all(comm.allgather(bool(stored))):
+        return stored
     sums = compute()
     path.parent.mkdir(exist_ok=True)
     partial = path.with_name(path.name + ".partial.npz")
