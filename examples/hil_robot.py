@@ -388,11 +388,21 @@ def keep(out: Path, into: Path, progress: dict, plan: Plan) -> None:
 
 
 def restore(out: Path, kept: Path) -> None:
-    """An empty ``out`` takes the plan, progress and classifier kept in ``kept`` (runs not yet finished
-    start again)."""
+    """An empty ``out`` takes the plan, progress and classifier kept in ``kept``. Runs not yet finished
+    start again, and so does a finished run whose kept artifacts are gone: its points could not be checked."""
+    from embodyrl.runlog import missing_artifacts
+
     if (out / "progress.json").exists() or not (kept / "progress.json").exists():
         return
     copy_progress(kept, out)
+    progress = load_progress(out)
+    for key in [k for k in progress if not k.startswith("_")]:
+        variant, seed = key.split("/")
+        missing = missing_artifacts(run_dir(kept, variant, int(seed)))
+        if len(progress[key]) and missing:
+            print(f"{key}: {kept} lacks its {', '.join(missing)}; it starts again", flush=True)
+            del progress[key]
+    save_json(out / "progress.json", progress)
     print(f"restored the progress kept in {kept}", flush=True)
 
 

@@ -59,3 +59,21 @@ def test_the_quick_experiment_writes_every_key_and_resumes_without_redoing_work(
     assert "restored the progress" in moved.stdout and time.monotonic() - started < 120
     assert not (tmp_path / "elsewhere" / "runs").exists()
     assert json.loads((tmp_path / "elsewhere" / "results.json").read_text())["variants"] == result["variants"]
+
+
+def test_a_kept_run_without_its_artifacts_starts_again(tmp_path, monkeypatch):
+    """Points whose metrics are gone could not be checked: restoring drops them, and keeps the rest."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("hil_robot", ROOT / "examples" / "hil_robot.py")
+    hil = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, hil)  # its dataclasses look their module up
+    spec.loader.exec_module(hil)
+    kept, out = tmp_path / "kept", tmp_path / "out"
+    points = [{"steps": 100, "success_rate": 0.5}]
+    (kept / "runs" / "scratch-s0").mkdir(parents=True)
+    for name in ("config.json", "summary.json", "metrics.jsonl"):
+        (kept / "runs" / "scratch-s0" / name).write_text("{}\n")
+    (kept / "progress.json").write_text(json.dumps({"scratch/0": points, "demos/0": points, "_wall_s": 9.0}))
+    hil.restore(out, kept)
+    assert json.loads((out / "progress.json").read_text()) == {"scratch/0": points, "_wall_s": 9.0}
