@@ -400,7 +400,7 @@ def restore(out: Path, kept: Path) -> None:
         variant, seed = key.split("/")
         missing = missing_artifacts(run_dir(kept, variant, int(seed)))
         if len(progress[key]) and missing:
-            print(f"{key}: {kept} lacks its {', '.join(missing)}; it starts again", flush=True)
+            print(f"{key}: {run_dir(kept, variant, int(seed))} lacks its {', '.join(missing)}; it starts again", flush=True)
             del progress[key]
     save_json(out / "progress.json", progress)
     print(f"restored the progress kept in {kept}", flush=True)
