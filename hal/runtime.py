@@ -42,6 +42,7 @@ import json
 from collections.abc import Mapping
 from pathlib import Path
 
+import msgpack
 import numpy as np
 
 from .specs import ArraySpec, DictSpec
@@ -337,15 +338,39 @@ def _conv2d(x: np.ndarray, kernel: np.ndarray, bias: np.ndarray, stride: int) ->
     return out.reshape(*lead, out_h, out_w, out_channels)
 
 
-def save(path: str | Path, graph: Mapping, arrays: Mapping[str, np.ndarray]) -> tuple[Path, Path]:
-    """Write ``<path>.json`` and ``<path>.npz`` (no pickle)."""
+def save(path: str | Path, graph: Mapping, arrays: Mapping[str, np.ndarray],
+         packed: bool = False) -> tuple[Path, Path]:
+    """Write ``<path>.json`` and ``<path>.npz`` (no pickle); with ``packed``, also ``<path>.msgpack``:
+    the same graph and arrays in one msgpack map ``{"graph": ..., "arrays": {name: {"dtype",
+    "shape", "data"}}}`` (little-endian float32 bytes), which a C or Fortran model reads with a
+    msgpack library instead of a JSON parser and a zip reader (``hal/coupling/c``)."""
     NumpyPolicy(graph, arrays)  # refuse to write what cannot be loaded
     stem = Path(path).with_suffix("")
     stem.parent.mkdir(parents=True, exist_ok=True)
     json_path, npz_path = stem.with_suffix(".json"), stem.with_suffix(".npz")
     json_path.write_text(json.dumps(graph, indent=1) + "\n")
     np.savez(npz_path, **{k: np.asarray(v, np.float32) for k, v in arrays.items()})
+    if packed:
+        flat = {k: np.ascontiguousarray(v, np.dtype("<f4")) for k, v in arrays.items()}
+        data = msgpack.packb({"graph": dict(graph), "arrays": {
+            k: {"dtype": "float32", "shape": list(v.shape), "data": v.tobytes()} for k, v in flat.items()}},
+            use_bin_type=True)
+        partial = stem.with_suffix(".msgpack.partial")
+        partial.write_bytes(data)
+        partial.replace(stem.with_suffix(".msgpack"))
     return json_path, npz_path
+
+
+def load_packed(path: str | Path, seed: int | None = None) -> NumpyPolicy:
+    """Read the ``.msgpack`` export :func:`save` writes with ``packed`` (no pickle)."""
+    try:
+        root = msgpack.unpackb(Path(path).with_suffix(".msgpack").read_bytes(), raw=False)
+        arrays = {k: np.frombuffer(v["data"], np.dtype("<f4")).reshape(v["shape"])
+                  for k, v in root["arrays"].items()}
+        graph = root["graph"]
+    except (ValueError, KeyError, TypeError, msgpack.UnpackException) as err:
+        raise ExportError(f"{path}: not a packed embodyrl.policy export ({err})") from None
+    return NumpyPolicy(graph, arrays, seed)
 
 
 def load(path: str | Path, seed: int | None = None) -> NumpyPolicy:

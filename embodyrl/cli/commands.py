@@ -235,6 +235,13 @@ def _interrupted(signum, frame):
 
 
 def _learner(args) -> int:
+    if args.task == "coupling":  # a coupled model's learner: its own configuration, no task
+        from .coupling import CouplingConfigError, run_learner
+
+        try:
+            return run_learner(args)
+        except CouplingConfigError as err:
+            raise _Refused(f"learner coupling: {err}") from None
     from ..config import save
     from ..learner import make_learner
     from ..learner.hosts import join
@@ -537,7 +544,10 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run the learner of TASK in this process. Prints one JSON line "
                     '{"endpoint": ..., "run_dir": ...} once it listens, and the counters when '
                     "the step budget is reached. Start actors with: embodyrl actor TASK "
-                    "--connect ENDPOINT --config RUN_DIR/config.json",
+                    "--connect ENDPOINT --config RUN_DIR/config.json. TASK coupling runs a coupled "
+                    "model's learner (--config FILE.yaml with coupling, learner and ddpg sections; "
+                    "--steps counts column steps; docs/coupling.md): ranks of a Python, C or Fortran "
+                    "model dial the endpoint, with the policy export it prints",
         epilog=overrides_epilog + "a --bind off this machine needs --secret-key and --authorized-keys, "
                "or --insecure\nexit codes: 0 done, 2 bad arguments, config or keys, 130 stopped by a signal")
     ln.add_argument("task", help=TASK_HELP)

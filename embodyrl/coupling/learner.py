@@ -45,6 +45,7 @@ from ..algos.ddpg.export import export_ddpg
 from ..algos.networks import MLP, ActionScale
 from ..hal.coupling.link import CouplingConfig
 from ..hal.steps import PolicyVersion, new_incarnation
+from ..hal.wire.security import ServerKeys
 from ..learner.service import LearnerService, Training
 from ..transport.server import LearnerServer
 
@@ -225,7 +226,9 @@ class CouplingLearner:
     """Receives column steps from every rank, trains, publishes (one process), on the learner service."""
 
     def __init__(self, coupling: CouplingConfig, config: CouplingLearnerConfig = CouplingLearnerConfig(),
-                 bind: str = "tcp://127.0.0.1:*"):
+                 bind: str = "tcp://127.0.0.1:*", keys: ServerKeys | None = None, allow_insecure: bool = False):
+        """``keys``: CurveZMQ (the learner's secret key and the ranks' public keys); a ``bind`` off this
+        machine needs them, or ``allow_insecure``."""
         if config.ddpg.discount != 0.0:
             raise ValueError("coupled-model steps carry no successor: ddpg.discount must be 0")
         self.coupling = coupling
@@ -236,7 +239,8 @@ class CouplingLearner:
         training = Training(self.networks, state, ddpg.make_update_many(self.networks, config.ddpg),
                             lambda s: s.actor_params, name="coupling", updates_per_call=config.updates_per_call,
                             publish_every=config.publish_every)
-        server = LearnerServer(bind, run_id=f"coupling-{incarnation:x}", incarnation=incarnation)
+        server = LearnerServer(bind, run_id=f"coupling-{incarnation:x}", incarnation=incarnation, keys=keys,
+                               allow_insecure=allow_insecure)
         self.service = LearnerService(server, self.ring, training, incarnation=incarnation)
         self.server = server
         self.endpoint = server.endpoint

@@ -74,9 +74,15 @@ class WeightPublisher:
     def current(self) -> dict[str, np.ndarray]:
         return self._arrays[self.version.count]
 
-    def update_for(self, held: PolicyVersion | None, downlink_bps: float | None) -> Update:
-        """The update to send to an actor holding ``held`` over a link of ``downlink_bps``."""
+    def update_for(self, held: PolicyVersion | None, downlink_bps: float | None,
+                   accepts: frozenset[str] | None = None) -> Update:
+        """The update to send to an actor holding ``held`` over a link of ``downlink_bps`` that
+        decodes the encodings ``accepts`` (None: all; full weights go to one that decodes nothing else)."""
         mode = self.config.encoding
+        if accepts is not None and mode != "auto" and mode not in accepts:
+            mode = W.FULL
+        if accepts is not None and W.DELTA not in accepts and mode == "auto":
+            mode = W.FULL
         if mode in (W.BF16, W.INT8):
             update = self._cached((mode,), lambda: self._lossy(mode))
         else:

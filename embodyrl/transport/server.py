@@ -29,6 +29,7 @@ import zmq
 from ..hal.specs import SpecError
 from ..hal.steps import PolicyVersion, Steps, row_nbytes
 from ..hal.wire import protocol as P
+from ..hal.wire import weights as W
 from ..hal.wire.codec import (
     DEFAULT_LIMITS,
     PROTOCOL_VERSION,
@@ -86,6 +87,8 @@ class ActorSession:
     downlink_bps: float | None = None
     """Measured: weight bytes over the time until the actor reported holding them."""
     rows: int = 0
+    weights_encodings: frozenset[str] | None = None
+    """The weight encodings its HELLO said it decodes (None: it did not say, so all of them)."""
 
 
 @dataclass(frozen=True)
@@ -108,6 +111,21 @@ class ServerStats:
 
     def reject(self, reason: str) -> None:
         self.rejected[reason] = self.rejected.get(reason, 0) + 1
+
+
+def weights_encodings(fields: dict) -> frozenset[str] | None:
+    """The weight encodings a HELLO says its actor decodes (``"weights": ["full", ...]``; None when
+    it does not say). ``full`` must be among them: it is what every learner can send."""
+    declared = fields.get("weights")
+    if declared is None:
+        return None
+    if type(declared) is not list or not all(type(e) is str for e in declared):
+        raise MessageError("field_type", "field 'weights' must be a list of encoding names")
+    unknown = sorted(set(declared) - set(W.ENCODINGS))
+    if unknown or W.FULL not in declared:
+        raise MessageError("field_type", f"field 'weights': {declared} must name {W.FULL!r} and only "
+                           f"encodings of {list(W.ENCODINGS)}")
+    return frozenset(declared)
 
 
 def session_limits(devices: list[P.DeviceInfo], max_batch_rows: int, cap: Limits = DEFAULT_LIMITS) -> Limits:
@@ -227,6 +245,7 @@ class LearnerServer:
             self.stats.reject("protocol")
             return
         name, actor_id = P.field(f, "actor", str), P.field(f, "actor_id", int)
+        encodings = weights_encodings(f)
         declared = P.field(f, "devices", list)
         if len(declared) > self.max_devices:
             raise MessageError("too_many_devices", f"{len(declared)} devices in HELLO, at most {self.max_devices}")
@@ -252,7 +271,8 @@ class LearnerServer:
             return
         session = ActorSession(identity, name, actor_id, {d.device_id: d for d in devices},
                                limits=session_limits(devices, self.max_batch_rows, self.limits),
-                               key=key, instance=instance, last_heard=now, held=self._held(f))
+                               key=key, instance=instance, last_heard=now, held=self._held(f),
+                               weights_encodings=encodings)
         if previous is not None:  # a reconnect: keep its place in the sequence
             session.committed_seq = previous.committed_seq
             self._end_session(previous.identity)
@@ -371,7 +391,7 @@ class LearnerServer:
             return
         session.weights_resend_s = (min(2 * session.weights_resend_s, WEIGHTS_RESEND_MAX_S) if unacknowledged
                                     else self.weights_resend_s)
-        update = self.publisher.update_for(session.held, session.downlink_bps)
+        update = self.publisher.update_for(session.held, session.downlink_bps, session.weights_encodings)
         session.weights_sent = version
         session.weights_sent_at = now
         session.weights_bytes = update.nbytes

@@ -47,6 +47,7 @@ import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -55,6 +56,7 @@ from ..specs import ArraySpec, DictSpec
 from ..steps import NO_POLICY, PolicyVersion, new_episode_id
 from ..wire import protocol as P
 from ..wire.client import LearnerLink, LinkError
+from ..wire.security import ClientKeys
 from ..wire.spool import Spool, SpoolFull
 from .batch import ColumnBatch, HeldRows, HorizonRewards
 
@@ -81,6 +83,11 @@ class CouplingConfig:
     """Learner endpoint to stream steps to and take weights from; None: frozen policy."""
     inference: str | None = None
     """Endpoint of a nearby inference process; None: this rank's own policy replica."""
+    secret_key_file: str | None = None
+    """This rank's CurveZMQ ``.key_secret`` (``embodyrl keys``); with ``server_key_file``, the link
+    to the learner is encrypted and authenticated. Without keys only a loopback learner is dialled."""
+    server_key_file: str | None = None
+    """The learner's public ``.key``."""
     explore: bool = True
     """Add the policy's exploration noise (training)."""
     stream_fraction: float = 1.0
@@ -416,9 +423,14 @@ class CouplingLink:
     def _connect(self, timeout_s: float) -> None:
         cfg = self.config
         device = P.DeviceInfo(self.rank, f"rank-{self.rank}", self.observation_spec, self.action_spec)
+        keys = None
+        if cfg.secret_key_file or cfg.server_key_file:
+            if not (cfg.secret_key_file and cfg.server_key_file):
+                raise CouplingError("secret_key_file and server_key_file go together")
+            keys = ClientKeys(Path(cfg.secret_key_file), Path(cfg.server_key_file))
         link = LearnerLink(cfg.learner, actor_name=f"rank-{self.rank}", actor_id=self.rank, devices=[device],
                            handshake_timeout_s=timeout_s, peer_timeout_s=cfg.peer_timeout_s, spool=self._spool,
-                           compression=cfg.compression)
+                           compression=cfg.compression, keys=keys)
         try:
             link.connect()
         except LinkError as err:
