@@ -56,9 +56,10 @@ int main(int argc, char **argv) {
     }
     fclose(out);
     fclose(status_file);
+    link_flush(link, 5.0);
     link_stats s;
     link_stats_get(link, &s);
-    link_close(link, 5.0);
+    link_close(link, 0.0);
     printf("{\"exchanges\": %ld, \"zero_answers\": %ld, \"steps_sent\": %ld, \"steps_dropped\": %ld, "
            "\"weights_taken\": %ld, \"weights_refused\": %ld, \"reconnects\": %ld, \"link_cpu_s\": %.6f, "
            "\"inference_cpu_s\": %.6f, \"version\": [%lld, %lld]}\n",

@@ -2,7 +2,8 @@
 
 * :mod:`.link`: :class:`CouplingLink`, what every MPI rank of the model calls each step;
 * :mod:`.batch`: the streamed rows of many exchanges gathered straight into one batch;
-* :mod:`.inference`: a nearby inference process answering the ranks' corrections.
+* :mod:`.inference`: a nearby inference process answering the ranks' corrections;
+* :mod:`.clib`: the same link for C and Fortran models (``c/``, libembodyrl_link), built with CMake.
 """
 
 from .link import (

@@ -669,13 +669,18 @@ void link_stats_get(const link_t *l, link_stats *out) {
     out->incarnation = l->policy.incarnation, out->count = l->policy.count;
 }
 
+long link_flush(link_t *l, double flush_s) {
+    if (!l || !l->socket) return 0;
+    if (l->batch.rows) send_pending(l);
+    double deadline = now_s() + flush_s;
+    while (l->spool.head && !l->ended && now_s() < deadline) service(l, 20);
+    return l->spool.batches;
+}
+
 void link_close(link_t *l, double flush_s) {
     if (!l) return;
     if (l->socket) {
-        if (l->batch.rows) send_pending(l);
-        double deadline = now_s() + flush_s;
-        while (l->spool.head && !l->ended && now_s() < deadline) service(l, 20);
-        if (l->spool.head)
+        if (link_flush(l, flush_s))
             fprintf(stderr, "embodyrl_link rank %d: closing with %ld batches the learner did not acknowledge\n",
                     l->cfg.rank, l->spool.batches);
         if (l->connected) send_message(l, 2, "BYE", bye_fields);

@@ -82,7 +82,10 @@ link_t *link_open_text(const char *text);
 int link_exchange(link_t *link, int columns, const float *state, const float *context,
                   const float *target, float *correction);
 void link_stats_get(const link_t *link, link_stats *out);
-/* Hand spooled steps to the learner (within flush_s) and close. */
+/* Send the steps gathered so far and wait (at most flush_s) until the learner has acknowledged
+ * every spooled batch; returns the batches still unacknowledged. */
+long link_flush(link_t *link, double flush_s);
+/* link_flush, then close. */
 void link_close(link_t *link, double flush_s);
 
 #ifdef __cplusplus
