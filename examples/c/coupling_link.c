@@ -8,13 +8,40 @@
  * IN.f32 holds records of state [COLUMNS][levels][features], context [COLUMNS][context] and target
  * [COLUMNS][levels] (float32, C order), used in turn (the file's records repeat when STEPS is
  * larger); OUT.f32 gets each step's correction [COLUMNS][levels]. One JSON line of the link's
- * counters goes to stdout at the end; each step's status (0 policy, 1 zeros) to OUT.status. */
+ * counters (and its ZeroMQ I/O threads' CPU) goes to stdout at the end; each step's status
+ * (0 policy, 1 zeros, -1 bad input) to OUT.status. */
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "embodyrl_link.h"
+
+/* CPU seconds of this process's ZeroMQ I/O threads (Linux /proc; -1 elsewhere): the link's bytes
+ * are moved there, so their CPU is the link's too. */
+static double io_threads_cpu_s(void) {
+    DIR *tasks = opendir("/proc/self/task");
+    if (!tasks) return -1;
+    double total = 0;
+    struct dirent *e;
+    while ((e = readdir(tasks))) {
+        char path[512], comm[64] = "";
+        unsigned long long ns = 0;
+        snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f) continue;
+        int io = fgets(comm, sizeof comm, f) && !strncmp(comm, "ZMQbg", 5);
+        fclose(f);
+        snprintf(path, sizeof path, "/proc/self/task/%s/schedstat", e->d_name);
+        if (io && (f = fopen(path, "r"))) {
+            if (fscanf(f, "%llu", &ns) == 1) total += 1e-9 * (double)ns;
+            fclose(f);
+        }
+    }
+    closedir(tasks);
+    return total;
+}
 
 int main(int argc, char **argv) {
     if (argc < 6) {
@@ -57,14 +84,15 @@ int main(int argc, char **argv) {
     fclose(out);
     fclose(status_file);
     link_flush(link, 5.0);
+    double io_cpu_s = io_threads_cpu_s();
     link_stats s;
     link_stats_get(link, &s);
     link_close(link, 0.0);
     printf("{\"exchanges\": %ld, \"zero_answers\": %ld, \"steps_sent\": %ld, \"steps_dropped\": %ld, "
            "\"weights_taken\": %ld, \"weights_refused\": %ld, \"reconnects\": %ld, \"link_cpu_s\": %.6f, "
-           "\"inference_cpu_s\": %.6f, \"version\": [%lld, %lld]}\n",
+           "\"inference_cpu_s\": %.6f, \"io_threads_cpu_s\": %.6f, \"version\": [%lld, %lld]}\n",
            s.exchanges, s.zero_answers, s.steps_sent, s.steps_dropped, s.weights_taken, s.weights_refused,
-           s.reconnects, s.link_cpu_s, s.inference_cpu_s, (long long)s.incarnation, (long long)s.count);
+           s.reconnects, s.link_cpu_s, s.inference_cpu_s, io_cpu_s, (long long)s.incarnation, (long long)s.count);
     free(data), free(correction);
     return 0;
 }

@@ -145,6 +145,20 @@ void el_policy_free(el_policy *p) {
     p->ntensors = p->nops = 0;
 }
 
+/* y[r][j] = bias[j] + sum_q x[r][q] k[q][j]: the inner loop runs along a kernel row and a y row,
+ * both contiguous, so it vectorises (a 4 x 16 register tile measured slower here). */
+static void dense(const float *x, int x_stride, int rows, int width, const float *k, const float *bias, int outw,
+                  float *y, int y_stride) {
+    for (int r = 0; r < rows; r++) {
+        float *yr = y + (size_t)r * y_stride;
+        memcpy(yr, bias, sizeof(float) * outw);
+        for (int q = 0; q < width; q++) {
+            const float xv = x[(size_t)r * x_stride + q], *kq = k + (size_t)q * outw;
+            for (int j = 0; j < outw; j++) yr[j] += xv * kq[j];
+        }
+    }
+}
+
 void el_policy_forward(const el_policy *p, int n, const float *x, float *out, float *scratch, int block) {
     const int wmax = p->max_width;
     float *a = scratch, *b = scratch + (size_t)block * wmax;
@@ -159,15 +173,7 @@ void el_policy_forward(const el_policy *p, int n, const float *x, float *out, fl
                 const el_tensor *k = &p->tensors[o->first], *bias = &p->tensors[o->second];
                 int outw = (int)k->shape[1];
                 float *dst = cur == a ? b : a;
-                for (int r = 0; r < rows; r++) {
-                    const float *xr = in + (size_t)r * in_stride;
-                    float *yr = dst + (size_t)r * wmax;
-                    memcpy(yr, bias->data, sizeof(float) * outw);
-                    for (int q = 0; q < width; q++) {
-                        const float xv = xr[q], *kr = k->data + (size_t)q * outw;
-                        for (int j = 0; j < outw; j++) yr[j] += xv * kr[j];
-                    }
-                }
+                dense(in, in_stride, rows, width, k->data, bias->data, outw, dst, wmax);
                 cur = dst, in = dst, in_stride = wmax, width = outw;
             } else if (o->code == EL_RELU) {
                 for (int r = 0; r < rows; r++)
