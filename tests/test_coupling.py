@@ -191,6 +191,7 @@ def test_coupling_benchmark_quick_reports_finite_named_figures():
     streamed = -(-res["steps"] // res["stream_every"])  # exchanges 0, every, 2 every, ...
     assert res["zero_answers"] == 0
     assert res["steps_sent"] == streamed * round(res["stream_fraction"] * res["columns"])
+    assert res["steps_acknowledged"] == res["steps_sent"]  # the learner took every row it was sent
 
 
 C_EXAMPLE = Path(__file__).parent.parent / "examples" / "c" / "coupling_infer.c"

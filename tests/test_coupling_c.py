@@ -335,3 +335,15 @@ def test_the_fortran_model_trains_under_mpi_survives_its_learner_and_matches_pyt
     out, err = model.communicate(timeout=120)
     assert model.returncode == 0, err[-3000:]
     assert "step 800 " in out and "learner silent or unreachable" in err
+
+
+def test_the_c_against_python_benchmark_reports_both_links_on_the_same_rows(built):
+    from embodyrl.bench import run
+
+    res = run("coupling_c", quick=True)
+    for key in ("python_link_us_per_column_step", "c_link_us_per_column_step", "python_inference_us_per_column_step",
+                "c_inference_us_per_column_step", "python_over_c_link", "python_over_c_inference"):
+        assert np.isfinite(res[key]) and res[key] > 0, key
+    streamed = -(-res["exchanges"] // res["stream_every"]) * round(res["stream_fraction"] * res["columns"])
+    assert res["python_steps_sent"] == res["c_steps_sent"] == streamed and res["zero_answers"] == 0
+    assert res["steps_acknowledged"] == 2 * res["turns"] * streamed  # the learner took every row of both

@@ -25,21 +25,45 @@ from ..envs.columns import ColumnConfig, ColumnModel, row_split
 from ..hal import runtime
 from ..hal.coupling.link import CouplingConfig, CouplingLink, io_threads_cpu_s
 
+SERVER_INCARNATION = 4
+"""The bench learner's incarnation; the links' policy is of an earlier one (3), so their rows are
+accepted (a row naming a version of the server's own incarnation that it never published is
+refused as forged) and no weights flow."""
+
 
 def _server(queue, stop) -> None:
+    """A learner server that acknowledges every batch; at the end it puts the rows it took and its
+    refusals by reason on ``queue`` (a bench whose rows were refused measured something else)."""
     from ..transport.server import LearnerServer
 
-    server = LearnerServer(run_id="bench-coupling", incarnation=3)
+    server = LearnerServer(run_id="bench-coupling", incarnation=SERVER_INCARNATION)
     queue.put(server.endpoint)
-    granted = set()
+    granted, rows = set(), 0
     while not stop.is_set():
         for batch in server.poll(20):
+            rows += len(batch.steps)
             server.ack(batch.session, batch.seq, credits=len(batch.steps))
         for identity, session in server.sessions.items():
             if identity not in granted:
                 granted.add(identity)
                 server.grant(session, 1 << 30)
+    queue.put({"rows": rows, "refused": dict(server.stats.rejected)})
     server.close()
+
+
+def stop_server(server, queue, stop) -> dict:
+    """Stop the bench server; its account: ``{"rows": taken, "refused": {reason: count}}``."""
+    stop.set()
+    try:
+        account = queue.get(timeout=30)
+    finally:
+        server.join(10)
+        if server.is_alive():
+            server.terminate()
+    refused = {k: v for k, v in account["refused"].items() if k != "send_failed"}
+    if refused:
+        raise RuntimeError(f"the bench learner refused batches {refused}: the figures would not be the link's")
+    return account
 
 
 def _policy(cfg: CouplingConfig, hidden: int = 64) -> runtime.NumpyPolicy:
@@ -95,10 +119,7 @@ def run(quick: bool = False) -> dict:
         link.close(flush_s=10.0)
         sent, zero = link.stats.steps_sent, link.stats.zero_answers
     finally:
-        stop.set()
-        server.join(10)
-        if server.is_alive():
-            server.terminate()
+        account = stop_server(server, queue, stop)
     ms = {k: 1e3 * float(np.median(v)) for k, v in per_cycle.items()}
     link_cpu_ms = ms["link_cpu"] + 1e3 * (io_s or 0.0)
     return {"columns": len(model.columns), "levels": grid.levels, "steps": cycles * cycle,
@@ -116,7 +137,8 @@ def run(quick: bool = False) -> dict:
                                    "inference": 1e3 * ms["inference_cpu"] / len(model.columns),
                                    "inference_network": "per-level MLP 21-64-64-1 (ReLU, tanh), at each of "
                                                         f"{grid.levels} levels"},
-            "steps_sent": sent, "zero_answers": zero, "stream_fraction": cfg.stream_fraction,
+            "steps_sent": sent, "steps_acknowledged": account["rows"], "zero_answers": zero,
+            "stream_fraction": cfg.stream_fraction,
             "stream_every": cfg.stream_every,
             "clock": "fractions on the CPU clock (the rank thread's, plus the ZeroMQ I/O threads' for the link; "
                      "the process's for inference); *_wall on wall clocks; medians over cycles of send_every x "

@@ -9,14 +9,15 @@ columns every 8th exchange, one message every 2 streaming exchanges (the NWP exp
 setting), to one real learner server in a spawned process, and computing the same 21-64-64-1
 per-level policy. ``link`` is the calling thread's CPU in the link's own work (checks, the step
 batch, sockets, weights; inference excluded) plus the process's ZeroMQ I/O threads' CPU, per
-column-step; ``inference`` the forward pass's, per column-step (numpy on BLAS against plain C
-loops). Medians over the turns; ``python_over_c_link`` is the ratio the user pays for Python.
+column-step; ``inference`` the forward pass's on the process clock, per column-step (numpy's
+OpenBLAS against the system's CBLAS, one thread for the C rank). Medians over the turns; ``python_over_c_link`` is the ratio the user pays for Python.
 """
 
 from __future__ import annotations
 
 import json
 import multiprocessing as mp
+import os
 import statistics
 import subprocess
 import tempfile
@@ -28,7 +29,7 @@ from ..envs.columns import ColumnConfig, ColumnModel, row_split
 from ..hal import runtime
 from ..hal.coupling.clib import C_SOURCES, build
 from ..hal.coupling.link import CouplingConfig, CouplingLink, io_threads_cpu_s
-from .coupling import _policy, _server
+from .coupling import _policy, _server, stop_server
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "c" / "coupling_link.c"
 
@@ -80,10 +81,7 @@ def run(quick: bool = False) -> dict:
                 python.append(_python_turn(cfg, policy, data, exchanges, turn))
                 c.append(_c_turn(binary, c_config, turn, columns, exchanges, tmp))
         finally:
-            stop.set()
-            server.join(10)
-            if server.is_alive():
-                server.terminate()
+            account = stop_server(server, queue, stop)
     steps = columns * exchanges
 
     def per_step(runs, key):
@@ -95,6 +93,7 @@ def run(quick: bool = False) -> dict:
               "python_inference_us_per_column_step": per_step(python, "inference_cpu_s"),
               "c_inference_us_per_column_step": per_step(c, "inference_cpu_s"),
               "python_steps_sent": python[-1]["steps_sent"], "c_steps_sent": c[-1]["steps_sent"],
+              "steps_acknowledged": account["rows"],
               "zero_answers": sum(r["zero_answers"] for r in python + c),
               "stream_fraction": cfg.stream_fraction, "stream_every": cfg.stream_every, "send_every": cfg.send_every,
               "inference_network": f"per-level MLP 21-64-64-1 (ReLU, tanh) at each of {grid.levels} levels",
@@ -124,7 +123,8 @@ def _python_turn(cfg: CouplingConfig, policy, data, exchanges: int, turn: int) -
 
 def _c_turn(binary: Path, config: str, turn: int, columns: int, exchanges: int, tmp: Path) -> dict:
     out = subprocess.run([str(binary), f"{config} rank={2 * turn + 1}", str(columns), str(exchanges),
-                          str(tmp / "in.f32"), str(tmp / "out.f32")], capture_output=True, text=True, timeout=600)
+                          str(tmp / "in.f32"), str(tmp / "out.f32")], capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "OPENBLAS_NUM_THREADS": "1"})  # one thread per rank
     if out.returncode != 0:
         raise RuntimeError(f"the C rank failed: {out.stderr[-2000:]}")
     stats = json.loads(out.stdout.strip().splitlines()[-1])

@@ -5,6 +5,7 @@
 set -euo pipefail
 out="${1:-runs/fortran}"; steps="${2:-3000}"; step_ms="${3:-10}"
 mkdir -p "$out"
+export OMP_NUM_THREADS=1   # one thread per rank, its BLAS included, as MPI models run
 python3 -c "from embodyrl.hal.coupling.clib import build; build('$out/build')"
 mpifort.mpich -O2 -I"$out/build" -o "$out/column_model" examples/fortran/column_model.f90 \
   -L"$out/build" -lembodyrl_link -Wl,-rpath,"$(cd "$out/build" && pwd)"

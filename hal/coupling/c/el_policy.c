@@ -1,5 +1,6 @@
 #include "el_policy.h"
 
+#include <cblas.h>
 #include <math.h>
 #include <sodium.h>
 #include <stdio.h>
@@ -145,18 +146,13 @@ void el_policy_free(el_policy *p) {
     p->ntensors = p->nops = 0;
 }
 
-/* y[r][j] = bias[j] + sum_q x[r][q] k[q][j]: the inner loop runs along a kernel row and a y row,
- * both contiguous, so it vectorises (a 4 x 16 register tile measured slower here). */
+/* y[r][j] = bias[j] + sum_q x[r][q] k[q][j]: the bias rows, then one BLAS sgemm adding x k to them
+ * (the machine's BLAS: plain loops reached a quarter of OpenBLAS's speed on these shapes). */
 static void dense(const float *x, int x_stride, int rows, int width, const float *k, const float *bias, int outw,
                   float *y, int y_stride) {
-    for (int r = 0; r < rows; r++) {
-        float *yr = y + (size_t)r * y_stride;
-        memcpy(yr, bias, sizeof(float) * outw);
-        for (int q = 0; q < width; q++) {
-            const float xv = x[(size_t)r * x_stride + q], *kq = k + (size_t)q * outw;
-            for (int j = 0; j < outw; j++) yr[j] += xv * kq[j];
-        }
-    }
+    for (int r = 0; r < rows; r++) memcpy(y + (size_t)r * y_stride, bias, sizeof(float) * outw);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, outw, width, 1.0f, x, x_stride, k, outw, 1.0f, y,
+                y_stride);
 }
 
 void el_policy_forward(const el_policy *p, int n, const float *x, float *out, float *scratch, int block) {

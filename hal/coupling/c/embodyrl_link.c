@@ -61,11 +61,13 @@ static double now_s(void) {
     return t.tv_sec + 1e-9 * t.tv_nsec;
 }
 
-static double thread_cpu_s(void) {
+static double cpu_s(clockid_t clock) {
     struct timespec t;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    clock_gettime(clock, &t);
     return t.tv_sec + 1e-9 * t.tv_nsec;
 }
+
+static double thread_cpu_s(void) { return cpu_s(CLOCK_THREAD_CPUTIME_ID); }
 
 static void warn(link_t *l, warn_kind kind, const char *fmt, ...) {
     long n = l->warnings[kind]++;
@@ -663,12 +665,12 @@ int link_exchange(link_t *l, int columns, const float *state, const float *conte
     } else if (lost && c->zero_when_learner_lost) {
         warn(l, W_LOST, "learner silent or unreachable: zero correction");
     } else {
-        const double i0 = thread_cpu_s();
+        const double i0 = thread_cpu_s(), p0 = cpu_s(CLOCK_PROCESS_CPUTIME_ID);
         infer(l, n, state, context, correction);
-        const double inference = thread_cpu_s() - i0;
-        l->stats.inference_cpu_s += inference;
+        l->stats.inference_cpu_s += cpu_s(CLOCK_PROCESS_CPUTIME_ID) - p0; /* a BLAS's threads included */
+        const double inference_thread = thread_cpu_s() - i0;
         if (turn && target && l->socket && n > 0) stream(l, n, state, context, target, correction);
-        l->stats.link_cpu_s += thread_cpu_s() - t0 - inference;
+        l->stats.link_cpu_s += thread_cpu_s() - t0 - inference_thread;
         return 0;
     }
     l->stats.zero_answers++;

@@ -63,7 +63,7 @@ typedef struct link_config {
 typedef struct link_stats {
     long exchanges, zero_answers, steps_sent, steps_dropped, weights_taken, weights_refused, reconnects;
     double link_cpu_s;         /* the calling thread's CPU in the link's own work (inference excluded) */
-    double inference_cpu_s;    /* the calling thread's CPU in the forward pass */
+    double inference_cpu_s;    /* the process's CPU in the forward pass (a BLAS's threads included) */
     int64_t incarnation, count;/* the weights that act now (count -1: none) */
 } link_stats;
 
