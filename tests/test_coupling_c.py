@@ -347,3 +347,39 @@ def test_the_c_against_python_benchmark_reports_both_links_on_the_same_rows(buil
     streamed = -(-res["exchanges"] // res["stream_every"]) * round(res["stream_fraction"] * res["columns"])
     assert res["python_steps_sent"] == res["c_steps_sent"] == streamed and res["zero_answers"] == 0
     assert res["steps_acknowledged"] == 2 * res["turns"] * streamed  # the learner took every row of both
+
+
+def test_an_unreachable_learner_spools_then_drops_as_configured(built, tmp_path):
+    """No learner at all: the rank acts on its export's weights (zero_when_learner_lost=0), keeps its
+    steps in a spool of spool_bytes, then drops the oldest or the newest and says so."""
+    policy = random_export(tmp_path / "policy")
+    inputs(tmp_path / "in.f32", columns=8, records=2)
+    nobody = "tcp://127.0.0.1:9"  # the discard port: nothing answers
+    for which in ("drop_oldest", "drop_newest"):
+        stats, err = finished(rank(built, f"policy={policy} learner={nobody} connect_timeout_s=0.2 "
+                                          f"zero_when_learner_lost=0 spool_bytes=40000 on_spool_full={which}",
+                                   8, 50, tmp_path / "in.f32", tmp_path / which), timeout=60)
+        assert stats["zero_answers"] == 0 and statuses(tmp_path / f"{which}.status") == [0] * 50
+        assert 0 < stats["steps_dropped"] < 8 * 50 and "no WELCOME from" in err
+        assert "spool full (40000 bytes)" in err and ("the oldest" if which == "drop_oldest" else "the newest") in err
+
+
+def test_a_second_rank_with_the_same_index_is_refused_by_name(built, tmp_path):
+    from embodyrl.coupling import CouplingLearner
+
+    learner = CouplingLearner(coupling())
+    runtime.save(tmp_path / "policy", *learner.export(), packed=True)
+    inputs(tmp_path / "in.f32", columns=4, records=2)
+    config = f"policy={tmp_path / 'policy.msgpack'} learner={learner.endpoint} rank=5 connect_timeout_s=3"
+    try:
+        first = rank(built, config, 4, 300, tmp_path / "in.f32", tmp_path / "first", 10)
+        while not learner.server.sessions and first.poll() is None:
+            learner.poll(10)
+        second = rank(built, config, 4, 5, tmp_path / "in.f32", tmp_path / "second")
+        serve(learner, second)
+        _, err = finished(second)
+        assert "refused us: actor index 5 is in use" in err
+        serve(learner, first)
+        assert finished(first)[0]["zero_answers"] == 0
+    finally:
+        learner.close()

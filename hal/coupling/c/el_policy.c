@@ -172,8 +172,10 @@ void el_policy_forward(const el_policy *p, int n, const float *x, float *out, fl
                 dense(in, in_stride, rows, width, k->data, bias->data, outw, dst, wmax);
                 cur = dst, in = dst, in_stride = wmax, width = outw;
             } else if (o->code == EL_RELU) {
-                for (int r = 0; r < rows; r++)
-                    for (int j = 0; j < width; j++) cur[(size_t)r * wmax + j] = fmaxf(cur[(size_t)r * wmax + j], 0.f);
+                for (int r = 0; r < rows; r++) { /* a compare, not fmaxf: a call per value, never vectorised */
+                    float *v = cur + (size_t)r * wmax;
+                    for (int j = 0; j < width; j++) v[j] = v[j] > 0.f ? v[j] : 0.f;
+                }
             } else if (o->code == EL_TANH) {
                 for (int r = 0; r < rows; r++)
                     for (int j = 0; j < width; j++) cur[(size_t)r * wmax + j] = tanhf(cur[(size_t)r * wmax + j]);
