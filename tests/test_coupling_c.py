@@ -124,10 +124,20 @@ def serve(learner, proc, train_until: int | None = None, deadline_s: float = 120
 
 def test_a_c_rank_streams_to_the_learner_and_follows_its_weights(built, tmp_path):
     from embodyrl.coupling import CouplingLearner, CouplingLearnerConfig
+    from embodyrl.hal.steps import PolicyVersion
 
     config = CouplingLearnerConfig(min_steps=50, publish_every=5, updates_per_call=5, capacity=20_000)
     learner = CouplingLearner(coupling(), config)
     learner.warm_up()
+    published = {}  # every publication, so the rank's last corrections can be checked against its weights
+    publish = learner.server.publish
+
+    def recorded(version, arrays):
+        published[tuple(version)] = {k: np.array(v) for k, v in arrays.items()}
+        publish(version, arrays)
+
+    learner.server.publish = recorded
+    graph, _ = learner.export()
     runtime.save(tmp_path / "policy_init", *learner.export(), packed=True)
     records = inputs(tmp_path / "in.f32", columns=16, records=5)
     steps = 400
@@ -144,12 +154,14 @@ def test_a_c_rank_streams_to_the_learner_and_follows_its_weights(built, tmp_path
         learner.poll(50)
         assert learner.steps_by_rank == {0: stats["steps_sent"]} and stats["steps_sent"] == 8 * steps
         assert stats["steps_dropped"] == 0 and stats["weights_refused"] == 0, err
-        assert stats["weights_taken"] >= 2 and stats["version"] == list(learner.service.version)
+        assert stats["weights_taken"] >= 1 and tuple(stats["version"]) in published  # a publication, not the export
         assert set(learner.server.publisher.sent) == {"full"}
-        # its last corrections come from the learner's last weights, as the Python link computes them
+        # its last corrections come from the weights it held, as the Python link computes them
         last = np.fromfile(tmp_path / "out", "<f4").reshape(steps, 16, LEVELS)[-1]
         state, context, _ = records[(steps - 1) % len(records)]
-        python = CouplingLink(coupling(explore=False), 0, policy=runtime.NumpyPolicy(*learner.export()))
+        policy = runtime.NumpyPolicy(graph, learner.export()[1])
+        policy.load_weights(PolicyVersion(*stats["version"]), published[tuple(stats["version"])])
+        python = CouplingLink(coupling(explore=False), 0, policy=policy)
         np.testing.assert_allclose(last, python.exchange(state, {"context": context}), atol=2e-6)
     finally:
         proc.kill()
@@ -199,7 +211,7 @@ def test_a_killed_learner_does_not_stop_the_model(built, tmp_path):
     answer zero then answers zero and says why, the other keeps its last weights."""
     learner, started = learner_process(tmp_path, "learner", LEARNER_YAML)
     inputs(tmp_path / "in.f32", columns=8, records=4)
-    common = f"policy={started['policy']} learner={started['endpoint']} peer_timeout_s=0.5 explore=0"
+    common = f"policy={started['policy']} learner={started['endpoint']} peer_timeout_s=1 explore=0"
     steps, pause_ms = 600, 5
     ranks = [rank(built, f"{common} rank={r} zero_when_learner_lost={1 - r}", 8, steps, tmp_path / "in.f32",
                   tmp_path / f"out{r}", pause_ms) for r in (0, 1)]
@@ -220,7 +232,9 @@ def test_a_killed_learner_does_not_stop_the_model(built, tmp_path):
     assert elapsed < (steps - min(killed_at)) * pause_ms / 1000 + 15
     zero_rank, stale_rank = (statuses(tmp_path / f"out{r}.status") for r in (0, 1))
     assert len(zero_rank) == len(stale_rank) == steps
-    assert zero_rank[:100] == [0] * 100 and zero_rank[-50:] == [1] * 50  # lost: zeros, after the timeout
+    # before the kill its policy answered (a learner descheduled past peer_timeout_s costs a few zeros);
+    # after it, zeros once the timeout has passed
+    assert zero_rank[:100].count(0) >= 90 and zero_rank[-50:] == [1] * 50
     assert stale_rank[-50:] == [0] * 50  # zero_when_learner_lost=0: the last weights go on
     corrections = np.fromfile(tmp_path / "out1", "<f4").reshape(steps, 8, LEVELS)
     assert np.abs(corrections[-1]).max() > 0
