@@ -16,6 +16,7 @@ link), with the wall-clock ratios beside them (``*_wall``).
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import time
 
@@ -51,19 +52,36 @@ def _server(queue, stop) -> None:
     server.close()
 
 
-def stop_server(server, queue, stop) -> dict:
-    """Stop the bench server; its account: ``{"rows": taken, "refused": {reason: count}}``."""
-    stop.set()
+@contextlib.contextmanager
+def bench_learner():
+    """A learner server in a spawned process: yields ``(endpoint, account)``; on leaving, ``account``
+    gets the rows it took (``"rows"``), and a refused batch fails the bench (its figures would not
+    be the link's)."""
+    ctx = mp.get_context("spawn")
+    queue, stop = ctx.Queue(), ctx.Event()
+    server = ctx.Process(target=_server, args=(queue, stop), daemon=True)
+    server.start()
+    account: dict = {}
     try:
-        account = queue.get(timeout=30)
+        yield queue.get(timeout=120), account
     finally:
-        server.join(10)
-        if server.is_alive():
-            server.terminate()
+        stop.set()
+        try:
+            account.update(queue.get(timeout=30))
+        finally:
+            server.join(10)
+            if server.is_alive():
+                server.terminate()
     refused = {k: v for k, v in account["refused"].items() if k != "send_failed"}
     if refused:
         raise RuntimeError(f"the bench learner refused batches {refused}: the figures would not be the link's")
-    return account
+
+
+def bench_config(grid: ColumnConfig, endpoint: str) -> CouplingConfig:
+    """The NWP experiment's streaming: half the columns every 8th exchange, a message every 2 of them."""
+    return CouplingConfig(levels=grid.levels, features=ColumnModel.FEATURES, context=ColumnModel.CONTEXT, radius=2,
+                          max_correction=3.0, stream_fraction=0.5, stream_every=8, send_every=2, learner=endpoint,
+                          connect_timeout_s=60.0, compression="off")
 
 
 def _policy(cfg: CouplingConfig, hidden: int = 64) -> runtime.NumpyPolicy:
@@ -85,16 +103,8 @@ def run(quick: bool = False) -> dict:
     rows = row_split(grid.nlat, 4)[1] if quick else range(8, 16)
     model = ColumnModel(grid, seed=1, rows=rows)
     theta = model.equilibrium(0.0)
-    ctx = mp.get_context("spawn")
-    queue, stop = ctx.Queue(), ctx.Event()
-    server = ctx.Process(target=_server, args=(queue, stop), daemon=True)
-    server.start()
-    try:
-        endpoint = queue.get(timeout=120)
-        cfg = CouplingConfig(levels=grid.levels, features=ColumnModel.FEATURES, context=ColumnModel.CONTEXT,
-                             radius=2, max_correction=3.0, stream_fraction=0.5, stream_every=8, send_every=2,
-                             learner=endpoint,
-                             connect_timeout_s=60.0, compression="off")
+    with bench_learner() as (endpoint, account):
+        cfg = bench_config(grid, endpoint)
         link = CouplingLink(cfg, rank=1, policy=_policy(cfg), seed=0)
         cycle = cfg.send_every * cfg.stream_every
         per_cycle = {k: [] for k in ("model", "model_cpu", "link", "link_cpu", "inference", "inference_cpu")}
@@ -118,8 +128,6 @@ def run(quick: bool = False) -> dict:
         io_s = None if io_start is None else (io_threads_cpu_s() - io_start) / (cycles * cycle)
         link.close(flush_s=10.0)
         sent, zero = link.stats.steps_sent, link.stats.zero_answers
-    finally:
-        account = stop_server(server, queue, stop)
     ms = {k: 1e3 * float(np.median(v)) for k, v in per_cycle.items()}
     link_cpu_ms = ms["link_cpu"] + 1e3 * (io_s or 0.0)
     return {"columns": len(model.columns), "levels": grid.levels, "steps": cycles * cycle,

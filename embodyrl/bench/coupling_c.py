@@ -16,7 +16,6 @@ OpenBLAS against the system's CBLAS, one thread for the C rank). Medians over th
 from __future__ import annotations
 
 import json
-import multiprocessing as mp
 import os
 import statistics
 import subprocess
@@ -29,7 +28,7 @@ from ..envs.columns import ColumnConfig, ColumnModel, row_split
 from ..hal import runtime
 from ..hal.coupling.clib import C_SOURCES, build
 from ..hal.coupling.link import CouplingConfig, CouplingLink, io_threads_cpu_s
-from .coupling import _policy, _server, stop_server
+from .coupling import _policy, bench_config, bench_learner
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "c" / "coupling_link.c"
 
@@ -61,15 +60,8 @@ def run(quick: bool = False) -> dict:
         tmp = Path(tmp)
         binary = _c_rank(build(tmp / "build", fortran=False))
         np.concatenate([a.ravel() for r in data for a in r]).astype("<f4").tofile(tmp / "in.f32")
-        ctx = mp.get_context("spawn")
-        queue, stop = ctx.Queue(), ctx.Event()
-        server = ctx.Process(target=_server, args=(queue, stop), daemon=True)
-        server.start()
-        try:
-            endpoint = queue.get(timeout=120)
-            cfg = CouplingConfig(levels=grid.levels, features=ColumnModel.FEATURES, context=ColumnModel.CONTEXT,
-                                 radius=2, max_correction=3.0, stream_fraction=0.5, stream_every=8, send_every=2,
-                                 learner=endpoint, connect_timeout_s=60.0, compression="off")
+        with bench_learner() as (endpoint, account):
+            cfg = bench_config(grid, endpoint)
             policy = _policy(cfg)
             runtime.save(tmp / "policy", policy.graph, policy.arrays, packed=True)
             c_config = (f"levels={cfg.levels} features={cfg.features} context={cfg.context} radius={cfg.radius} "
@@ -80,8 +72,6 @@ def run(quick: bool = False) -> dict:
             for turn in range(turns):
                 python.append(_python_turn(cfg, policy, data, exchanges, turn))
                 c.append(_c_turn(binary, c_config, turn, columns, exchanges, tmp))
-        finally:
-            account = stop_server(server, queue, stop)
     steps = columns * exchanges
 
     def per_step(runs, key):
