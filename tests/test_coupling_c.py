@@ -397,3 +397,62 @@ def test_a_second_rank_with_the_same_index_is_refused_by_name(built, tmp_path):
         assert finished(first)[0]["zero_answers"] == 0
     finally:
         learner.close()
+
+
+def test_a_hostile_learner_costs_the_rank_nothing_but_refusals(built, tmp_path):
+    """A ROUTER that welcomes the rank, then sends garbage: malformed headers, frames that disagree
+    with their header, absurd shapes, weights with a wrong checksum or shape, a delta it never asked
+    for. The rank refuses each by name, keeps its weights and finishes every step."""
+    import msgpack
+    import zmq
+
+    from embodyrl.hal.wire.codec import encode
+    from embodyrl.hal.wire.weights import checksum
+
+    policy = random_export(tmp_path / "policy")
+    good = runtime.load_packed(policy)
+    inputs(tmp_path / "in.f32", columns=4, records=2)
+    router = zmq.Context.instance().socket(zmq.ROUTER)
+    port = router.bind_to_random_port("tcp://127.0.0.1")
+    proc = rank(built, f"policy={policy} learner=tcp://127.0.0.1:{port} explore=0", 4, 300, tmp_path / "in.f32",
+                tmp_path / "out", 5)
+    kernel = good.arrays["actor/layers/0/kernel"]
+    wrong = {"actor/layers/0/kernel": np.zeros_like(kernel)}
+    attacks = [
+        [b"\xc1\xc1 not msgpack"],
+        [msgpack.packb({"p": 2, "k": "ACK"})],  # no f, no a
+        [msgpack.packb({"p": 9, "k": "ACK", "f": {}, "a": []})],
+        [msgpack.packb({"p": 2, "k": "WEIGHTS", "f": {}, "a": [["x", "float32", [1 << 40]]]}), b"1234"],
+        [msgpack.packb({"p": 2, "k": "WEIGHTS", "f": {}, "a": [["x", "float32", [4]]]})],  # frame missing
+        encode("ACK", {"seq": "one", "credits": []}),
+        encode("WEIGHTS", {"version": [1, 1], "encoding": "full", "checksum": "0" * 32}, wrong),
+        encode("WEIGHTS", {"version": [1, 2], "encoding": "full", "checksum": checksum(wrong)}, wrong),
+        encode("WEIGHTS", {"version": [1, 3], "encoding": "delta", "checksum": checksum(wrong)}, wrong),
+    ]
+    sent = 0
+    try:
+        while proc.poll() is None:
+            if router.poll(20):
+                frames = router.recv_multipart()
+                identity, header = frames[0], msgpack.unpackb(frames[1])
+                if header["k"] == "HELLO":
+                    router.send_multipart([identity, *encode("WELCOME", {
+                        "protocol": 2, "run_id": "hostile", "incarnation": 1, "credits": 1 << 20,
+                        "committed_seq": 0, "peer_timeout_s": 30.0})])
+                elif sent < len(attacks):
+                    router.send_multipart([identity, *attacks[sent]])
+                    sent += 1
+        stats, err = finished(proc)
+    finally:
+        proc.kill()
+        router.close(linger=0)
+    assert sent == len(attacks) and len(statuses(tmp_path / "out.status")) == 300
+    assert stats["weights_taken"] == 0 and stats["weights_refused"] == 3 and stats["version"] == [7, 3]
+    # each kind of trouble is said the first time (and every 100th): the first malformed message, the first
+    # refused weights
+    assert "message from the learner refused: header is not msgpack" in err
+    assert "weights refused: checksum mismatch" in err
+    corrections = np.fromfile(tmp_path / "out", "<f4").reshape(300, 4, LEVELS)
+    state, context, _ = inputs(tmp_path / "again.f32", columns=4, records=2)[299 % 2]
+    expected = CouplingLink(coupling(explore=False), 0, policy=good).exchange(state, {"context": context})
+    np.testing.assert_allclose(corrections[-1], expected, atol=2e-6)  # still the export's weights
