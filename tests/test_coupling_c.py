@@ -456,3 +456,18 @@ def test_a_hostile_learner_costs_the_rank_nothing_but_refusals(built, tmp_path):
     state, context, _ = inputs(tmp_path / "again.f32", columns=4, records=2)[299 % 2]
     expected = CouplingLink(coupling(explore=False), 0, policy=good).exchange(state, {"context": context})
     np.testing.assert_allclose(corrections[-1], expected, atol=2e-6)  # still the export's weights
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    (None, "--config FILE.yaml is required"),
+    ("coupling: {levels: 3}\n", "levels and features are required"),
+    ("coupling: {levels: 3, features: 1}\nlearner: {colour: 1}\n", "learner: unknown fields ['colour']"),
+    ("coupling: {levels: 3, features: 1}\nreplay: {}\n", "unknown sections ['replay']"),
+])
+def test_learner_coupling_refuses_a_bad_configuration_by_name(tmp_path, text, message):
+    command = [sys.executable, "-m", "embodyrl.cli", "learner", "coupling", "--run-dir", str(tmp_path / "run")]
+    if text is not None:
+        (tmp_path / "c.yaml").write_text(text)
+        command += ["--config", str(tmp_path / "c.yaml")]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and message in done.stderr and not (tmp_path / "run").exists()
