@@ -199,7 +199,7 @@ def learner_process(tmp_path: Path, name: str, yaml_text: str) -> tuple[subproce
 
 LEARNER_YAML = (f"coupling: {{levels: {LEVELS}, features: {FEATURES}, context: {CONTEXT}, radius: {RADIUS}, "
                 f"max_correction: {BOUND}}}\nlearner: {{min_steps: 50, publish_every: 5, updates_per_call: 5}}\n"
-                "ddpg: {hidden_sizes: [16, 16], batch_size: 16}\n")
+                "training: {hidden_sizes: [16, 16], batch_size: 16}\n")
 
 
 def statuses(path: Path) -> list[int]:

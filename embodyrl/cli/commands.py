@@ -545,7 +545,7 @@ def build_parser() -> argparse.ArgumentParser:
                     '{"endpoint": ..., "run_dir": ...} once it listens, and the counters when '
                     "the step budget is reached. Start actors with: embodyrl actor TASK "
                     "--connect ENDPOINT --config RUN_DIR/config.json. TASK coupling runs a coupled "
-                    "model's learner (--config FILE.yaml with coupling, learner and ddpg sections; "
+                    "model's learner (--config FILE.yaml with coupling, learner and training sections; "
                     "--steps counts column steps; docs/coupling.md): ranks of a Python, C or Fortran "
                     "model dial the endpoint, with the policy export it prints",
         epilog=overrides_epilog + "a --bind off this machine needs --secret-key and --authorized-keys, "

@@ -5,10 +5,10 @@ endpoint this prints. The configuration is a YAML file::
 
     coupling: {levels: 70, features: 3, context: 2, radius: 2, max_correction: 3.0}
     learner: {capacity: 200000, min_steps: 2000, publish_every: 100, seed: 0}
-    ddpg: {hidden_sizes: [64, 64], actor_lr: 0.001}
+    training: {hidden_sizes: [64, 64], actor_lr: 0.001}
 
 ``coupling`` describes the ranks' columns (:class:`~embodyrl.hal.coupling.CouplingConfig`'s shape
-fields), ``learner`` and ``ddpg`` the training (:class:`~embodyrl.coupling.CouplingLearnerConfig`).
+fields), ``learner`` and ``training`` (the coupling learner's DDPG settings) the training (:class:`~embodyrl.coupling.CouplingLearnerConfig`).
 The initial policy is written to ``RUN_DIR/policy_init`` (``.json``, ``.npz`` and the ``.msgpack``
 a C rank reads) before the endpoint is printed, the last one to ``RUN_DIR/policy`` at the end.
 """
@@ -34,25 +34,25 @@ def configs(text: dict, seed: int | None):
     from ..coupling import CouplingLearnerConfig
     from ..hal.coupling import CouplingConfig
 
-    unknown = sorted(set(text) - {"coupling", "learner", "ddpg"})
+    unknown = sorted(set(text) - {"coupling", "learner", "training"})
     if unknown:
-        raise CouplingConfigError(f"unknown sections {unknown}; expected coupling, learner, ddpg")
-    shape, learner, ddpg = (dict(text.get(k) or {}) for k in ("coupling", "learner", "ddpg"))
+        raise CouplingConfigError(f"unknown sections {unknown}; expected coupling, learner, training")
+    shape, learner, training = (dict(text.get(k) or {}) for k in ("coupling", "learner", "training"))
     for name, given, known in (("coupling", shape, SHAPE_FIELDS), ("learner", learner, LEARNER_FIELDS),
-                               ("ddpg", ddpg, tuple(f.name for f in dataclasses.fields(DDPGConfig)))):
+                               ("training", training, tuple(f.name for f in dataclasses.fields(DDPGConfig)))):
         wrong = sorted(set(given) - set(known))
         if wrong:
             raise CouplingConfigError(f"{name}: unknown fields {wrong}; known: {list(known)}")
     if "levels" not in shape or "features" not in shape:
         raise CouplingConfigError("coupling: levels and features are required")
-    if "hidden_sizes" in ddpg:
-        ddpg["hidden_sizes"] = tuple(ddpg["hidden_sizes"])
+    if "hidden_sizes" in training:
+        training["hidden_sizes"] = tuple(training["hidden_sizes"])
     if seed is not None:
         learner["seed"] = seed
     defaults = CouplingLearnerConfig()
     try:
         coupling = CouplingConfig(**shape)
-        config = CouplingLearnerConfig(ddpg=dataclasses.replace(defaults.ddpg, **ddpg), **learner)
+        config = CouplingLearnerConfig(ddpg=dataclasses.replace(defaults.ddpg, **training), **learner)
     except (TypeError, ValueError) as err:
         raise CouplingConfigError(str(err)) from None
     return coupling, config
