@@ -20,7 +20,7 @@ import pytest
 
 from embodyrl.hal import runtime
 from embodyrl.hal.coupling import CouplingConfig, CouplingLink
-from embodyrl.hal.coupling.clib import CBuildError, build
+from embodyrl.hal.coupling.clib import CBuildError, build, compile_program
 from embodyrl.hal.wire.security import ServerKeys, generate_keys
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,9 +36,8 @@ def built(tmp_path_factory) -> Path:
         build(where)
     except CBuildError as err:
         pytest.skip(f"libembodyrl_link cannot be built here: {err}")
-    subprocess.run(["cc", "-O2", "-Wall", "-Werror", f"-I{ROOT / 'hal/coupling/c'}", "-o", str(where / "coupling_link"),
-                    str(ROOT / "examples/c/coupling_link.c"), f"-L{where}", "-lembodyrl_link",
-                    f"-Wl,-rpath,{where}"], check=True)
+    compile_program(ROOT / "examples/c/coupling_link.c", where, where / "coupling_link",
+                    flags=("-O2", "-Wall", "-Werror"))
     return where
 
 
@@ -301,10 +300,7 @@ MPIFORT, MPIEXEC = shutil.which("mpifort.mpich"), shutil.which("mpiexec.mpich")
 def fortran_model(built) -> Path:
     if MPIFORT is None or MPIEXEC is None or not (built / "embodyrl_link.mod").exists():
         pytest.skip("Debian's mpich and gfortran are needed (bash .ci/setup installs them)")
-    binary = built / "column_model"
-    subprocess.run([MPIFORT, "-O2", f"-I{built}", "-o", str(binary), str(ROOT / "examples/fortran/column_model.f90"),
-                    f"-L{built}", "-lembodyrl_link", f"-Wl,-rpath,{built}"], check=True)
-    return binary
+    return compile_program(ROOT / "examples/fortran/column_model.f90", built, built / "column_model", MPIFORT)
 
 
 def mpi_model(binary: Path, steps: int, out: Path, config: str, step_ms: int = 0) -> subprocess.Popen:

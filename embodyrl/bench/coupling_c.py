@@ -26,7 +26,7 @@ import numpy as np
 
 from ..envs.columns import ColumnConfig, ColumnModel, row_split
 from ..hal import runtime
-from ..hal.coupling.clib import C_SOURCES, build
+from ..hal.coupling.clib import build, compile_program
 from ..hal.coupling.link import CouplingConfig, CouplingLink, io_threads_cpu_s
 from .coupling import _policy, bench_config, bench_learner
 
@@ -34,12 +34,9 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "c" / "coupling_lin
 
 
 def _c_rank(build_dir: Path) -> Path:
-    binary = build_dir / "coupling_link"
     if not EXAMPLE.exists():
         raise FileNotFoundError(f"{EXAMPLE}: the C example rank is in the repository's examples/c")
-    subprocess.run(["cc", "-O2", f"-I{C_SOURCES}", "-o", str(binary), str(EXAMPLE), f"-L{build_dir}",
-                    "-lembodyrl_link", f"-Wl,-rpath,{build_dir}"], check=True)
-    return binary
+    return compile_program(EXAMPLE, build_dir, build_dir / "coupling_link")
 
 
 def run(quick: bool = False) -> dict:
@@ -106,9 +103,8 @@ def _python_turn(cfg: CouplingConfig, policy, data, exchanges: int, turn: int) -
     link.close(flush_s=10.0)  # as the C rank's flush: the last batch out, every ACK in
     io = io_threads_cpu_s()
     cpu = link.stats.link_cpu_s + (io - io_start if io is not None and io_start is not None else 0.0)
-    stats = {"link_cpu_s": cpu, "inference_cpu_s": link.stats.inference_cpu_s, "steps_sent": link.stats.steps_sent,
-             "zero_answers": link.stats.zero_answers}
-    return stats
+    return {"link_cpu_s": cpu, "inference_cpu_s": link.stats.inference_cpu_s, "steps_sent": link.stats.steps_sent,
+            "zero_answers": link.stats.zero_answers}
 
 
 def _c_turn(binary: Path, config: str, turn: int, columns: int, exchanges: int, tmp: Path) -> dict:

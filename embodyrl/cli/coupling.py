@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import time
 from pathlib import Path
 
@@ -86,10 +87,7 @@ def run_learner(args) -> int:
     print(json.dumps({"endpoint": learner.endpoint, "run_dir": str(run_dir),
                       "policy": str(run_dir / "policy_init.msgpack")}), flush=True)
     try:
-        while not should_stop() and (args.steps is None or learner.size < args.steps):
-            learner.poll(0)
-            if not learner.train():
-                learner.poll(20)  # nothing to train yet: wait a little for steps
+        learner.run(math.inf, stop=lambda: should_stop() or (args.steps is not None and learner.size >= args.steps))
     finally:
         learner.publish()
         runtime.save(run_dir / "policy", *learner.export(), packed=True)

@@ -79,10 +79,8 @@ class WeightPublisher:
         """The update to send to an actor holding ``held`` over a link of ``downlink_bps`` that
         decodes the encodings ``accepts`` (None: all; full weights go to one that decodes nothing else)."""
         mode = self.config.encoding
-        if accepts is not None and mode != "auto" and mode not in accepts:
-            mode = W.FULL
-        if accepts is not None and W.DELTA not in accepts and mode == "auto":
-            mode = W.FULL
+        if accepts is not None and (W.DELTA if mode == "auto" else mode) not in accepts:
+            mode = W.FULL  # auto may send a delta; a pinned mode sends itself
         if mode in (W.BF16, W.INT8):
             update = self._cached((mode,), lambda: self._lossy(mode))
         else:

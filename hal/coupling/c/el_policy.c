@@ -192,15 +192,6 @@ static int by_name(const void *x, const void *y) {
     return strcmp((*(const el_array *const *)x)->name, (*(const el_array *const *)y)->name);
 }
 
-static const char *dtype_str(const char *dtype) {
-    static const char *pairs[][2] = {{"float32", "<f4"}, {"float64", "<f8"}, {"int64", "<i8"}, {"int32", "<i4"},
-                                     {"uint8", "|u1"}, {"bool", "|b1"}, {"int8", "|i1"}, {"int16", "<i2"},
-                                     {"uint16", "<u2"}, {"uint32", "<u4"}, {"uint64", "<u8"}, {"float16", "<f2"}};
-    for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++)
-        if (strcmp(pairs[i][0], dtype) == 0) return pairs[i][1];
-    return NULL;
-}
-
 int el_checksum(const el_message *msg, char out[33]) {
     const el_array *sorted[EL_MAX_ARRAYS];
     for (int i = 0; i < msg->narrays; i++) sorted[i] = &msg->arrays[i];
@@ -210,7 +201,7 @@ int el_checksum(const el_message *msg, char out[33]) {
     crypto_generichash_init(&state, NULL, 0, sizeof digest);
     for (int i = 0; i < msg->narrays; i++) {
         const el_array *a = sorted[i];
-        const char *str = dtype_str(a->dtype);
+        const char *str = el_dtype_numpy(a->dtype);
         if (!str) return -1;
         char text[160], shape[96] = "(";
         for (int d = 0; d < a->ndim; d++) {

@@ -138,9 +138,18 @@ int el_send(void *socket, const el_frames *f) {
     return 0;
 }
 
-static const struct { const char *name; size_t size; } DTYPES[] = {
-    {"float32", 4}, {"float64", 8}, {"int64", 8}, {"int32", 4}, {"uint8", 1}, {"bool", 1}, {"int8", 1},
-    {"int16", 2}, {"uint16", 2}, {"uint32", 4}, {"uint64", 8}, {"float16", 2}, {"bfloat16", 2}};
+/* The wire's dtype names (hal/dtypes.py), their sizes and numpy's dtype.str (the weights checksum
+ * hashes it; NULL where numpy has none of its own). */
+static const struct { const char *name; size_t size; const char *numpy; } DTYPES[] = {
+    {"float32", 4, "<f4"}, {"float64", 8, "<f8"}, {"int64", 8, "<i8"}, {"int32", 4, "<i4"}, {"uint8", 1, "|u1"},
+    {"bool", 1, "|b1"}, {"int8", 1, "|i1"}, {"int16", 2, "<i2"}, {"uint16", 2, "<u2"}, {"uint32", 4, "<u4"},
+    {"uint64", 8, "<u8"}, {"float16", 2, "<f2"}, {"bfloat16", 2, NULL}};
+
+const char *el_dtype_numpy(const char *name) {
+    for (size_t i = 0; i < sizeof DTYPES / sizeof DTYPES[0]; i++)
+        if (strcmp(DTYPES[i].name, name) == 0) return DTYPES[i].numpy;
+    return NULL;
+}
 
 static size_t dtype_size(const msgpack_object *o, const char **name) {
     for (size_t i = 0; i < sizeof DTYPES / sizeof DTYPES[0]; i++)

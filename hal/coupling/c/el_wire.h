@@ -53,6 +53,9 @@ int el_receive(void *socket, el_message *msg, char *why, size_t why_size);
 void el_message_free(el_message *msg);
 const el_array *el_message_array(const el_message *msg, const char *name);
 
+/* numpy's dtype.str of a wire dtype name ("<f4" for "float32"), NULL if it has none. */
+const char *el_dtype_numpy(const char *name);
+
 /* msgpack helpers */
 void el_pack_str(msgpack_packer *pk, const char *s);
 const msgpack_object *el_map_get(const msgpack_object *map, const char *key);
