@@ -643,39 +643,40 @@ int link_exchange(link_t *l, int columns, const float *state, const float *conte
     const double t0 = thread_cpu_s();
     const link_config *c = &l->cfg;
     const long n = columns;
-    int turn = l->stats.exchanges % c->stream_every == 0;
+    int turn = l->stats.exchanges % c->stream_every == 0, status = 1;
+    double inference_thread = 0;
     l->stats.exchanges++;
-    memset(correction, 0, sizeof(float) * (size_t)(n > 0 ? n : 0) * c->levels);
     if (checked(l, columns, state, context, target) != 0) {
-        l->stats.zero_answers++;
-        l->stats.link_cpu_s += thread_cpu_s() - t0;
-        return -1;
-    }
-    if (l->socket && l->exchanges_in_batch >= c->send_every) send_pending(l);
-    if (l->socket) {
-        service(l, 0);
-        if (l->policy.count < 0 && c->weights_wait_s > 0) {
-            double deadline = now_s() + c->weights_wait_s;
-            while (l->policy.count < 0 && now_s() < deadline) service(l, 10);
+        status = -1;
+    } else {
+        if (l->socket && l->exchanges_in_batch >= c->send_every) send_pending(l);
+        if (l->socket) {
+            service(l, 0);
+            if (l->policy.count < 0 && c->weights_wait_s > 0) {
+                double deadline = now_s() + c->weights_wait_s;
+                while (l->policy.count < 0 && now_s() < deadline) service(l, 10);
+            }
+        }
+        int lost = c->learner[0] && !l->connected && l->lost_since > 0;
+        if (l->policy.count < 0) {
+            warn(l, W_NO_WEIGHTS, "no policy weights yet: zero correction");
+        } else if (lost && c->zero_when_learner_lost) {
+            warn(l, W_LOST, "learner silent or unreachable: zero correction");
+        } else {
+            const double i0 = thread_cpu_s(), p0 = cpu_s(CLOCK_PROCESS_CPUTIME_ID);
+            infer(l, n, state, context, correction);
+            l->stats.inference_cpu_s += cpu_s(CLOCK_PROCESS_CPUTIME_ID) - p0; /* a BLAS's threads included */
+            inference_thread = thread_cpu_s() - i0;
+            if (turn && target && l->socket && n > 0) stream(l, n, state, context, target, correction);
+            status = 0;
         }
     }
-    int lost = c->learner[0] && !l->connected && l->lost_since > 0;
-    if (l->policy.count < 0) {
-        warn(l, W_NO_WEIGHTS, "no policy weights yet: zero correction");
-    } else if (lost && c->zero_when_learner_lost) {
-        warn(l, W_LOST, "learner silent or unreachable: zero correction");
-    } else {
-        const double i0 = thread_cpu_s(), p0 = cpu_s(CLOCK_PROCESS_CPUTIME_ID);
-        infer(l, n, state, context, correction);
-        l->stats.inference_cpu_s += cpu_s(CLOCK_PROCESS_CPUTIME_ID) - p0; /* a BLAS's threads included */
-        const double inference_thread = thread_cpu_s() - i0;
-        if (turn && target && l->socket && n > 0) stream(l, n, state, context, target, correction);
-        l->stats.link_cpu_s += thread_cpu_s() - t0 - inference_thread;
-        return 0;
+    if (status != 0) { /* zeros: bad input, no weights yet, or the learner lost */
+        memset(correction, 0, sizeof(float) * (size_t)(n > 0 ? n : 0) * c->levels);
+        l->stats.zero_answers++;
     }
-    l->stats.zero_answers++;
-    l->stats.link_cpu_s += thread_cpu_s() - t0;
-    return 1;
+    l->stats.link_cpu_s += thread_cpu_s() - t0 - inference_thread;
+    return status;
 }
 
 void link_stats_get(const link_t *l, link_stats *out) {
