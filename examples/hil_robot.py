@@ -398,9 +398,10 @@ def restore(out: Path, kept: Path) -> None:
     progress = load_progress(out)
     for key in [k for k in progress if not k.startswith("_")]:
         variant, seed = key.split("/")
-        missing = missing_artifacts(run_dir(kept, variant, int(seed)))
+        kept_run = run_dir(kept, variant, int(seed))
+        missing = missing_artifacts(kept_run)
         if len(progress[key]) and missing:
-            print(f"{key}: {run_dir(kept, variant, int(seed))} lacks its {', '.join(missing)}; it starts again", flush=True)
+            print(f"{key}: {kept_run} lacks its {', '.join(missing)}; it starts again", flush=True)
             del progress[key]
     save_json(out / "progress.json", progress)
     print(f"restored the progress kept in {kept}", flush=True)
