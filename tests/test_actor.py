@@ -7,7 +7,7 @@ import time
 
 import numpy as np
 import pytest
-from test_group import LoopbackLearner
+from test_group import LoopbackLearner, loopback_learner
 
 from embodyrl import envs
 from embodyrl.cli.processes import actor_main
@@ -37,13 +37,8 @@ class Alternating:
 
 @pytest.fixture
 def learner():
-    server = LearnerServer(run_id="actor", incarnation=3, peer_timeout_s=20)
-    serve = LoopbackLearner(server)
-    serve.start()
-    yield serve
-    serve.stop.set()
-    serve.join(5)
-    server.close()
+    with loopback_learner(run_id="actor", incarnation=3, peer_timeout_s=20) as serve:
+        yield serve
 
 
 def run_loop(learner, device, task, config, max_steps, **kw):

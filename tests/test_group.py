@@ -2,6 +2,7 @@
 
 import threading
 import time
+from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -104,6 +105,20 @@ class LoopbackLearner(threading.Thread):
                 if identity not in granted:
                     self.server.grant(session, 10_000)
                     granted.add(identity)
+
+
+@contextmanager
+def loopback_learner(**server_options):
+    """A ``LearnerServer`` (made with ``server_options``) served by a ``LoopbackLearner``; closed on exit."""
+    server = LearnerServer(**server_options)
+    serve = LoopbackLearner(server)
+    serve.start()
+    try:
+        yield serve
+    finally:
+        serve.stop.set()
+        serve.join(5)
+        server.close()
 
 
 def test_a_heterogeneous_group_streams_correctly_tagged_steps_to_a_learner():

@@ -5,7 +5,7 @@ import time
 
 import numpy as np
 import pytest
-from test_group import LoopbackLearner
+from test_group import loopback_learner
 
 from embodyrl import envs
 from embodyrl.hal.actor import ActorConfig, ActorLoop
@@ -22,7 +22,6 @@ from embodyrl.hal.specs import SpecError
 from embodyrl.hal.steps import NO_POLICY, Source, StepRecorder
 from embodyrl.hal.wire.client import LearnerLink
 from embodyrl.hal.wire.protocol import DeviceInfo
-from embodyrl.transport import LearnerServer
 
 
 class ConstantPolicy(UniformRandomPolicy):
@@ -32,13 +31,8 @@ class ConstantPolicy(UniformRandomPolicy):
 
 @pytest.fixture
 def learner():
-    server = LearnerServer(run_id="intervention", incarnation=7, peer_timeout_s=20)
-    serve = LoopbackLearner(server)
-    serve.start()
-    yield serve
-    serve.stop.set()
-    serve.join(5)
-    server.close()
+    with loopback_learner(run_id="intervention", incarnation=7, peer_timeout_s=20) as serve:
+        yield serve
 
 
 def connect(server, device, device_ids=(0,)):

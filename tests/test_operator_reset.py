@@ -11,7 +11,7 @@ import time
 
 import numpy as np
 import pytest
-from test_group import LoopbackLearner
+from test_group import loopback_learner
 
 from embodyrl import envs
 from embodyrl.hal.actor import ActorConfig, ActorLoop
@@ -21,18 +21,12 @@ from embodyrl.hal.policy import UniformRandomPolicy
 from embodyrl.hal.safety import SafeDevice, SafetyConfig
 from embodyrl.hal.wire.client import LearnerLink
 from embodyrl.hal.wire.protocol import DeviceInfo
-from embodyrl.transport import LearnerServer
 
 
 @pytest.fixture
 def learner():
-    server = LearnerServer(run_id="operator", incarnation=3, peer_timeout_s=20)
-    serve = LoopbackLearner(server)
-    serve.start()
-    yield serve
-    serve.stop.set()
-    serve.join(5)
-    server.close()
+    with loopback_learner(run_id="operator", incarnation=3, peer_timeout_s=20) as serve:
+        yield serve
 
 
 def rows(batches):
