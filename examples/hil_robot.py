@@ -215,7 +215,6 @@ def train_to(out: Path, plan: Plan, variant: str, seed: int, steps: int) -> None
     args = ["train", "push_classifier.yaml" if spec["classifier"] else "push.yaml", "--run-dir", str(run),
             "--algorithm", spec["algorithm"], "--steps", str(steps), "--seed", str(seed), "--quiet",
             "--eval_episodes", "1", "--learner.updates_per_step", str(plan.updates_per_step),
-            "--actor.random_steps", str(min(1000, plan.steps // 10)),
             "--actor.credit_timeout_s", "3600",  # a learner slowed by other work is waited for, not failed
             "--learner.replay_capacity", str(replay_rows(plan)), *plan.settings]
     if spec["demos"]:
@@ -223,12 +222,29 @@ def train_to(out: Path, plan: Plan, variant: str, seed: int, steps: int) -> None
     if spec["person"]:
         args += ["--teleop", PERSON]
     if (run / "config.json").exists():
-        args.append("--resume")
+        args.append("--resume")  # no second warm-up: a resumed run with rows records random_steps 0
+    else:
+        args += ["--actor.random_steps", str(min(1000, plan.steps // 10))]
     cli(*args, cwd=out, log=out / "commands.log")
 
 
-def evaluate(out: Path, plan: Plan, variant: str, seed: int) -> dict:
-    """The run's saved policy on the robot, scored by the task's true success."""
+def intervention_rate(metrics: list[dict], since_steps: int) -> float | None:
+    """The share of an episode's steps a person took over, mean over the episodes that ended after
+    ``since_steps`` (each learner record's mean weighted by the episodes it counts); None: no person."""
+    total, episodes, before = 0.0, 0, 0
+    for record in metrics:
+        if "episodes" not in record:  # not a training record (the final evaluation's)
+            continue
+        ended = max(0, record["episodes"] - before)
+        if record["env_steps"] > since_steps and record.get("intervention_rate") is not None:
+            total, episodes = total + ended * record["intervention_rate"], episodes + ended
+        before = record["episodes"]
+    return total / episodes if episodes else None
+
+
+def evaluate(out: Path, plan: Plan, variant: str, seed: int, since_steps: int = 0) -> dict:
+    """The run's saved policy on the robot, scored by the task's true success; the person's share of
+    the steps over the segment trained since ``since_steps``."""
     from embodyrl.cli.evaluate import evaluate as run_episodes
     from embodyrl.config import load
     from embodyrl.envs.arm_push import Push
@@ -244,10 +260,9 @@ def evaluate(out: Path, plan: Plan, variant: str, seed: int) -> dict:
     with device:
         result = run_episodes(device, Push(), policy, plan.eval_episodes, seed=50_000 + 1000 * seed)
     metrics = learner_records(run)
-    rates = [m["intervention_rate"] for m in metrics if m.get("intervention_rate") is not None]
     return {"steps": int(metrics[-1]["env_steps"]), "success_rate": result["success_mean"],
-            "return_mean": result["return_mean"],
-            "intervention_rate": rates[-1] if rates else None, "policy_version": list(policy.version)}
+            "return_mean": result["return_mean"], "intervention_rate": intervention_rate(metrics, since_steps),
+            "policy_version": list(policy.version)}
 
 
 def load_progress(out: Path) -> dict:
@@ -431,7 +446,7 @@ def run(out: Path, plan: Plan, kept: Path | None = None) -> dict:
                 for point in checkpoints[len(done):]:
                     t0 = time.monotonic()
                     train_to(out, plan, variant, seed, point)
-                    row = evaluate(out, plan, variant, seed)
+                    row = evaluate(out, plan, variant, seed, since_steps=done[-1]["steps"] if done else 0)
                     row["wall_s"] = round(time.monotonic() - t0, 1)
                     done.append(row)
                     wall = wall_before + time.monotonic() - started

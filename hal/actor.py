@@ -85,6 +85,10 @@ class ActorConfig:
     random_steps: int = 1000
     """Uniform random actions before the policy takes over (off-policy warm-up)."""
     seed: int = 0
+    resumed_at_rows: int = 0
+    """Rows the run's replay held when this start of a resumed run began (0: a new run). A resumed
+    start's actors are seeded from it (:func:`embodyrl.cli.processes.actor_seed`), so they draw new
+    episodes and exploration instead of the first start's again."""
     credit_timeout_s: float = 120.0
     """Longest wait for credit before the learner is declared stuck."""
     realtime: bool = False

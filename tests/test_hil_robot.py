@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from embodyrl.runlog import has_artifacts, kept_runs
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -61,14 +63,44 @@ def test_the_quick_experiment_writes_every_key_and_resumes_without_redoing_work(
     assert json.loads((tmp_path / "elsewhere" / "results.json").read_text())["variants"] == result["variants"]
 
 
-def test_a_kept_run_without_its_artifacts_starts_again(tmp_path, monkeypatch):
-    """Points whose metrics are gone could not be checked: restoring drops them, and keeps the rest."""
+@pytest.fixture
+def hil(monkeypatch):
+    """The experiment script as a module."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("hil_robot", ROOT / "examples" / "hil_robot.py")
-    hil = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, spec.name, hil)  # its dataclasses look their module up
-    spec.loader.exec_module(hil)
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, module)  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_resumed_segment_takes_no_second_random_warm_up(tmp_path, hil, monkeypatch):
+    calls = []
+    monkeypatch.setattr(hil, "cli", lambda *args, **kw: calls.append(args))
+    plan = hil.Plan()
+    hil.train_to(tmp_path, plan, "demos", 0, 2500)
+    (hil.run_dir(tmp_path, "demos", 0)).mkdir(parents=True)
+    (hil.run_dir(tmp_path, "demos", 0) / "config.json").write_text("{}")
+    hil.train_to(tmp_path, plan, "demos", 0, 5000)
+    first, second = calls
+    assert "--actor.random_steps" in first and "--resume" not in first
+    assert "--actor.random_steps" not in second and "--resume" in second
+
+
+def test_the_intervention_rate_is_the_segments_episodes_not_the_last_record(hil):
+    records = [{"env_steps": 100, "episodes": 4, "intervention_rate": 0.5},
+               {"env_steps": 200, "episodes": 6, "intervention_rate": 0.2},
+               {"eval_return_mean": 1.0},  # not a training record
+               {"env_steps": 300, "episodes": 10, "intervention_rate": 0.1},
+               {"env_steps": 400, "episodes": 12, "intervention_rate": None}]
+    assert hil.intervention_rate(records, 0) == pytest.approx((4 * 0.5 + 2 * 0.2 + 4 * 0.1) / 10)
+    assert hil.intervention_rate(records, 200) == pytest.approx(0.1)  # only episodes after step 200
+    assert hil.intervention_rate(records, 300) is None
+
+
+def test_a_kept_run_without_its_artifacts_starts_again(tmp_path, hil):
+    """Points whose metrics are gone could not be checked: restoring drops them, and keeps the rest."""
     kept, out = tmp_path / "kept", tmp_path / "out"
     points = [{"steps": 100, "success_rate": 0.5}]
     (kept / "runs" / "scratch-s0").mkdir(parents=True)

@@ -155,13 +155,14 @@ def test_train_refuses_an_algorithm_whose_action_space_does_not_fit_the_task(tmp
     assert not run.exists()  # refused before anything is written
 
 
-def test_a_resumed_run_with_rows_in_its_replay_records_no_second_warm_up(tmp_path):
+def test_a_resumed_run_with_rows_in_its_replay_records_no_second_warm_up_and_draws_new_episodes(tmp_path):
     from embodyrl import envs
     from embodyrl.cli.commands import _resolve_config, build_parser
+    from embodyrl.cli.processes import actor_seed
     from embodyrl.config import save
     from embodyrl.hal.steps import StepRecorder
     from embodyrl.replay import PersistentReplay
-    from embodyrl.replay.contents import holds_rows
+    from embodyrl.replay.contents import rows_added
 
     run = tmp_path / "run"
     run.mkdir()
@@ -172,7 +173,8 @@ def test_a_resumed_run_with_rows_in_its_replay_records_no_second_warm_up(tmp_pat
         args.overrides = rest
         return _resolve_config(args, run)
 
-    assert not holds_rows(run / "replay") and resolved().actor.random_steps == 1000
+    fresh = resolved().actor
+    assert rows_added(run / "replay") == 0 and fresh.random_steps == 1000 and fresh.resumed_at_rows == 0
     device, _ = envs.make("pendulum")
     replay = PersistentReplay(run / "replay", device.observation_spec, device.action_spec, capacity=64, chunk_rows=16)
     recorder = StepRecorder(device.observation_spec, device.action_spec, actor_id=0, device_id=0)
@@ -185,6 +187,12 @@ def test_a_resumed_run_with_rows_in_its_replay_records_no_second_warm_up(tmp_pat
     replay.add(recorder.flush())
     replay.commit()
     replay.close()
-    assert holds_rows(run / "replay")
-    assert resolved().actor.random_steps == 0
+    assert rows_added(run / "replay") == 5
+    resumed = resolved().actor
+    assert resumed.random_steps == 0 and resumed.resumed_at_rows == 5
+    # a new run's actors keep their seeds; a resumed start's differ from the first start's and each other's
+    assert actor_seed(3, 1) == 3001
+    seeds = {actor_seed(3, index, rows) for index in (0, 1) for rows in (0, 5, 6)}
+    assert len(seeds) == 6 and all(0 <= seed < 2**63 for seed in seeds)
+    assert actor_seed(3, 1, 5) == actor_seed(3, 1, 5)  # reproducible
     assert resolved("--actor.random_steps", "7").actor.random_steps == 7  # the command line still decides

@@ -114,13 +114,15 @@ def _same_robot(source: str, config) -> bool:
 
 
 def _resumed(base, run_dir: Path):
-    """A resumed run whose replay already holds rows takes no second random warm-up (config.json
-    records it; --actor.random_steps still decides)."""
-    from ..replay.contents import holds_rows
+    """A resumed run whose replay already holds rows takes no second random warm-up, and its actors
+    draw new episodes (seeded from the rows held): config.json records both; --actor.random_steps
+    still decides."""
+    from ..replay.contents import rows_added
 
-    if not holds_rows(run_dir / "replay"):
+    rows = rows_added(run_dir / "replay")
+    if not rows:
         return base
-    return dataclasses.replace(base, actor=dataclasses.replace(base.actor, random_steps=0))
+    return dataclasses.replace(base, actor=dataclasses.replace(base.actor, random_steps=0, resumed_at_rows=rows))
 
 
 def _check_task(config, robot):

@@ -14,6 +14,8 @@ import time
 import traceback
 from pathlib import Path
 
+import numpy as np
+
 
 class StopFlag:
     """Called: whether SIGINT/SIGTERM arrived, so the loops end cleanly and save.
@@ -60,6 +62,15 @@ def learner_main(config_dict: dict, run_dir: str, conn, security: dict | None = 
         conn.close()
 
 
+def actor_seed(run_seed: int, index: int, resumed_at_rows: int = 0) -> int:
+    """Actor ``index``'s seed: ``run_seed * 1000 + index`` in a new run. A resumed start's is drawn from
+    the rows the run held, so its scenes and exploration are new, not the first start's once more
+    (a simulator reseeded alike would hand every start the same episodes)."""
+    if resumed_at_rows == 0:
+        return run_seed * 1000 + index
+    return int(np.random.SeedSequence([run_seed, index, resumed_at_rows]).generate_state(1)[0] >> 1)
+
+
 def actor_main(config_dict: dict, endpoint: str, index: int, run_dir: str | None = None,
                max_steps: int | None = None, *, keys=None, allow_insecure: bool = False) -> None:
     """Run actor ``index`` until the learner says goodbye, a signal, or ``max_steps`` control steps.
@@ -85,7 +96,7 @@ def actor_main(config_dict: dict, endpoint: str, index: int, run_dir: str | None
 
     config = from_dict(TrainConfig, config_dict)
     ac = config.actor
-    actor_config = dataclasses.replace(ac, actor_id=index, seed=config.seed * 1000 + index)
+    actor_config = dataclasses.replace(ac, actor_id=index, seed=actor_seed(config.seed, index, ac.resumed_at_rows))
     group, tasks, policies, infos = actor_parts(config, actor_config.seed)
     teleop, operator = person_parts(config, group, index)
     if needs_real_pace(config):

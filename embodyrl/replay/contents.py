@@ -29,13 +29,13 @@ def newest_commit(directory: Path) -> dict | None:
     return max(bodies, key=lambda b: b["commit"]) if bodies else None
 
 
-def holds_rows(directory: Path) -> bool:
-    """Whether the replay in ``directory`` has committed rows (False when there is none, or it is
-    unreadable: a resumed run's actors then warm up as a new run's would)."""
+def rows_added(directory: Path) -> int:
+    """How many rows the replay in ``directory`` has committed over its life (0 when there is none,
+    or it is unreadable: a resumed run's actors then warm up as a new run's would)."""
     if not Path(directory).is_dir():
-        return False
+        return 0
     try:
         body = newest_commit(directory)
     except ValueError:
-        return False
-    return bool(body and body.get("rows_added"))
+        return 0
+    return int(body.get("rows_added", 0)) if body else 0
