@@ -16,6 +16,7 @@ from embodyrl.hal.wire.client import LearnerLink, Undelivered
 from embodyrl.hal.wire.spool import Spool
 from embodyrl.transport import LearnerServer
 from embodyrl.transport.credits import grant_in_turn
+from embodyrl.transport.server import UNSENT
 
 DEVICE, _ = envs.make("pendulum")
 INFO = P.DeviceInfo(0, "pendulum", DEVICE.observation_spec, DEVICE.action_spec)
@@ -49,7 +50,7 @@ class Learner:
                                     committed_seq=lambda actor: self.held.get(actor, 0))
 
     def crash(self) -> None:
-        self.send_failed += self.server.stats.rejected.get("send_failed", 0)
+        self.send_failed += sum(self.server.stats.rejected.get(reason, 0) for reason in UNSENT)
         self.server.close()  # as SIGKILL: no BYE, nothing acknowledged
         self.server = None
 
@@ -60,7 +61,7 @@ class Learner:
         grant_in_turn(self.server, 256, lambda outstanding: True)
 
     def failed_sends(self) -> int:
-        return self.send_failed + (self.server.stats.rejected.get("send_failed", 0) if self.server else 0)
+        return self.send_failed + (sum(self.server.stats.rejected.get(r, 0) for r in UNSENT) if self.server else 0)
 
 
 def pump(learner: Learner, link: LearnerLink, until, timeout_s: float = 10.0) -> bool:
@@ -214,3 +215,39 @@ def test_weights_version_is_kept_across_a_reconnect():
     assert session.held == PolicyVersion(1, 1)
     link.close()
     learner.crash()
+
+
+def test_a_closed_link_says_goodbye_and_a_vanished_one_costs_no_failed_reply():
+    """A link's BYE leaves before its socket closes (linger 0 could drop it): the learner ends the
+    session at once. A link that vanishes without one (killed) leaves its session until silence
+    times it out; a heartbeat to it is ``peer_gone``, not a failed reply (``send_failed``, which
+    would mean a WELCOME or ACK sent to the wrong connection)."""
+    learner = Learner(free_port())
+    learner.start()
+    try:
+        polite = make_link(learner.port)
+        connect(learner, polite)
+        assert len(learner.server.sessions) == 1
+        polite.close()
+        assert pump_learner(learner, lambda: not learner.server.sessions)
+
+        killed = make_link(learner.port)
+        connect(learner, killed)
+        session = next(iter(learner.server.sessions.values()))
+        killed.close(send_bye=False)  # as SIGKILL: no goodbye
+        deadline = time.monotonic() + 5
+        while not learner.server.stats.rejected and time.monotonic() < deadline:
+            learner.step(20)  # until the learner sees the connection gone
+            learner.server.heartbeat()
+        assert learner.server.stats.rejected == {"peer_gone": 1} and learner.server.sessions
+        learner.server.grant(session, 8)  # a reply to it does count as failed
+        assert learner.server.stats.rejected == {"peer_gone": 1, "send_failed": 1}
+    finally:
+        learner.crash()
+
+
+def pump_learner(learner: Learner, until, timeout_s: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not until() and time.monotonic() < deadline:
+        learner.step(20)
+    return bool(until())

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from ..hal.ledger import read_ledger
+from ..transport.server import SEND_FAILED, UNSENT
 from . import chaos_hostile
 from .chaos_parts import (
     LearnerSide,
@@ -189,8 +190,6 @@ def partition(quick: bool, work: Path) -> dict:
 HONEST = 4
 ATTACKERS = {"session": ("mallory", 10), "bombs": ("bomber", 11), "flood": ("flooder", 12), "raw": (None, 0)}
 """role -> (its key's name, its actor index); the flood role also holds the ``sloth`` key (index 13)."""
-NOT_REFUSED = ("send_failed",)
-"""Counted in ``stats.rejected`` but not a refused message (a send toward a peer that reads nothing)."""
 
 
 def _keys(work: Path):
@@ -213,7 +212,7 @@ def _refusals(server) -> dict[str, int]:
     """Messages refused so far, by reason; with two the server takes without refusing: a replayed
     batch, acknowledged and dropped (``duplicate``), and a batch past a gap in the sequence,
     taken and counted (``seq_gap``: a spool set to drop its oldest batches skips some)."""
-    out = {k: v for k, v in server.stats.rejected.items() if k not in NOT_REFUSED}
+    out = {k: v for k, v in server.stats.rejected.items() if k not in UNSENT}
     return {**out, "duplicate": server.stats.duplicates, "seq_gap": server.stats.seq_gaps}
 
 
@@ -355,7 +354,7 @@ def hostile(quick: bool, work: Path, pairs: int | None = None, window_s: float |
         finish(learner, honest)
         phases["finished"] = time.monotonic() - t0
         refused = _refusals(learner.server)
-        send_failed = learner.server.stats.rejected.get("send_failed", 0)
+        send_failed = learner.server.stats.rejected.get(SEND_FAILED, 0)
     except BaseException:
         learner.close()
         raise

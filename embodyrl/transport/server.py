@@ -99,6 +99,12 @@ class ReceivedSteps:
     steps: Steps
 
 
+SEND_FAILED, PEER_GONE = "send_failed", "peer_gone"
+UNSENT = (SEND_FAILED, PEER_GONE)
+"""Counted in ``ServerStats.rejected`` but not refusals: what could not be sent (a reply, or a
+heartbeat, weights or goodbye to a connection that was gone)."""
+
+
 @dataclass
 class ServerStats:
     messages_in: int = 0
@@ -363,7 +369,7 @@ class LearnerServer:
 
     def heartbeat(self) -> None:
         for session in list(self.sessions.values()):
-            self._send(session.identity, P.HEARTBEAT, {"time": time.time()})
+            self._send(session.identity, P.HEARTBEAT, {"time": time.time()}, reply=False)
 
     def publish(self, version: PolicyVersion, arrays: dict[str, np.ndarray]) -> None:
         """Make ``arrays`` the current weights and send them to actors that are ready."""
@@ -395,7 +401,7 @@ class LearnerServer:
         session.weights_sent = version
         session.weights_sent_at = now
         session.weights_bytes = update.nbytes
-        self._send_frames([session.identity, *update.frames], copy=False)
+        self._send_frames([session.identity, *update.frames], copy=False, reply=False)
 
     def metrics(self, now: float) -> dict:
         """Traffic, refusals and weight encodings, with per-second rates since the previous call
@@ -413,16 +419,20 @@ class LearnerServer:
 
     def bye(self, reason: str) -> None:
         for session in list(self.sessions.values()):
-            self._send(session.identity, P.BYE, {"reason": reason})
+            self._send(session.identity, P.BYE, {"reason": reason}, reply=False)
 
-    def _send(self, identity: bytes, kind: str, fields: dict, protocol: int = PROTOCOL_VERSION) -> None:
-        self._send_frames([identity, *encode(kind, fields, protocol=protocol)])
+    def _send(self, identity: bytes, kind: str, fields: dict, protocol: int = PROTOCOL_VERSION, *,
+              reply: bool = True) -> None:
+        self._send_frames([identity, *encode(kind, fields, protocol=protocol)], reply=reply)
 
-    def _send_frames(self, frames: list, copy: bool = True) -> None:
+    def _send_frames(self, frames: list, copy: bool = True, *, reply: bool = True) -> None:
+        """``reply``: an answer to what the peer sent (WELCOME, REFUSED, ACK), which must find its
+        connection; else a heartbeat, weights or goodbye, which a peer may leave before its BYE or
+        silence is read (counted as ``peer_gone``, not ``send_failed``)."""
         try:
             self._socket.send_multipart(frames, zmq.NOBLOCK, copy=copy)
-        except zmq.ZMQError:  # peer gone (ROUTER_MANDATORY) or its queue full
-            self.stats.reject("send_failed")
+        except zmq.ZMQError as err:  # peer gone (ROUTER_MANDATORY) or its queue full
+            self.stats.reject(PEER_GONE if not reply and err.errno == zmq.EHOSTUNREACH else SEND_FAILED)
             return
         self.stats.messages_out += 1
         self.stats.bytes_out += sum(memoryview(f).nbytes for f in frames[1:])

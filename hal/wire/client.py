@@ -46,6 +46,9 @@ from .compression import AdaptiveCompression
 from .security import ClientKeys, check_endpoint, secure_client
 from .spool import Spool
 
+BYE_LINGER_MS = 200
+"""How long closing waits for a queued BYE to leave (a learner that is gone costs no more than this)."""
+
 
 class LinkError(RuntimeError):
     """The learner refused us, or never answered the first handshake."""
@@ -148,13 +151,17 @@ class LearnerLink:
     def close(self, reason: str = "done", *, send_bye: bool = True) -> None:
         if self._socket is None:
             return
+        said_bye = False
         if send_bye and self.connected:
             with contextlib.suppress(zmq.ZMQError):
                 self._send(P.BYE, {"reason": reason})
+                said_bye = True
         with contextlib.suppress(zmq.ZMQError):
             self._socket.disable_monitor()
         self._monitor.close(linger=0)
-        self._socket.close(linger=0)
+        # linger 0 could drop the BYE still queued: the learner would keep the session, and send to a
+        # connection that is gone, until our silence timed out
+        self._socket.close(linger=BYE_LINGER_MS if said_bye else 0)
         self._socket = self._monitor = None
         self.connected = False
 
