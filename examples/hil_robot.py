@@ -230,7 +230,7 @@ def train_to(out: Path, plan: Plan, variant: str, seed: int, steps: int) -> None
 
 def intervention_rate(metrics: list[dict], since_steps: int) -> float | None:
     """The share of an episode's steps a person took over, mean over the episodes that ended after
-    ``since_steps`` (each learner record's mean weighted by the episodes it counts); None: no person."""
+    ``since_steps`` (each learner record's mean weighted by the episodes it counts); None when no such episode has one."""
     total, episodes, before = 0.0, 0, 0
     for record in metrics:
         if "episodes" not in record:  # not a training record (the final evaluation's)
