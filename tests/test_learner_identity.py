@@ -174,10 +174,10 @@ def test_session_limits_come_from_the_declared_specs():
         served.close()
 
 
-def _link(served, actor_id, keys=None, **kwargs):
+def _link(served, actor_id, keys=None, handshake_timeout_s=10, **kwargs):
     _, info = _device_info()
     return LearnerLink(served.server.endpoint, actor_name=f"actor-{actor_id}", actor_id=actor_id, devices=[info],
-                       keys=keys, handshake_timeout_s=10, **kwargs)
+                       keys=keys, handshake_timeout_s=handshake_timeout_s, **kwargs)
 
 
 def test_a_hello_claiming_another_keys_index_is_refused_and_the_owner_reconnects(keyring, tmp_path):
@@ -250,11 +250,29 @@ def test_without_keys_a_second_actor_with_a_live_index_is_refused_by_name():
     first = _link(served, 7)
     try:
         first.connect()
+        started = time.monotonic()
         with pytest.raises(LinkError, match="actor index 7 is in use"):
-            _link(served, 7).connect()
-        assert served.rejected("index_in_use") == 1
+            _link(served, 7, handshake_timeout_s=2).connect()  # the first is heard within the window
+        assert time.monotonic() - started >= 2  # it tried again until its deadline, then named the cause
+        assert served.rejected("index_in_use") >= 2
     finally:
         first.close(send_bye=False)
+        served.close()
+
+
+def test_without_keys_a_refused_restart_gets_its_index_once_the_old_session_falls_silent():
+    served = Served(LearnerServer(run_id="r", incarnation=1, duplicate_window_s=1.0))
+    killed = _link(served, 3)  # a killed actor: its session stays, silent, at the learner
+    killed.connect()
+    restarted = _link(served, 3, handshake_timeout_s=10)
+    try:
+        started = time.monotonic()
+        restarted.connect()  # refused while the window lasts, then let in
+        assert time.monotonic() - started < 5
+        assert served.rejected("index_in_use") >= 1
+    finally:
+        restarted.close()
+        killed.close(send_bye=False)
         served.close()
 
 

@@ -41,7 +41,8 @@ from .persistent import PersistentReplay
 
 
 class StagedSampler:
-    def __init__(self, replay: PersistentReplay, pool_chunks: int, *, turnover_every: int = 4):
+    def __init__(self, replay: PersistentReplay, pool_chunks: int, *, turnover_every: int = 4,
+                 seed: int | None = None):
         if pool_chunks < 1 or turnover_every < 1:
             raise ValueError("pool_chunks and turnover_every must be at least 1")
         self.replay = replay
@@ -51,7 +52,7 @@ class StagedSampler:
         self.loading: deque[int] = deque()  # requested, in order
         self.batches = 0
         self._loaded: set[int] = set()
-        self._swap_rng = np.random.default_rng()
+        self._swap_rng = np.random.default_rng(seed)  # which pooled chunk a new one replaces
         self._loaded_changed = threading.Condition()
         self._requests: queue.Queue = queue.Queue()
         self._thread = threading.Thread(target=self._load_loop, name="replay-stage", daemon=True)

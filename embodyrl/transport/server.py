@@ -14,7 +14,8 @@ Identity: with CurveZMQ keys, an actor index belongs to a key
 (:class:`~.identity.IndexClaims`); a HELLO from the owning key replaces its
 session (every reconnect opens a fresh socket), any other key is refused.
 Without keys, a HELLO for an index another link instance was heard on within
-``duplicate_window_s`` is refused: two actors started with one ``--index``.
+``duplicate_window_s`` is refused, told it may retry (a killed actor's restart waits out its predecessor's window;
+two actors started with one ``--index`` go on being refused, naming it, until the second gives up).
 """
 
 from __future__ import annotations
@@ -273,7 +274,8 @@ class LearnerServer:
               and now - previous.last_heard < self.duplicate_window_s):
             self._refuse(identity, "index_in_use",
                          f"actor index {actor_id} is in use by another actor ({previous.name!r}, heard "
-                         f"{now - previous.last_heard:.2f} s ago): give each actor its own --index")
+                         f"{now - previous.last_heard:.2f} s ago): give each actor its own --index",
+                         retry=True)  # a killed actor's restart waits out its predecessor's window
             return
         session = ActorSession(identity, name, actor_id, {d.device_id: d for d in devices},
                                limits=session_limits(devices, self.max_batch_rows, self.limits),
@@ -292,8 +294,9 @@ class LearnerServer:
                                          "peer_timeout_s": float(self.peer_timeout_s)})
         self._maybe_send_weights(session)
 
-    def _refuse(self, identity: bytes, tag: str, reason: str) -> None:
-        self._send(identity, P.REFUSED, {"reason": reason})
+    def _refuse(self, identity: bytes, tag: str, reason: str, *, retry: bool = False) -> None:
+        """REFUSED naming ``reason``; ``retry``: it may pass, so the link tries again until its deadline."""
+        self._send(identity, P.REFUSED, {"reason": reason, "retry": retry})
         self.stats.reject(tag)
 
     def _held(self, fields: dict) -> PolicyVersion:

@@ -47,6 +47,9 @@ from .security import ClientKeys, check_endpoint, secure_client
 from .spool import Spool
 
 BYE_LINGER_MS = 200
+RETRY_REFUSED_S = 0.5
+"""How soon a link refused for now (its index still held by a session the learner heard lately,
+say its own killed predecessor's) says HELLO again."""
 """How long closing waits for a queued BYE to leave (a learner that is gone costs no more than this)."""
 
 
@@ -109,6 +112,9 @@ class LearnerLink:
         self.run_id: str | None = None
         self.incarnation: int | None = None
         self.bye_reason: str | None = None
+        self._waiting_for: str | None = None
+        """The newest refusal the learner said may pass (an index another session still holds):
+        HELLO again after ``RETRY_REFUSED_S`` until the handshake deadline."""
         self.connected = False
         self.held_version: PolicyVersion = NO_POLICY
         """The newest weights version this link has rebuilt (the learner's delta base)."""
@@ -139,6 +145,8 @@ class LearnerLink:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 self.close(send_bye=False)
+                if self._waiting_for is not None:  # refused for now, every time: say why
+                    raise LinkError(f"learner at {self.endpoint} refused us: {self._waiting_for}")
                 hint = " (is our key authorised there?)" if self.keys is not None else ""
                 raise LinkError(f"no WELCOME from {self.endpoint} within {self.handshake_timeout_s} s{hint}")
             self._hello()
@@ -419,6 +427,10 @@ class LearnerLink:
             self._seq = max(self._seq, committed)
             self._sent_upto = committed  # everything after it is resent, in order
             self.connected = True
+            self._waiting_for = None
+        elif msg.kind == P.REFUSED and f.get("retry") is True:
+            self._waiting_for = P.field(f, "reason", str)
+            self._next_hello = time.monotonic() + RETRY_REFUSED_S
         elif msg.kind in (P.REFUSED, P.BYE):
             self.bye_reason = P.field(f, "reason", str)
         elif msg.kind == P.HEARTBEAT:

@@ -1,0 +1,37 @@
+"""What every test shares: one JAX compilation cache for the test processes and every process they start.
+
+Most of the suite's time went to processes (``embodyrl train``, ``learner``, ``actor``, the
+examples) that each compile the same small updates again. JAX's persistent cache, set through
+the environment before anything imports JAX, keeps each compiled program once per machine:
+the first process to compile a program writes it, every later one (in this run or the next)
+reads it. ``JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0`` keeps the small compiles too, which
+are most of them here. A test that sets its own environment for a child starts from
+``os.environ`` and so inherits the cache.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+CACHE_SETTINGS = {
+    "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+    "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0",
+}
+
+
+def pytest_configure(config):
+    cache = config.cache.mkdir("jax-compilation") if config.cache is not None else None
+    if cache is not None:
+        os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(cache))
+    for name, value in CACHE_SETTINGS.items():
+        os.environ.setdefault(name, value)
+    config._embodyrl_started = time.monotonic()
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    started = getattr(config, "_embodyrl_started", None)
+    if started is not None and not hasattr(config, "workerinput"):  # the controller, not an xdist worker
+        workers = getattr(config.option, "numprocesses", None) or 1
+        terminalreporter.write_line(f"suite wall time: {time.monotonic() - started:.0f} s "
+                                    f"({workers} worker process{'es' if workers != 1 else ''})")
