@@ -7,7 +7,6 @@ import time
 
 import numpy as np
 import pytest
-from test_group import LoopbackLearner, loopback_learner
 
 from embodyrl import envs
 from embodyrl.cli.processes import actor_main
@@ -17,6 +16,7 @@ from embodyrl.hal.safety import SafeDevice, SafetyConfig
 from embodyrl.hal.steps import Source
 from embodyrl.hal.wire.client import LearnerLink
 from embodyrl.hal.wire.protocol import DeviceInfo
+from embodyrl.learner.testing import ServedLearner
 from embodyrl.transport import LearnerServer
 
 
@@ -36,9 +36,10 @@ class Alternating:
 
 
 @pytest.fixture
-def learner():
-    with loopback_learner(run_id="actor", incarnation=3, peer_timeout_s=20) as serve:
-        yield serve
+def learner(tmp_path):
+    with ServedLearner(tmp_path / "learner", envs.layout("pendulum"), run_id="actor", incarnation=3,
+                       peer_timeout_s=20) as served:
+        yield served
 
 
 def run_loop(learner, device, task, config, max_steps, **kw):
@@ -60,8 +61,8 @@ def test_records_proposed_and_applied_actions_and_counts_safety(learner):
     reports = []
     stats = run_loop(learner, device, task, ActorConfig(send_every=32, random_steps=0), 100,
                      report=reports.append, report_every_s=0.0)
-    proposed = np.concatenate([b.steps.proposed_action for b in learner.batches])[:, 0]
-    applied = np.concatenate([b.steps.action for b in learner.batches])[:, 0]
+    proposed = np.concatenate([b.steps.proposed_action for b in learner.taken])[:, 0]
+    applied = np.concatenate([b.steps.action for b in learner.taken])[:, 0]
     assert len(proposed) == 100
     assert set(np.abs(proposed).tolist()) == {2.0}
     assert (np.abs(np.diff(applied)) <= 0.5 + 1e-6).all()   # the rate limit held on every row
@@ -69,7 +70,7 @@ def test_records_proposed_and_applied_actions_and_counts_safety(learner):
     limited = int(np.count_nonzero(applied != proposed))
     assert limited >= 49  # -2, then +2 is limited to -1.5, then -2 is reachable again, ...
     assert stats.safety["rate_limited"] == limited and stats.safety["clipped"] == 0
-    assert all((b.steps.source == Source.ONLINE).all() for b in learner.batches)
+    assert all((b.steps.source == Source.ONLINE).all() for b in learner.taken)
     assert len(reports) >= 2 and reports[-1]["safety"]["rate_limited"] == limited
     assert reports[-1]["env_steps"] == 100 and json.dumps(reports[-1])
 
@@ -85,16 +86,11 @@ def test_realtime_loop_runs_at_the_control_rate_and_reports_its_clock(learner):
 
 
 def test_the_actor_process_writes_its_counters_as_jsonl(tmp_path):
-    raw, _ = envs.make("pendulum")
-    info_specs = (raw.observation_spec, raw.action_spec)
-    server = LearnerServer(run_id="jsonl", incarnation=11, peer_timeout_s=30,
-                           admit=lambda ds: None if (ds[0].observation_spec, ds[0].action_spec) == info_specs
-                           else "wrong specs")
-    serve = LoopbackLearner(server)
-    serve.start()
+    learner = ServedLearner(tmp_path / "learner", envs.layout("pendulum"), run_id="jsonl", incarnation=11,
+                            peer_timeout_s=30)  # admits only the pendulum's specs
     ctx = mp.get_context("spawn")
     config = TrainConfig(task="pendulum")
-    actor = ctx.Process(target=actor_main, args=(to_dict(config), server.endpoint, 0, str(tmp_path)))
+    actor = ctx.Process(target=actor_main, args=(to_dict(config), learner.endpoint, 0, str(tmp_path)))
     actor.start()
     log = tmp_path / "actor-0.jsonl"
     try:
@@ -111,9 +107,7 @@ def test_the_actor_process_writes_its_counters_as_jsonl(tmp_path):
         if actor.is_alive():
             actor.kill()
             actor.join(5)
-        serve.stop.set()
-        serve.join(5)
-        server.close()
+        learner.close()
     lines = [json.loads(line) for line in log.read_text().splitlines()]
     assert len(lines) >= 3
     last = lines[-1]
@@ -139,7 +133,7 @@ def test_a_task_that_truncates_on_its_own_ends_the_episode_with_truncation(learn
             return self.steps % 5 == 0
 
     run_loop(learner, device, TruncatesEveryFifthStep(), ActorConfig(send_every=8, random_steps=0), 20)
-    rows = [row for b in learner.batches for row in zip(b.steps.truncated.tolist(), b.steps.final.tolist(),
+    rows = [row for b in learner.taken for row in zip(b.steps.truncated.tolist(), b.steps.final.tolist(),
                                                           strict=True)]
     assert [t for t, final in rows if not final] == ([False] * 4 + [True]) * 4
     assert sum(final for _, final in rows) == 4

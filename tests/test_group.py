@@ -1,8 +1,6 @@
 """Device groups: a 7-DoF MuJoCo arm and a 2-DoF MuJoCo gripper, one actor, a real learner server."""
 
-import threading
 import time
-from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -11,6 +9,7 @@ from embodyrl import envs
 from embodyrl.hal.actor import ActorConfig, ActorLoop
 from embodyrl.hal.drivers.mujoco import MujocoDevice
 from embodyrl.hal.group import DeviceGroup
+from embodyrl.hal.layout import DeviceKind, Layout
 from embodyrl.hal.policy import UniformRandomPolicy
 from embodyrl.hal.safety import SafeDevice, SafetyConfig
 from embodyrl.hal.steps import Source
@@ -18,7 +17,8 @@ from embodyrl.hal.task import Task
 from embodyrl.hal.testing import DeviceConformance
 from embodyrl.hal.wire.client import LearnerLink
 from embodyrl.hal.wire.protocol import DeviceInfo
-from embodyrl.transport import LearnerServer
+from embodyrl.learner.build import admission
+from embodyrl.learner.testing import ServedLearner
 
 GRIPPER_XML = """
 <mujoco model="gripper">
@@ -39,11 +39,11 @@ GRIPPER_XML = """
 """
 
 
-def make_group():
+def make_group(device_ids=None):
     arm, _ = envs.make("arm_reach")
     gripper = MujocoDevice(GRIPPER_XML, control_substeps=10)
     return DeviceGroup({"arm": SafeDevice(arm, SafetyConfig(max_delta=5.0)),
-                        "gripper": SafeDevice(gripper)}, device_ids={"arm": 3, "gripper": 7})
+                        "gripper": SafeDevice(gripper)}, device_ids=device_ids or {"arm": 3, "gripper": 7})
 
 
 class GripperOpen(Task):
@@ -88,53 +88,21 @@ def test_bad_groups_are_refused():
         DeviceGroup({"a/b": arm})
 
 
-class LoopbackLearner(threading.Thread):
-    """The learner side on loopback: admit, grant credits, ack and keep every batch."""
-
-    def __init__(self, server):
-        super().__init__(daemon=True)
-        self.server, self.batches, self.stop = server, [], threading.Event()
-
-    def run(self):
-        granted = set()
-        while not self.stop.is_set():
-            for b in self.server.poll(20):
-                self.batches.append(b)  # before the ack: "acked" means "kept"
-                self.server.ack(b.session, b.seq, credits=len(b.steps))
-            for identity, session in list(self.server.sessions.items()):
-                if identity not in granted:
-                    self.server.grant(session, 10_000)
-                    granted.add(identity)
-
-
-@contextmanager
-def loopback_learner(**server_options):
-    """A ``LearnerServer`` (made with ``server_options``) served by a ``LoopbackLearner``; closed on exit."""
-    server = LearnerServer(**server_options)
-    serve = LoopbackLearner(server)
-    serve.start()
-    try:
-        yield serve
-    finally:
-        serve.stop.set()
-        serve.join(5)
-        server.close()
-
-
-def test_a_heterogeneous_group_streams_correctly_tagged_steps_to_a_learner():
-    group = make_group()
+def test_a_heterogeneous_group_streams_correctly_tagged_steps_to_a_learner(tmp_path):
+    group = make_group(device_ids={"arm": 0, "gripper": 1})  # the layout's ids: one per kind, in order
     infos = [DeviceInfo(m.device_id, m.name, m.device.observation_spec, m.device.action_spec)
              for m in group.members]
+    layout = Layout(tuple(DeviceKind(m.name, m.device.observation_spec, m.device.action_spec)
+                          for m in group.members))
     declared = []
-    server = LearnerServer(run_id="group-test", incarnation=99, peer_timeout_s=20,
-                           admit=lambda devices: declared.extend(devices) or None)
-    serve = LoopbackLearner(server)
-    serve.start()
-    link = LearnerLink(server.endpoint, actor_name="group", actor_id=5, devices=infos,
+    admit = admission(layout)
+    learner = ServedLearner(tmp_path, layout, run_id="group-test", incarnation=99, peer_timeout_s=20,
+                            admit=lambda devices: declared.extend(devices) or admit(devices))
+    link = LearnerLink(learner.endpoint, actor_name="group", actor_id=5, devices=infos,
                        handshake_timeout_s=20, peer_timeout_s=20)
     arm_task = envs.make("arm_reach")[1]
     policies = {m.name: UniformRandomPolicy(m.device.action_spec, seed=1) for m in group.members}
-    try:
+    with learner:
         with group, link:
             loop = ActorLoop(group, {"arm": arm_task, "gripper": GripperOpen()}, policies,
                              link, ActorConfig(actor_id=5, send_every=16, random_steps=0))
@@ -142,22 +110,20 @@ def test_a_heterogeneous_group_streams_correctly_tagged_steps_to_a_learner():
             deadline = time.monotonic() + 20
             while link.unacked_rows and time.monotonic() < deadline:
                 link.poll(20)
-    finally:
-        serve.stop.set()
-        serve.join(5)
-        server.close()
-    assert [d.device_id for d in declared] == [3, 7]
+        stored = learner.read(lambda service: service.data.replay.size)
+    assert [d.device_id for d in declared] == [0, 1]
     assert stats.env_steps == 140 and stats.episodes == 2  # the gripper's episodes: 30 steps
-    by_device = {3: [], 7: []}
-    for b in serve.batches:
+    by_device = {0: [], 1: []}
+    for b in learner.taken:
         assert (b.steps.device_id == b.device_id).all() and (b.steps.actor_id == 5).all()
         by_device[b.device_id].append(b.steps)
-    arm_rows = sum(s.env_steps for s in by_device[3])
-    gripper_rows = sum(s.env_steps for s in by_device[7])
+    arm_rows = sum(s.env_steps for s in by_device[0])
+    gripper_rows = sum(s.env_steps for s in by_device[1])
     assert arm_rows == 70 and gripper_rows == 70
-    for s in by_device[3]:
+    for s in by_device[0]:
         assert s.action.shape[1:] == (7,) and s.observation["ee_pos"].shape[1:] == (3,)
-    for s in by_device[7]:
+    for s in by_device[1]:
         assert s.action.shape[1:] == (2,) and set(s.observation) == {"qpos", "qvel"}
         assert (s.source == Source.ONLINE).all()
-    assert sum(s.final.sum() for s in by_device[7]) == 2
+    assert sum(s.final.sum() for s in by_device[1]) == 2
+    assert stored == sum(len(t.steps) for t in learner.taken)  # the replay holds every row it acked

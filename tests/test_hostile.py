@@ -16,6 +16,7 @@ from embodyrl.hal.ledger import ledger_totals
 from embodyrl.hal.steps import rows_digest
 from embodyrl.hal.wire import protocol as P
 from embodyrl.hal.wire.codec import PROTOCOL_VERSION, encode
+from embodyrl.learner.testing import ServedLearner
 from embodyrl.transport import LearnerServer
 
 descriptor = st.lists(st.one_of(st.text(max_size=4), st.integers(-3, 2**40), st.none(),
@@ -93,43 +94,41 @@ def test_honest_actor_keeps_streaming_under_attack(tmp_path):
         for _ in range(4):
             rec.add(obs, np.zeros(1, np.float32), np.zeros(1, np.float32), 0.0, False, False, PolicyVersion(1, 1))
     template = rec.flush().arrays()
-    server = LearnerServer(run_id="r", incarnation=1, peer_timeout_s=10)
+    learner = ServedLearner(tmp_path / "learner", envs.layout("pendulum"), run_id="r", incarnation=1,
+                            peer_timeout_s=10)
     ledger = tmp_path / "ledger.jsonl"
     ctx = mp.get_context("spawn")
-    honest = ctx.Process(target=ledger_actor, args=(server.endpoint, 1, str(tmp_path / "spool"), str(ledger), 2000),
+    honest = ctx.Process(target=ledger_actor, args=(learner.endpoint, 1, str(tmp_path / "spool"), str(ledger), 2000),
                          kwargs={"peer_timeout_s": 10.0})
     honest.start()
     attacker = zmq.Context.instance().socket(zmq.DEALER)
     attacker.setsockopt(zmq.LINGER, 0)
-    attacker.connect(server.endpoint)
+    attacker.connect(learner.endpoint)
     rng = np.random.default_rng(0)
-    rows, digest, attacks = 0, 0, 0
+    attacks = 0
     try:
         deadline = time.monotonic() + 120
         while honest.is_alive() and time.monotonic() < deadline:
             for frames in attack_frames(rng, template):
                 attacker.send_multipart(frames)
                 attacks += 1
-            for b in server.poll(5):
-                rows += len(b.steps)
-                digest = (digest + rows_digest(b.steps)) % (1 << 64)
-                server.ack(b.session, b.seq, credits=len(b.steps))
-            for s in server.sessions.values():
-                if s.actor_id == 1 and not getattr(s, "granted", False):
-                    server.grant(s, 256)
-                    s.granted = True
+            time.sleep(0.005)
         honest.join(10)
+        learner.wait(lambda service: sum(service.server.stats.rejected.values()) >= attacks - 5, timeout_s=10)
+        rejected = learner.read(lambda service: dict(service.server.stats.rejected))
+        sessions = learner.read(lambda service: [s.actor_id for s in service.server.sessions.values()])
     finally:
         if honest.is_alive():
             honest.kill()
         attacker.close(0)
-        server.close()
+        learner.close()
     assert honest.exitcode == 0
+    rows = sum(len(t.steps) for t in learner.taken)
+    digest = sum(rows_digest(t.steps) for t in learner.taken) % (1 << 64)
     assert (rows, digest) == ledger_totals(ledger)  # every row the link took, taken once
-    rejected = server.stats.rejected
     assert sum(rejected.values()) >= attacks - 5  # every attack refused (the last few may be in flight)
     assert {"header_malformed", "frame_size", "frame_count"} <= set(rejected)
-    assert set(server.sessions) == set() or all(s.actor_id == 1 for s in server.sessions.values())
+    assert all(actor_id == 1 for actor_id in sessions)
 
 
 def test_attackers_in_their_own_processes_are_refused_by_reason_and_the_honest_actor_loses_nothing():

@@ -5,7 +5,6 @@ import time
 
 import numpy as np
 import pytest
-from test_group import loopback_learner
 
 from embodyrl import envs
 from embodyrl.hal.actor import ActorConfig, ActorLoop
@@ -22,6 +21,7 @@ from embodyrl.hal.specs import SpecError
 from embodyrl.hal.steps import NO_POLICY, Source, StepRecorder
 from embodyrl.hal.wire.client import LearnerLink
 from embodyrl.hal.wire.protocol import DeviceInfo
+from embodyrl.learner.testing import ServedLearner
 
 
 class ConstantPolicy(UniformRandomPolicy):
@@ -30,9 +30,10 @@ class ConstantPolicy(UniformRandomPolicy):
 
 
 @pytest.fixture
-def learner():
-    with loopback_learner(run_id="intervention", incarnation=7, peer_timeout_s=20) as serve:
-        yield serve
+def learner(tmp_path):
+    with ServedLearner(tmp_path / "learner", envs.layout("pendulum"), run_id="intervention", incarnation=7,
+                       peer_timeout_s=20) as served:
+        yield served
 
 
 def connect(server, device, device_ids=(0,)):
@@ -63,9 +64,9 @@ def test_scripted_overrides_are_tagged_and_pass_the_safety_layer(learner, tmp_pa
         wait_acked(link)
     assert stats.interventions == 2 and human.overrides == 2
     assert stats.safety["clipped"] == 1  # the person's 5.0 exceeds the 2 N m limit
-    rows = np.concatenate([b.steps.source for b in learner.batches])
-    proposed = np.concatenate([b.steps.proposed_action for b in learner.batches])[:, 0]
-    applied = np.concatenate([b.steps.action for b in learner.batches])[:, 0]
+    rows = np.concatenate([b.steps.source for b in learner.taken])
+    proposed = np.concatenate([b.steps.proposed_action for b in learner.taken])[:, 0]
+    applied = np.concatenate([b.steps.action for b in learner.taken])[:, 0]
     assert rows[3] == Source.INTERVENTION and rows[4] == Source.INTERVENTION
     assert (rows[[0, 1, 2, 5, 6]] == Source.ONLINE).all()
     assert proposed[3] == 0.5 and applied[3] == 2.0   # policy proposed 0.5; the human's 5.0, clipped
@@ -122,7 +123,7 @@ def test_demonstrations_round_trip_and_go_to_the_learner_as_their_own_source(lea
         sent = send_demonstrations(link, 9, batches)
         wait_acked(link)
     assert sent == 402
-    received = [b for b in learner.batches if b.device_id == 9]
+    received = [b for b in learner.taken if b.device_id == 9]
     assert sum(len(b.steps) for b in received) == 402
     assert all((b.steps.source == Source.DEMONSTRATION).all() for b in received)
     assert sum(b.steps.final.sum() for b in received) == 2

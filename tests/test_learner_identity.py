@@ -6,7 +6,6 @@ writes whatever it likes, the honest actor a real LearnerLink.
 
 import json
 import shutil
-import threading
 import time
 
 import msgpack
@@ -20,7 +19,7 @@ from embodyrl.hal.wire import protocol as P
 from embodyrl.hal.wire.client import LearnerLink, LinkError
 from embodyrl.hal.wire.codec import PROTOCOL_VERSION, encode
 from embodyrl.hal.wire.security import ClientKeys, ServerKeys, generate_keys, secure_client
-from embodyrl.transport import LearnerServer
+from embodyrl.learner.testing import ServedLearner
 
 zstandard = pytest.importorskip("zstandard")
 GIB = 1 << 30
@@ -53,47 +52,9 @@ def _status_mb(field: str) -> float:
         return next(int(line.split()[1]) for line in f if line.startswith(field + ":")) / 1024
 
 
-class Served:
-    """A server polled in its own thread (acking every batch, granting credit), as a learner would;
-    the test reads it under the same lock, between polls."""
-
-    def __init__(self, server):
-        self.server, self.batches = server, []
-        self._lock, self._stop = threading.Lock(), threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-        self._thread.start()
-
-    def _loop(self):
-        while not self._stop.is_set():
-            with self._lock:
-                for b in self.server.poll(5):
-                    self.batches.append(b)
-                    self.server.ack(b.session, b.seq, credits=len(b.steps))
-                for s in self.server.sessions.values():
-                    if not getattr(s, "granted", False):
-                        self.server.grant(s, 1024)
-                        s.granted = True
-            time.sleep(0.001)
-
-    def read(self, fn):
-        with self._lock:
-            return fn(self.server)
-
-    def wait(self, fn, timeout_s=15.0):
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.read(fn):
-                return True
-            time.sleep(0.01)
-        return False
-
-    def rejected(self, reason):
-        return self.read(lambda s: s.stats.rejected.get(reason, 0))
-
-    def close(self):
-        self._stop.set()
-        self._thread.join(5)
-        self.server.close()
+def _served(tmp_path, **server_options) -> ServedLearner:
+    """The real learner service on loopback (it acks, commits and grants credit as in a run)."""
+    return ServedLearner(tmp_path / "learner", envs.layout("pendulum"), **server_options)
 
 
 def _raw(endpoint, keys: ClientKeys | None = None):
@@ -136,8 +97,8 @@ def keyring(tmp_path):
     return ServerKeys(server_secret, authorized), clients
 
 
-def test_a_decompression_bomb_costs_a_header_parse_without_a_session_and_the_limits_with_one():
-    served = Served(LearnerServer(run_id="r", incarnation=1))
+def test_a_decompression_bomb_costs_a_header_parse_without_a_session_and_the_limits_with_one(tmp_path):
+    served = _served(tmp_path, run_id="r", incarnation=1)
     _, info = _device_info()
     attacker = _raw(served.server.endpoint)
     try:
@@ -145,11 +106,11 @@ def test_a_decompression_bomb_costs_a_header_parse_without_a_session_and_the_lim
         assert len(bomb[1]) < 64 * 1024
         before = _reset_peak_rss()
         attacker.send_multipart(bomb)  # no session yet
-        assert served.wait(lambda s: s.stats.rejected.get("unknown_peer"))
+        assert served.wait(lambda s: s.server.stats.rejected.get("unknown_peer"))
         attacker.send_multipart(_hello(3, info))
-        assert served.wait(lambda s: s.sessions)
+        assert served.wait(lambda s: s.server.sessions)
         attacker.send_multipart(bomb)  # a session whose specs make a pendulum batch a few hundred KB
-        assert served.wait(lambda s: s.stats.messages_in >= 3 and sum(s.stats.rejected.values()) >= 2)
+        assert served.wait(lambda s: s.server.stats.messages_in >= 3 and sum(s.server.stats.rejected.values()) >= 2)
         growth = _status_mb("VmHWM") - before  # the peak: a freed GiB leaves RSS, not the peak
     finally:
         attacker.close(0)
@@ -160,13 +121,13 @@ def test_a_decompression_bomb_costs_a_header_parse_without_a_session_and_the_lim
     assert rejected.get("message_size", 0) + rejected.get("frame_size", 0) == 1
 
 
-def test_session_limits_come_from_the_declared_specs():
-    served = Served(LearnerServer(run_id="r", incarnation=1, max_batch_rows=64))
+def test_session_limits_come_from_the_declared_specs(tmp_path):
+    served = _served(tmp_path, run_id="r", incarnation=1, max_batch_rows=64)
     _, info = _device_info()
     link = LearnerLink(served.server.endpoint, actor_name="a", actor_id=0, devices=[info], handshake_timeout_s=10)
     try:
         link.connect()
-        limits = served.read(lambda s: next(iter(s.sessions.values())).limits)
+        limits = served.read(lambda s: next(iter(s.server.sessions.values())).limits)
         wire = sum(a.nbytes for a in _steps(0, n=64).arrays().values())
         assert wire <= limits.max_message_bytes < 2 * wire + 8192  # the largest valid batch, with a margin
     finally:
@@ -182,8 +143,8 @@ def _link(served, actor_id, keys=None, handshake_timeout_s=10, **kwargs):
 
 def test_a_hello_claiming_another_keys_index_is_refused_and_the_owner_reconnects(keyring, tmp_path):
     server_keys, clients = keyring
-    served = Served(LearnerServer(run_id="r", incarnation=1, keys=server_keys,
-                                  bindings_path=tmp_path / "bindings.json"))
+    served = _served(tmp_path, run_id="r", incarnation=1, keys=server_keys,
+                                  bindings_path=tmp_path / "bindings.json")
     _, info = _device_info()
     honest = _link(served, 0, clients["honest"])
     attacker = _raw(served.server.endpoint, clients["attacker"])
@@ -198,9 +159,9 @@ def test_a_hello_claiming_another_keys_index_is_refused_and_the_owner_reconnects
         assert b"REFUSED" in reply[0] and b"belongs to another key" in reply[0]
         attacker.send_multipart(encode(P.STEPS, {"seq": 10**6, "device_id": 0, "held": [0, -1]},
                                        _steps(0).arrays()))
-        assert served.wait(lambda s: s.stats.rejected.get("unknown_peer"))
+        assert served.wait(lambda s: s.server.stats.rejected.get("unknown_peer"))
         assert served.rejected("index_taken") == 1
-        assert served.read(lambda s: [x.actor_id for x in s.sessions.values()]) == [0]
+        assert served.read(lambda s: [x.actor_id for x in s.server.sessions.values()]) == [0]
         # the honest actor's next batch is stored and acknowledged as if nothing happened
         honest.send_steps(0, _steps(0))
         assert honest.flush(10) and honest.acked_seq == 2
@@ -214,39 +175,39 @@ def test_a_hello_claiming_another_keys_index_is_refused_and_the_owner_reconnects
         honest.close()
         attacker.close(0)
         served.close()
-    assert [b.seq for b in served.batches] == [1, 2]
+    assert [b.seq for b in served.taken] == [1, 2]
     # a restarted learner keeps the binding: the attacker cannot take index 0 in the window before
     # the honest actor reconnects
-    served = Served(LearnerServer(run_id="r", incarnation=2, keys=server_keys, bindings_path=tmp_path / "bindings.json"))
+    served = _served(tmp_path, run_id="r", incarnation=2, keys=server_keys, bindings_path=tmp_path / "bindings.json")
     attacker = _raw(served.server.endpoint, clients["attacker"])
     try:
         attacker.send_multipart(_hello(0, info, instance="evil"))
-        assert served.wait(lambda s: s.stats.rejected.get("index_taken"))
-        assert not served.read(lambda s: s.sessions)
+        assert served.wait(lambda s: s.server.stats.rejected.get("index_taken"))
+        assert not served.read(lambda s: s.server.sessions)
     finally:
         attacker.close(0)
         served.close()
 
 
-def test_indices_json_names_the_indices_a_key_may_use(keyring):
+def test_indices_json_names_the_indices_a_key_may_use(keyring, tmp_path):
     server_keys, clients = keyring
     (server_keys.authorized_dir / "indices.json").write_text(json.dumps({"honest": [0, 1], "attacker": [5]}))
-    served = Served(LearnerServer(run_id="r", incarnation=1, keys=server_keys))
+    served = _served(tmp_path, run_id="r", incarnation=1, keys=server_keys)
     _, info = _device_info()
     socks = {name: _raw(served.server.endpoint, clients[name]) for name in ("honest", "attacker")}
     try:
         socks["honest"].send_multipart(_hello(1, info))
         socks["attacker"].send_multipart(_hello(0, info))
-        assert served.wait(lambda s: s.sessions and s.stats.rejected.get("index_taken"))
-        assert served.read(lambda s: [x.actor_id for x in s.sessions.values()]) == [1]
+        assert served.wait(lambda s: s.server.sessions and s.server.stats.rejected.get("index_taken"))
+        assert served.read(lambda s: [x.actor_id for x in s.server.sessions.values()]) == [1]
     finally:
         for sock in socks.values():
             sock.close(0)
         served.close()
 
 
-def test_without_keys_a_second_actor_with_a_live_index_is_refused_by_name():
-    served = Served(LearnerServer(run_id="r", incarnation=1, duplicate_window_s=5.0))
+def test_without_keys_a_second_actor_with_a_live_index_is_refused_by_name(tmp_path):
+    served = _served(tmp_path, run_id="r", incarnation=1, duplicate_window_s=5.0)
     first = _link(served, 7)
     try:
         first.connect()
@@ -260,8 +221,8 @@ def test_without_keys_a_second_actor_with_a_live_index_is_refused_by_name():
         served.close()
 
 
-def test_without_keys_a_refused_restart_gets_its_index_once_the_old_session_falls_silent():
-    served = Served(LearnerServer(run_id="r", incarnation=1, duplicate_window_s=1.0))
+def test_without_keys_a_refused_restart_gets_its_index_once_the_old_session_falls_silent(tmp_path):
+    served = _served(tmp_path, run_id="r", incarnation=1, duplicate_window_s=1.0)
     killed = _link(served, 3)  # a killed actor: its session stays, silent, at the learner
     killed.connect()
     restarted = _link(served, 3, handshake_timeout_s=10)
@@ -276,33 +237,33 @@ def test_without_keys_a_refused_restart_gets_its_index_once_the_old_session_fall
         served.close()
 
 
-def test_without_keys_the_same_link_instance_reconnects_at_once_and_another_waits_out_the_window():
-    served = Served(LearnerServer(run_id="r", incarnation=1, duplicate_window_s=5.0))
+def test_without_keys_the_same_link_instance_reconnects_at_once_and_another_waits_out_the_window(tmp_path):
+    served = _served(tmp_path, run_id="r", incarnation=1, duplicate_window_s=5.0)
     _, info = _device_info()
     socks = [_raw(served.server.endpoint) for _ in range(3)]
     try:
         socks[0].send_multipart(_hello(4, info, instance="same"))
-        assert served.wait(lambda s: s.sessions)
+        assert served.wait(lambda s: s.server.sessions)
         socks[1].send_multipart(_hello(4, info, instance="same"))  # its reconnect: a new connection
         socks[2].send_multipart(_hello(4, info, instance="other"))  # a second actor with index 4
-        assert served.wait(lambda s: s.stats.rejected.get("index_in_use"))
+        assert served.wait(lambda s: s.server.stats.rejected.get("index_in_use"))
         assert b"WELCOME" in socks[1].recv_multipart()[0]
         assert b"in use" in socks[2].recv_multipart()[0]
-        assert served.read(lambda s: [x.instance for x in s.sessions.values()]) == ["same"]
+        assert served.read(lambda s: [x.instance for x in s.server.sessions.values()]) == ["same"]
     finally:
         for sock in socks:
             sock.close(0)
         served.close()
 
 
-def test_forged_policy_versions_and_oversized_shapes_are_refused_by_reason():
-    served = Served(LearnerServer(run_id="r", incarnation=11))
+def test_forged_policy_versions_and_oversized_shapes_are_refused_by_reason(tmp_path):
+    served = _served(tmp_path, run_id="r", incarnation=11)
     _, info = _device_info()
     attacker = _raw(served.server.endpoint)
     try:
         attacker.send_multipart(_hello(2, info))
-        assert served.wait(lambda s: s.sessions)
-        served.read(lambda s: s.publish(PolicyVersion(11, 3), {"w": np.zeros(3, np.float32)}))
+        assert served.wait(lambda s: s.server.sessions)
+        served.read(lambda s: s.server.publish(PolicyVersion(11, 3), {"w": np.zeros(3, np.float32)}))
         attacker.send_multipart(encode(P.STEPS, {"seq": 1, "device_id": 0, "held": [11, 99]}, _steps(2).arrays()))
         attacker.send_multipart(encode(P.STEPS, {"seq": 1, "device_id": 0, "held": [0, -1]},
                                        _steps(2, version=PolicyVersion(11, 50)).arrays()))
@@ -310,11 +271,11 @@ def test_forged_policy_versions_and_oversized_shapes_are_refused_by_reason():
                 "a": [["reward", "float32", [1 << 28]]]}
         attacker.send_multipart([msgpack.packb(huge), b"\0" * 16])
         attacker.send_multipart(encode(P.STEPS, {"seq": 1, "device_id": 0, "held": [11, 3]}, _steps(2).arrays()))
-        assert served.wait(lambda s: s.stats.messages_in >= 5)
+        assert served.wait(lambda s: s.server.stats.messages_in >= 5)
     finally:
         attacker.close(0)
         served.close()
     rejected = served.server.stats.rejected
     assert rejected["policy_version"] == 2
     assert rejected.get("message_size", 0) + rejected.get("frame_size", 0) == 1
-    assert [b.seq for b in served.batches] == [1]  # the honest-looking batch after them still goes through
+    assert [b.seq for b in served.taken] == [1]  # the honest-looking batch after them still goes through

@@ -11,7 +11,6 @@ import time
 
 import numpy as np
 import pytest
-from test_group import loopback_learner
 
 from embodyrl import envs
 from embodyrl.hal.actor import ActorConfig, ActorLoop
@@ -21,12 +20,14 @@ from embodyrl.hal.policy import UniformRandomPolicy
 from embodyrl.hal.safety import SafeDevice, SafetyConfig
 from embodyrl.hal.wire.client import LearnerLink
 from embodyrl.hal.wire.protocol import DeviceInfo
+from embodyrl.learner.testing import ServedLearner
 
 
 @pytest.fixture
-def learner():
-    with loopback_learner(run_id="operator", incarnation=3, peer_timeout_s=20) as serve:
-        yield serve
+def learner(tmp_path):
+    with ServedLearner(tmp_path / "learner", envs.layout("pendulum"), run_id="operator", incarnation=3,
+                       peer_timeout_s=20) as served:
+        yield served
 
 
 def rows(batches):
@@ -70,7 +71,7 @@ def test_the_operators_answers_label_the_last_rows(learner, task_kind):
     assert [summary.split(": ")[1].split(" ended")[0] for _, summary in operator.asked] == \
         ["episode 1", "episode 2", "episode 3"]
     assert stats.labels == {"success": 1, "failure": 1, "go": 1}
-    r = rows(learner.batches)
+    r = rows(learner.taken)
     last = np.flatnonzero(r["final"]) - 1  # each episode's last acted row
     assert r["terminated"][last].tolist() == [True, False, False]
     assert r["truncated"][last].tolist() == [False, True, True]  # go: the time limit's truncation stands
@@ -149,7 +150,7 @@ def test_a_real_actor_waits_for_the_operator_at_a_terminal(learner, tmp_path):
     assert term.proc.poll() is None  # still waiting, the device held in its safe state
     term.type(b"s")
     assert term.finish(120) == 0, term.output.decode(errors="replace")
-    r = rows(learner.batches)
+    r = rows(learner.taken)
     first = r["episode_id"] == r["episode_id"][0]
     assert first.sum() == 201 and r["final"][first][-1]
     assert r["terminated"][first][199] and not r["truncated"][first][199]  # the label reached the learner

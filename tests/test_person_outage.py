@@ -10,7 +10,6 @@ import time
 import numpy as np
 import pytest
 from test_actor_outage import connected_link
-from test_group import LoopbackLearner
 
 from embodyrl import envs
 from embodyrl.hal.actor import ActorConfig, ActorLoop
@@ -19,7 +18,7 @@ from embodyrl.hal.policy import UniformRandomPolicy
 from embodyrl.hal.safety import SafeDevice, SafetyConfig
 from embodyrl.hal.steps import NO_POLICY, PolicyVersion
 from embodyrl.hal.wire.spool import Spool
-from embodyrl.transport import LearnerServer
+from embodyrl.learner.testing import ServedLearner
 
 SAFE = -0.25
 
@@ -35,8 +34,8 @@ class Constant(UniformRandomPolicy):
         return np.array([0.5], np.float32), {}
 
 
-def run_without_learner(version, steps=120):
-    link = connected_link(Spool(), peer_timeout_s=5)
+def run_without_learner(version, tmp_path, steps=120):
+    link = connected_link(Spool(), tmp_path, peer_timeout_s=5)
     deadline = time.monotonic() + 5
     while link.connected and time.monotonic() < deadline:  # the learner's socket closed: the link sees it
         link.poll(20)
@@ -56,8 +55,8 @@ def run_without_learner(version, steps=120):
     return stats, link, applied, elapsed, device
 
 
-def test_no_weights_and_no_learner_the_device_holds_safe_while_the_person_drives():
-    stats, link, applied, elapsed, device = run_without_learner(NO_POLICY)
+def test_no_weights_and_no_learner_the_device_holds_safe_while_the_person_drives(tmp_path):
+    stats, link, applied, elapsed, device = run_without_learner(NO_POLICY, tmp_path)
     assert elapsed < 120 * 0.005 * 3 + 2, "the loop waited on the dead learner"
     assert stats.learner == "gone"
     assert stats.interventions == 40 and stats.env_steps == 40  # only the person's steps acted
@@ -67,8 +66,8 @@ def test_no_weights_and_no_learner_the_device_holds_safe_while_the_person_drives
     assert np.array_equal(device.last_applied, [SAFE])
 
 
-def test_with_weights_the_policy_acts_on_and_everything_spools():
-    stats, link, applied, _, _ = run_without_learner(PolicyVersion(7, 3))
+def test_with_weights_the_policy_acts_on_and_everything_spools(tmp_path):
+    stats, link, applied, _, _ = run_without_learner(PolicyVersion(7, 3), tmp_path)
     assert stats.learner == "gone" and stats.held_steps == 0
     assert stats.env_steps == 120 and stats.interventions == 40
     assert applied[:40] == [0.5] * 40 and applied[40:80] == [1.5] * 40
@@ -98,12 +97,11 @@ def expert(tmp_path):
 
 
 def test_a_real_actor_goes_on_when_its_learner_dies_during_teleoperation(tmp_path, expert):
-    server = LearnerServer(run_id="dying", incarnation=5, peer_timeout_s=20)
-    serve = LoopbackLearner(server)  # grants credit, acknowledges; never publishes weights
-    serve.start()
+    learner = ServedLearner(tmp_path / "learner", envs.layout("pendulum"), run_id="dying", incarnation=5,
+                            peer_timeout_s=20)  # takes, commits and acknowledges rows; publishes no weights
     log = tmp_path / "actor-0.jsonl"
     actor = subprocess.Popen(
-        [sys.executable, "-m", "embodyrl.cli", "actor", "pendulum", "--connect", server.endpoint,
+        [sys.executable, "-m", "embodyrl.cli", "actor", "pendulum", "--connect", learner.endpoint,
          "--log-dir", str(tmp_path), "--max-steps", "1400", "--teleop", "script:expert_out:blocks",
          "--actor.realtime", "true",  # a robot's pace: a script person no longer implies it
          "--actor.time_scale", "10", "--actor.random_steps", "0", "--actor.send_every", "16",
@@ -117,11 +115,9 @@ def test_a_real_actor_goes_on_when_its_learner_dies_during_teleoperation(tmp_pat
             if lines and json.loads(lines[-1])["env_steps"] >= 200:
                 break
             time.sleep(0.1)
-        delivered = sum(len(b.steps) for b in serve.batches)
+        delivered = learner.rows
     finally:
-        serve.stop.set()  # the learner dies: no BYE
-        serve.join(5)
-        server.close()
+        learner.kill()  # the learner dies: no BYE
     out, err = actor.communicate(timeout=120)
     assert actor.returncode == 1, err[-3000:]  # its spool never delivered: it says so
     assert "the learner is gone; no weights yet: the devices hold their safe state" in err

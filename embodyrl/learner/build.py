@@ -80,7 +80,7 @@ def build_learner(config, layout: Layout, run_dir: Path, *, keys: ServerKeys | N
         committed_seq = data.committed_seq
     max_batch_rows = max(MAX_BATCH_ROWS, 2 * (config.actor.send_every + 2))
     kinds = [DeviceInfo(i, k.name, k.observation_spec, k.action_spec) for i, k in enumerate(layout.kinds)]
-    server = LearnerServer(lc.bind, run_id=run_dir.name, incarnation=incarnation, admit=_admission(layout),
+    server = LearnerServer(lc.bind, run_id=run_dir.name, incarnation=incarnation, admit=admission(layout),
                            limits=session_limits(kinds, max_batch_rows), max_batch_rows=max_batch_rows,
                            peer_timeout_s=lc.peer_timeout_s, keys=keys, allow_insecure=allow_insecure,
                            weights=WeightsConfig(encoding=lc.weights_encoding),
@@ -122,7 +122,7 @@ def _refuse_replay_settings(name: str, lc) -> None:
             raise ValueError(f"learner.{key}: {name} learns on-policy from its own rollouts, without a replay")
 
 
-def _admission(layout: Layout):
+def admission(layout: Layout):
     """The server's admission: every declared device must fit the layout."""
     def admit(devices: list[DeviceInfo]) -> str | None:
         for d in devices:
