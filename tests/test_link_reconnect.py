@@ -1,6 +1,7 @@
 """The link keeps one socket through learner stalls and restarts, so every WELCOME, ACK and credit
 the learner sends reaches it; its final flush outlasts a slow learner restart and, when it gives
-up, says what its spool still holds. Real sockets, no JAX: a LearnerServer and a LearnerLink."""
+up, says what its spool still holds. Real sockets, the real learner service (no training) and a
+LearnerLink."""
 
 import threading
 import time
@@ -14,11 +15,13 @@ from embodyrl.hal.steps import NO_POLICY, PolicyVersion, StepRecorder, Steps
 from embodyrl.hal.wire import protocol as P
 from embodyrl.hal.wire.client import LearnerLink, Undelivered
 from embodyrl.hal.wire.spool import Spool
+from embodyrl.learner.testing import ServedLearner
 from embodyrl.transport import LearnerServer
 from embodyrl.transport.credits import grant_in_turn
 from embodyrl.transport.server import UNSENT
 
 DEVICE, _ = envs.make("pendulum")
+LAYOUT = envs.layout("pendulum")
 INFO = P.DeviceInfo(0, "pendulum", DEVICE.observation_spec, DEVICE.action_spec)
 
 
@@ -35,42 +38,47 @@ def batch(n: int) -> Steps:
 
 
 class Learner:
-    """The learner service's receiving half: each batch is acknowledged through the session it
-    came on (as ``LearnerService`` holds them until its commit), credit granted in turn."""
+    """The real learner service on a fixed port (:class:`ServedLearner`), restartable over the same
+    replay: a restart reopens it and resumes each actor's seq from what it committed."""
 
-    def __init__(self, port: int):
-        self.port = port
-        self.held: dict[int, int] = {}  # actor id -> newest seq held (survives a restart: the replay)
-        self.server: LearnerServer | None = None
+    def __init__(self, port: int, directory):
+        self.port, self.directory = port, directory
+        self.served: ServedLearner | None = None
         self.send_failed = self.starts = 0
 
     def start(self) -> None:
         self.starts += 1
-        self.server = LearnerServer(f"tcp://127.0.0.1:{self.port}", run_id="r", incarnation=self.starts,
-                                    committed_seq=lambda actor: self.held.get(actor, 0))
+        self.served = ServedLearner(self.directory, LAYOUT, endpoint=f"tcp://127.0.0.1:{self.port}",
+                                    run_id="r", incarnation=self.starts)
+
+    def read(self, question):
+        return self.served.read(question)
 
     def crash(self) -> None:
-        self.send_failed += sum(self.server.stats.rejected.get(reason, 0) for reason in UNSENT)
-        self.server.close()  # as SIGKILL: no BYE, nothing acknowledged
-        self.server = None
+        self.send_failed += self.read(lambda s: sum(s.server.stats.rejected.get(r, 0) for r in UNSENT))
+        self.served.kill()  # as SIGKILL: no BYE, nothing more committed or acknowledged
+        self.served = None
 
-    def step(self, timeout_ms: int = 5) -> None:
-        for b in self.server.poll(timeout_ms):
-            self.held[b.session.actor_id] = max(self.held.get(b.session.actor_id, 0), b.seq)
-            self.server.ack(b.session, b.seq)  # the session the batch came on
-        grant_in_turn(self.server, 256, lambda outstanding: True)
+    def stall(self, seconds: float) -> threading.Thread:
+        """The service's loop stops for ``seconds`` (a long compile, say): nothing is taken or answered."""
+        thread = threading.Thread(target=self.read, args=(lambda s: time.sleep(seconds),), daemon=True)
+        thread.start()
+        return thread
+
+    def held(self, actor_id: int = 0) -> int:
+        """The newest seq of ``actor_id`` the replay has committed."""
+        return self.read(lambda s: s.data.committed_seq(actor_id))
 
     def failed_sends(self) -> int:
-        return self.send_failed + (sum(self.server.stats.rejected.get(r, 0) for r in UNSENT) if self.server else 0)
+        now = self.read(lambda s: sum(s.server.stats.rejected.get(r, 0) for r in UNSENT)) if self.served else 0
+        return self.send_failed + now
 
 
-def pump(learner: Learner, link: LearnerLink | None, until, timeout_s: float = 10.0) -> bool:
-    """Step the learner (and poll ``link``, if any) until ``until()`` holds or the time is up."""
+def pump(link: LearnerLink, until, timeout_s: float = 10.0) -> bool:
+    """Poll ``link`` until ``until()`` holds or the time is up."""
     deadline = time.monotonic() + timeout_s
     while not until() and time.monotonic() < deadline:
-        learner.step()
-        if link is not None:
-            link.poll(5)
+        link.poll(5)
     return until()
 
 
@@ -81,39 +89,35 @@ def make_link(port: int, spool: Spool | None = None, **kwargs) -> LearnerLink:
 
 
 def connect(learner: Learner, link: LearnerLink) -> None:
-    stop = threading.Event()
-    thread = threading.Thread(target=lambda: [learner.step() for _ in iter(stop.is_set, True)], daemon=True)
-    thread.start()
-    try:
-        link.connect()
-    finally:
-        stop.set()
-        thread.join()
+    link.connect()
 
 
-def test_every_reply_reaches_the_link_through_a_learner_stall():
+def test_every_reply_reaches_the_link_through_a_learner_stall(tmp_path):
     """The learner's loop stalls (a long compile) past the link's patience: the link says HELLO
     again, on the same connection. When the learner comes back it answers every HELLO and acks
     the batches it took on the earlier session: all of it reaches the link, nothing is sent to a
     connection the link abandoned (the old link redialled on a fresh socket each backoff step:
     its WELCOMEs and those ACKs went to dead identities, the learner's ``send_failed``)."""
-    learner = Learner(free_port())
+    learner = Learner(free_port(), tmp_path / "learner")
     learner.start()
     link = make_link(learner.port, peer_timeout_s=0.3)
     connect(learner, link)
-    assert pump(learner, link, lambda: link.credits >= 256)
+    assert pump(link, lambda: link.credits >= 256)
     link.send_steps(0, batch(32))
-    assert pump(learner, link, lambda: link.acked_seq == 1)
+    assert pump(link, lambda: link.acked_seq == 1)
+    stall_end = time.monotonic() + 2.0
+    stall = learner.stall(2.0)
+    time.sleep(0.05)  # the service is in its stall
     for _ in range(3):  # sent into the stalled learner's queue: taken on this session, acked after the stall
         link.send_steps(0, batch(32))
-    stall_end = time.monotonic() + 1.5
-    while time.monotonic() < stall_end:
+    while time.monotonic() < stall_end - 0.3:  # the link's patience is 0.3 s
         link.poll(10)
     assert link.stats.reconnects >= 1 and not link.connected  # it noticed the silence
-    assert pump(learner, link, lambda: link.connected and not len(link.spool))
-    assert learner.held[0] == 4
-    assert learner.failed_sends() == 0, learner.server.stats.rejected
-    learner.server.heartbeat()
+    stall.join()
+    assert pump(link, lambda: link.connected and not len(link.spool))
+    assert learner.held() == 4
+    assert learner.failed_sends() == 0, learner.read(lambda s: s.server.stats.rejected)
+    learner.read(lambda s: s.server.heartbeat())
     time.sleep(0.05)
     link.poll(5)
     assert link.connected and learner.failed_sends() == 0
@@ -121,15 +125,15 @@ def test_every_reply_reaches_the_link_through_a_learner_stall():
     learner.crash()
 
 
-def test_a_restarted_learner_is_greeted_as_soon_as_it_listens():
+def test_a_restarted_learner_is_greeted_as_soon_as_it_listens(tmp_path):
     """The connection's drop tells the link its session is gone: it says HELLO on the next
     connection at once, not after ``peer_timeout_s`` of silence."""
-    learner = Learner(free_port())
+    learner = Learner(free_port(), tmp_path / "learner")
     learner.start()
     link = make_link(learner.port, peer_timeout_s=30.0)
     connect(learner, link)
     link.send_steps(0, batch(16))
-    assert pump(learner, link, lambda: link.acked_seq == 1)
+    assert pump(link, lambda: link.acked_seq == 1)
     learner.crash()
     link.send_steps(0, batch(16))  # spooled while the learner is down
     for _ in range(20):
@@ -137,7 +141,7 @@ def test_a_restarted_learner_is_greeted_as_soon_as_it_listens():
     assert not link.connected
     learner.start()
     started = time.monotonic()
-    assert pump(learner, link, lambda: link.acked_seq == 2, timeout_s=10)
+    assert pump(link, lambda: link.acked_seq == 2, timeout_s=10)
     assert time.monotonic() - started < 3.0
     assert link.stats.reconnects == 1 and learner.failed_sends() == 0
     link.close()
@@ -147,13 +151,13 @@ def test_a_restarted_learner_is_greeted_as_soon_as_it_listens():
 def test_the_final_flush_outlasts_a_slow_restart_and_says_what_it_gives_up(tmp_path):
     """The failure this fixes: the actor's last batch was spooled when the learner was SIGKILLed,
     and its final flush gave up before the restarted learner listened; the process exited 0."""
-    learner = Learner(free_port())
+    learner = Learner(free_port(), tmp_path / "learner")
     learner.start()
     spool = Spool(tmp_path / "spool")
     link = make_link(learner.port, spool, peer_timeout_s=0.5)
     connect(learner, link)
     link.send_steps(0, batch(30))
-    assert pump(learner, link, lambda: link.acked_seq == 1)
+    assert pump(link, lambda: link.acked_seq == 1)
     learner.crash()
     link.send_steps(0, batch(35))
     with pytest.raises(Undelivered) as gave_up:  # the learner stays away
@@ -168,8 +172,6 @@ def test_the_final_flush_outlasts_a_slow_restart_and_says_what_it_gives_up(tmp_p
         time.sleep(1.5)
         learner.start()
         restarted.set()
-        while not stop.is_set():
-            learner.step()
 
     thread = threading.Thread(target=restart_late, daemon=True)
     thread.start()
@@ -180,14 +182,14 @@ def test_the_final_flush_outlasts_a_slow_restart_and_says_what_it_gives_up(tmp_p
         stop.set()
         thread.join()
     assert restarted.is_set() and time.monotonic() - started >= 1.0
-    assert learner.held[0] == 2 and not len(spool)
+    assert learner.held() == 2 and not len(spool)
     assert learner.failed_sends() == 0
     link.close()
     learner.crash()
 
 
-def test_a_memory_spool_says_its_rows_are_lost():
-    learner = Learner(free_port())
+def test_a_memory_spool_says_its_rows_are_lost(tmp_path):
+    learner = Learner(free_port(), tmp_path / "learner")
     learner.start()
     link = make_link(learner.port)
     connect(learner, link)
@@ -199,22 +201,21 @@ def test_a_memory_spool_says_its_rows_are_lost():
     link.close()
 
 
-def test_weights_version_is_kept_across_a_reconnect():
+def test_weights_version_is_kept_across_a_reconnect(tmp_path):
     """The HELLO after a reconnect names the weights the link holds, so the learner sends a delta
     or nothing rather than full weights again."""
-    learner = Learner(free_port())
+    learner = Learner(free_port(), tmp_path / "learner")
     learner.start()
     link = make_link(learner.port)
     connect(learner, link)
-    learner.server.publish(PolicyVersion(1, 1), {"w": np.ones(4, np.float32)})
-    assert pump(learner, link, lambda: link.held_version == PolicyVersion(1, 1))
+    learner.read(lambda s: s.server.publish(PolicyVersion(1, 1), {"w": np.ones(4, np.float32)}))
+    assert pump(link, lambda: link.held_version == PolicyVersion(1, 1))
     learner.crash()
     for _ in range(10):
         link.poll(10)
     learner.start()
-    assert pump(learner, link, lambda: link.connected)
-    session = next(iter(learner.server.sessions.values()))
-    assert session.held == PolicyVersion(1, 1)
+    assert pump(link, lambda: link.connected)
+    assert learner.read(lambda s: [x.held for x in s.server.sessions.values()]) == [PolicyVersion(1, 1)]
     link.close()
     learner.crash()
 
@@ -223,27 +224,46 @@ def test_a_closed_link_says_goodbye_and_a_vanished_one_costs_no_failed_reply():
     """A link's BYE leaves before its socket closes (linger 0 could drop it): the learner ends the
     session at once. A link that vanishes without one (killed) leaves its session until silence
     times it out; a heartbeat to it is ``peer_gone``, not a failed reply (``send_failed``, which
-    would mean a WELCOME or ACK sent to the wrong connection)."""
-    learner = Learner(free_port())
-    learner.start()
-    try:
-        polite = make_link(learner.port)
-        connect(learner, polite)
-        assert len(learner.server.sessions) == 1
-        polite.close()
-        assert pump(learner, None, lambda: not learner.server.sessions, timeout_s=5)
+    would mean a WELCOME or ACK sent to the wrong connection). What the server counts is under
+    test, so the server is stepped by hand here, heartbeats and all."""
+    server = LearnerServer(run_id="r", incarnation=1)
 
-        killed = make_link(learner.port)
-        connect(learner, killed)
-        session = next(iter(learner.server.sessions.values()))
+    def step(timeout_ms: int = 5) -> None:
+        for b in server.poll(timeout_ms):
+            server.ack(b.session, b.seq)
+        grant_in_turn(server, 256, lambda outstanding: True)
+
+    def connected(link: LearnerLink) -> None:
+        stop = threading.Event()
+        thread = threading.Thread(target=lambda: [step() for _ in iter(stop.is_set, True)], daemon=True)
+        thread.start()
+        try:
+            link.connect()
+        finally:
+            stop.set()
+            thread.join()
+
+    port = int(server.endpoint.rsplit(":", 1)[1])
+    try:
+        polite = make_link(port)
+        connected(polite)
+        assert len(server.sessions) == 1
+        polite.close()
+        deadline = time.monotonic() + 5
+        while server.sessions and time.monotonic() < deadline:
+            step()
+        assert not server.sessions
+
+        killed = make_link(port)
+        connected(killed)
+        session = next(iter(server.sessions.values()))
         killed.close(send_bye=False)  # as SIGKILL: no goodbye
         deadline = time.monotonic() + 5
-        while not learner.server.stats.rejected and time.monotonic() < deadline:
-            learner.step(20)  # until the learner sees the connection gone
-            learner.server.heartbeat()
-        assert learner.server.stats.rejected == {"peer_gone": 1} and learner.server.sessions
-        learner.server.grant(session, 8)  # a reply to it does count as failed
-        assert learner.server.stats.rejected == {"peer_gone": 1, "send_failed": 1}
+        while not server.stats.rejected and time.monotonic() < deadline:
+            step(20)  # until the learner sees the connection gone
+            server.heartbeat()
+        assert server.stats.rejected == {"peer_gone": 1} and server.sessions
+        server.grant(session, 8)  # a reply to it does count as failed
+        assert server.stats.rejected == {"peer_gone": 1, "send_failed": 1}
     finally:
-        learner.crash()
-
+        server.close()
