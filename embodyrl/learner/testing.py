@@ -6,7 +6,7 @@ robot or a coupled rank against, instead of a second implementation of the learn
     with ServedLearner(tmp_path, envs.layout("pendulum"), run_id="r", incarnation=3) as learner:
         link = LearnerLink(learner.endpoint, ...)
         ...                                  # the actor's side, as in a run
-        learner.wait(lambda: learner.rows >= 70)
+        learner.wait(lambda service: service.counters.rows >= 70)
     learner.taken                            # every batch the service took, in order
 
 Everything between the socket and the disk is the service's own: :class:`LearnerServer`
@@ -104,8 +104,7 @@ class ServedLearner:
     ``server_options`` go to :class:`LearnerServer` (``run_id``, ``incarnation``, ``keys``,
     ``peer_timeout_s``, ``duplicate_window_s``, ``admit`` (default: the layout's), ...);
     ``endpoint`` defaults to a free loopback port. ``learner``: the replay's settings (its
-    ``min_replay`` is raised to
-    :data:`NEVER` without a ``training``). ``training``: a real
+    ``min_replay`` is raised to :data:`NEVER` without a ``training``). ``training``: a real
     :class:`~embodyrl.learner.service.Training` for a test that needs updates.
     """
 
