@@ -45,6 +45,7 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args(argv)
     result = run(L96Experiment.quick() if args.quick else L96Experiment(), args.out)
+    plot(result, args.out / "coupling_l96.png")
     for i in np.linspace(0, len(result["lead_time"]) - 1, 6).astype(int):
         print(f"lead {result['lead_time'][i]:.2f}: " + "  ".join(f"{k} {v[i]:.3f}" for k, v in result["rmse"].items()))
     return 0

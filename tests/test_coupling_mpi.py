@@ -1,4 +1,4 @@
-"""The rank-local link with real MPI ranks (mpiexec from the mpich wheel) and a real learner server."""
+"""The rank-local link with real MPI ranks (mpiexec from the mpich wheel) and the real coupling learner."""
 
 import json
 import os
@@ -62,82 +62,129 @@ RANK_PROGRAM = textwrap.dedent("""
 """)
 
 
-def level_policy(tmp_path: Path, version: PolicyVersion, seed: int = 0, cfg: CouplingConfig = CFG,
-                 name: str = "policy"):
-    """A random per-level actor in the export format (what the learner writes), no JAX needed."""
-    rng = np.random.default_rng(seed)
-    arrays = {"actor/layers/0/kernel": rng.normal(size=(cfg.window, 8)) * 0.5 / np.sqrt(cfg.window),
-              "actor/layers/0/bias": np.zeros(8), "actor/layers/1/kernel": rng.normal(size=(8, 1)),
-              "actor/layers/1/bias": np.zeros(1), "scale/center": np.zeros(1),
-              "scale/half_range": np.full(1, cfg.max_correction)}
-    graph = {"format": runtime.FORMAT, "format_version": runtime.FORMAT_VERSION, "algo": "ddpg",
-             "policy_version": list(version), "observation_spec": cfg.level_observation_spec().to_msg(),
-             "action_spec": cfg.level_action_spec().to_msg(), "exploration": {"kind": "gaussian", "std": 0.1},
-             "graph": [{"op": "concat", "fields": ["window"]},
-                       {"op": "dense", "kernel": "actor/layers/0/kernel", "bias": "actor/layers/0/bias"},
-                       {"op": "relu"},
-                       {"op": "dense", "kernel": "actor/layers/1/kernel", "bias": "actor/layers/1/bias"},
-                       {"op": "tanh"}, {"op": "scale", "center": "scale/center", "half_range": "scale/half_range"}]}
-    runtime.save(tmp_path / name, graph, arrays)
-    return tmp_path / name, {k: np.asarray(v, np.float32) for k, v in arrays.items() if k.startswith("actor/")}
+def small_ddpg():
+    """A small actor: each rank's numpy replica answers quickly, and the learner's JAX init is cheap.
+    (Imported here: collecting this file imports no JAX.)"""
+    from embodyrl.algos.ddpg import DDPGConfig
+
+    return DDPGConfig(hidden_sizes=(8,), discount=0.0)
 
 
-class LearnerThread:
-    """A real LearnerServer polled in a thread: acks, grants credits, publishes weights on request."""
+def random_export(tmp_path: Path, version: PolicyVersion, name: str = "policy") -> Path:
+    """The coupling learner's export (what ``embodyrl learner coupling`` writes) of fresh random weights."""
+    import jax
 
-    def __init__(self, peer_timeout_s: float = 30.0):
-        from embodyrl.transport.server import LearnerServer
+    from embodyrl.coupling import export_policy, init
 
-        self.server = LearnerServer(run_id="coupling-test", incarnation=17,  # policy files: 7, an earlier one
-                                    peer_timeout_s=peer_timeout_s)
-        self.endpoint = self.server.endpoint
-        self.rows: dict[tuple[int, int], int] = {}
-        self.batches = 0
-        self.rewards: list[float] = []
-        self.received: list = []
-        """Every batch's Steps, as the server decoded and validated it."""
-        self._publish: tuple | None = None
-        self._publish_after: tuple | None = None
+    config = small_ddpg()
+    networks, state = init(jax.random.key(0), CFG, config)
+    runtime.save(tmp_path / name, *export_policy(networks, state.actor_params, config, version))
+    return tmp_path / name
+
+
+class ServedCoupling:
+    """The real coupling learner (:class:`~embodyrl.coupling.CouplingLearner`: its LearnerServer,
+    LearnerService loop and ColumnRing) serving on a loopback port in a thread, as
+    :class:`~embodyrl.learner.testing.ServedLearner` serves the ordinary service.
+
+    It never trains (``min_steps`` past any test's rows: the ring is never trainable, no JAX update
+    runs); it publishes its own actor when the test asks (:meth:`read`, :meth:`when`). ``taken``:
+    every batch the service handed its ring, in order (resends are dropped before the ring). The
+    learner's sessions and counters belong to its thread: ask through :meth:`read`, or read them
+    after :meth:`close`.
+    """
+
+    def __init__(self):
+        from embodyrl.coupling import CouplingLearner, CouplingLearnerConfig
+        from embodyrl.learner.testing import NEVER, Taken
+
+        self.learner = CouplingLearner(CFG, CouplingLearnerConfig(ddpg=small_ddpg(), capacity=1 << 13, min_steps=NEVER))
+        self.endpoint = self.learner.endpoint
+        self.taken: list[Taken] = []
+        add = self.learner.ring.add
+
+        def recorded(steps, seq, actor_id):  # the ring as it is, keeping each batch for the test to read
+            self.taken.append(Taken(steps, seq, actor_id))
+            return add(steps, seq, actor_id)
+
+        self.learner.ring.add = recorded
+        self._asked: list[tuple] = []
+        self._due: list[list] = []
+        self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="served-coupling", daemon=True)
         self._thread.start()
 
-    def publish(self, version, arrays) -> None:
-        self._publish = (version, arrays)
+    def _run(self) -> None:
+        try:
+            try:
+                self.learner.run(3600.0, stop=self._turn)
+            finally:
+                self.learner.close()  # the service's shutdown: final ACKs, BYE, sockets closed
+        except BaseException as err:  # noqa: BLE001 - raised by close()
+            self.error = err
 
-    def publish_after_hello(self, actor_id: int, delay_s: float, version, arrays) -> None:
-        """Publish ``delay_s`` after actor ``actor_id`` said HELLO (it acts without weights until then)."""
-        self._publish_after = (actor_id, delay_s, version, arrays, None)
+    def _turn(self) -> bool:
+        """Between two of the service's turns: answer the test's questions, do what fell due."""
+        with self._lock:
+            asked, self._asked = self._asked, []
+        for question, answered, answer in asked:
+            try:
+                answer.append(question(self.learner))
+            except BaseException as err:  # noqa: BLE001 - handed back to the asking thread
+                answer.append(err)
+            answered.set()
+        now = time.monotonic()
+        for due in list(self._due):
+            condition, action, delay_s, since = due
+            if since is None and condition(self.learner):
+                due[3] = since = now
+            if since is not None and now - since >= delay_s:
+                action(self.learner)
+                self._due.remove(due)
+        return self._stop.is_set()
 
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            for batch in self.server.poll(20):
-                s = batch.steps
-                key = (int(s.actor_id[0]), int(s.device_id[0]))
-                assert (s.actor_id == key[0]).all() and (s.device_id == key[1]).all()
-                self.rows[key] = self.rows.get(key, 0) + len(s)
-                self.batches += 1
-                self.rewards.extend(s.reward.tolist())
-                self.received.append(s)
-                self.server.ack(batch.session, batch.seq, credits=len(s))
-            for identity, session in self.server.sessions.items():
-                if self.server.credits.held(identity) < 1 << 19:  # a new session, or one said HELLO again
-                    self.server.grant(session, (1 << 20) - self.server.credits.held(identity))
-            if self._publish is not None:
-                self.server.publish(*self._publish)
-                self._publish = None
-            if self._publish_after is not None:
-                actor_id, delay, version, arrays, seen = self._publish_after
-                if seen is None and any(s.actor_id == actor_id for s in self.server.sessions.values()):
-                    self._publish_after = (actor_id, delay, version, arrays, time.monotonic())
-                elif seen is not None and time.monotonic() - seen > delay:
-                    self.server.publish(version, arrays)
-                    self._publish_after = None
+    def read(self, question, timeout_s: float = 10.0):
+        """``question(learner)`` answered in the learner's thread, between two turns."""
+        answered, answer = threading.Event(), []
+        with self._lock:
+            self._asked.append((question, answered, answer))
+        if not answered.wait(timeout_s):
+            raise TimeoutError(f"the learner did not answer within {timeout_s} s")
+        if isinstance(answer[0], BaseException):
+            raise answer[0]
+        return answer[0]
 
-    def close(self) -> None:
+    def when(self, condition, action, delay_s: float = 0.0) -> None:
+        """``action(learner)`` in the learner's thread ``delay_s`` after ``condition(learner)`` first holds."""
+        self.read(lambda _: self._due.append([condition, action, delay_s, None]))
+
+    def export(self, path: Path, version: PolicyVersion | None = None) -> Path:
+        """The learner's actor as its export (``version``: the learner's current one unless given)."""
+        from embodyrl.coupling import export_policy
+
+        runtime.save(path, *self.read(lambda c: export_policy(c.networks, c.state.actor_params, c.config.ddpg,
+                                                              c.service.version if version is None else version)))
+        return path
+
+    def close(self, timeout_s: float = 10.0) -> None:
         self._stop.set()
-        self._thread.join(10)
-        self.server.close()
+        self._thread.join(timeout_s)
+        if self.error is not None:
+            raise self.error
+
+    @property
+    def version(self) -> PolicyVersion:
+        """The newest weights it published (read after :meth:`close`)."""
+        return self.learner.service.version
+
+    def rows(self) -> dict[tuple[int, int], int]:
+        """Rows taken per (actor id, device id) of the rows themselves."""
+        rows: dict[tuple[int, int], int] = {}
+        for t in self.taken:
+            rows[(t.actor_id, t.device_id)] = rows.get((t.actor_id, t.device_id), 0) + len(t.steps)
+        return rows
 
 
 def run_ranks(tmp_path, n, *, learner, policy, steps=20, sleep=0.01, late=None, die_rank=-1, die_step=-1,
@@ -179,58 +226,67 @@ def run_ranks(tmp_path, n, *, learner, policy, steps=20, sleep=0.01, late=None, 
 
 @pytest.mark.parametrize("n", [1, 2, 4])
 def test_each_rank_gets_its_own_corrections_and_streams_its_own_steps(tmp_path, n):
-    policy, arrays = level_policy(tmp_path, PolicyVersion(7, 0))
-    learner = LearnerThread()
-    learner.publish(PolicyVersion(7, 1), {k: v * 0.5 for k, v in arrays.items()})  # weights reach every rank
+    served = ServedCoupling()
     try:
-        results, rc, log = run_ranks(tmp_path, n, learner=learner.endpoint, policy=policy, steps=20)
+        policy = served.export(tmp_path / "policy")  # its weights at start: version (incarnation, 0)
+        served.read(lambda c: c.publish())  # weights reach every rank (on its HELLO): (incarnation, 1)
+        results, rc, log = run_ranks(tmp_path, n, learner=served.endpoint, policy=policy, steps=20)
         time.sleep(0.3)
     finally:
-        learner.close()
+        served.close()
+    learner = served.learner
     assert rc == 0, log
+    assert served.version.count == 1 and served.version != runtime.load(policy).version
+    rows = served.rows()
     for r, res in results.items():
         assert res["columns"] == COLUMNS[r] and res["shapes_ok"]
         assert res["zero_exchanges"] == 0 and 0 < res["largest"] <= CFG.max_correction
-        assert res["version"] == [7, 1]  # each rank took the published weights itself
-        assert learner.rows[(r, r)] == 20 * COLUMNS[r] == res["steps_sent"]  # tagged by rank, all arrived
-    assert set(learner.rows) == {(r, r) for r in range(n)}
-    assert all(-4.0 <= x <= 0.0 for x in learner.rewards)  # -mean(((a - 0.5) / 2) ** 2) with |a| <= 2
+        assert res["version"] == list(served.version)  # each rank took the published weights itself
+        # tagged by rank, all arrived: the ring counts rows as it holds them (a resend is dropped before it)
+        assert rows[(r, r)] == learner.steps_by_rank[r] == 20 * COLUMNS[r] == res["steps_sent"]
+    for t in served.taken:  # every row of a batch is its sender's: actor id = device id = the rank
+        assert (t.steps.actor_id == t.actor_id).all() and (t.steps.device_id == t.actor_id).all()
+    assert set(rows) == {(r, r) for r in range(n)} and set(learner.steps_by_rank) == set(range(n))
+    rewards = np.concatenate([t.steps.reward for t in served.taken])
+    assert all(-4.0 <= x <= 0.0 for x in rewards)  # -mean(((a - 0.5) / 2) ** 2) with |a| <= 2
 
 
 def test_a_crashed_rank_does_not_hold_up_the_others(tmp_path):
-    policy, _ = level_policy(tmp_path, PolicyVersion(7, 0))
-    learner = LearnerThread()
+    served = ServedCoupling()
     try:
-        results, _, log = run_ranks(tmp_path, 4, learner=learner.endpoint, policy=policy, steps=40,
+        policy = served.export(tmp_path / "policy")
+        results, _, log = run_ranks(tmp_path, 4, learner=served.endpoint, policy=policy, steps=40,
                                     sleep=0.02, die_rank=2, die_step=5)
         time.sleep(0.3)
     finally:
-        learner.close()
+        served.close()
+    steps_by_rank = served.learner.steps_by_rank
     assert sorted(results) == [0, 1, 3]
     for r, res in results.items():
-        assert res["zero_exchanges"] == 0 and learner.rows[(r, r)] == 40 * COLUMNS[r]
-    assert learner.rows.get((2, 2), 0) <= 5 * COLUMNS[2]  # the dead rank's steps stop with it
+        assert res["zero_exchanges"] == 0 and steps_by_rank[r] == 40 * COLUMNS[r]
+    assert steps_by_rank.get(2, 0) <= 5 * COLUMNS[2]  # the dead rank's steps stop with it
 
 
 def test_late_rank_and_missing_weights_give_zero_corrections_not_a_hang(tmp_path):
-    policy, arrays = level_policy(tmp_path, NO_POLICY)  # an export that never saw a learner
-    learner = LearnerThread()
+    served = ServedCoupling()
     try:
-        learner.publish_after_hello(0, 0.5, PolicyVersion(7, 1), arrays)
-        results, rc, log = run_ranks(tmp_path, 2, learner=learner.endpoint, policy=policy, steps=60,
+        policy = served.export(tmp_path / "policy", NO_POLICY)  # an export that never saw a learner
+        served.when(lambda c: any(s.actor_id == 0 for s in c.server.sessions.values()),  # rank 0's HELLO
+                    lambda c: c.publish(), delay_s=0.5)
+        results, rc, log = run_ranks(tmp_path, 2, learner=served.endpoint, policy=policy, steps=60,
                                      sleep=0.05, late={1: 2.5})
     finally:
-        learner.close()
+        served.close()
     assert rc == 0, log
     early = results[0]
     assert 0 < early["zero_exchanges"] < 60 and early["warnings"]["no_weights"] == early["zero_exchanges"]
-    assert early["version"] == [7, 1]
+    assert early["version"] == list(served.version) and served.version.count == 1
     late = results[1]  # joined after the weights were published: the learner sent them on HELLO
-    assert late["version"] == [7, 1] and late["zero_exchanges"] <= 2
+    assert late["version"] == list(served.version) and late["zero_exchanges"] <= 2
 
 
 def test_an_unreachable_learner_gives_zero_corrections_within_the_deadline(tmp_path):
-    policy, _ = level_policy(tmp_path, PolicyVersion(7, 0))
+    policy = random_export(tmp_path, PolicyVersion(7, 0))
     cfg = CFG.__dict__ | {"learner": "tcp://127.0.0.1:9", "connect_timeout_s": 0.5, "reconnect_s": 0.2}
     results, rc, log = run_ranks(tmp_path, 2, learner=None, policy=policy, steps=20, config=cfg, wait_s=30)
     assert rc == 0, log

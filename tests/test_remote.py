@@ -385,21 +385,26 @@ def _numpy_actor_on_remote_robot(learner: str, robot: str, export: str, results)
         with link:
             loop = ActorLoop(device, pendulum_task.SwingUp(), policy, link,
                              ActorConfig(actor_id=1, send_every=32, random_steps=0, seed=1))
-            stats = loop.run()
+            stats = loop.run()  # until the learner says goodbye
         results.put({"env_steps": stats.env_steps, "weight_updates": stats.weight_updates,
                      "version": list(policy.version), "retried": device.attempts_retried,
-                     "jax": "jax" in sys.modules})
+                     "bye": link.bye_reason, "jax": "jax" in sys.modules})
 
 
 def test_whole_edge_path_numpy_actor_drives_the_remote_robot_for_the_learner(tmp_path):
+    """The edge as shipped (a numpy actor process on a lossy remote robot) against the real learner
+    service: it follows the published weights, its rows reach the replay, no retried request steps
+    the robot twice, and the learner's goodbye ends it."""
+    import queue
+
     import jax
 
+    from embodyrl import envs
     from embodyrl.algos import ddpg
     from embodyrl.cli.export import export_ddpg
     from embodyrl.hal import params as flat_params
     from embodyrl.hal import runtime
-    from embodyrl.hal.steps import PolicyVersion
-    from embodyrl.transport import LearnerServer
+    from embodyrl.learner.testing import ServedLearner
 
     obs_spec, act_spec = pendulum.OBSERVATION_SPEC, pendulum.make_device().action_spec
     config = ddpg.DDPGConfig(hidden_sizes=(16,))
@@ -408,43 +413,39 @@ def test_whole_edge_path_numpy_actor_drives_the_remote_robot_for_the_learner(tmp
     _, newer, _ = ddpg.make_networks(obs_spec, act_spec, config.hidden_sizes, jax.random.key(1))
 
     ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
+    robot_queue = ctx.Queue()
     robot = ctx.Process(target=serve_process, daemon=True,
-                        args=("embodyrl.envs.pendulum:make_device", "tcp://127.0.0.1:*", queue, 3.0,
+                        args=("embodyrl.envs.pendulum:make_device", "tcp://127.0.0.1:*", robot_queue, 3.0,
                               Faults(latency_s=0.001, drop_probability=0.1, seed=2)))
     robot.start()
-    robot_endpoint = queue.get(timeout=60)
-    server = LearnerServer(run_id="remote", incarnation=77, admit=lambda devices: None, peer_timeout_s=30)
+    robot_endpoint = robot_queue.get(timeout=60)
+    # the real service; it publishes the newer weights as version (77, 1)
+    learner = ServedLearner(tmp_path / "learner", envs.layout("pendulum"), run_id="remote", incarnation=77,
+                            peer_timeout_s=30, weights=flat_params.flatten({"actor": jax.device_get(newer)}))
     results = ctx.Queue()
     actor = ctx.Process(target=_numpy_actor_on_remote_robot, daemon=True,
-                        args=(server.endpoint, robot_endpoint, str(tmp_path / "policy"), results))
+                        args=(learner.endpoint, robot_endpoint, str(tmp_path / "policy"), results))
     actor.start()
     try:
-        server.publish(PolicyVersion(77, 1), flat_params.flatten({"actor": jax.device_get(newer)}))
-        rows, granted, deadline = [], False, time.monotonic() + 90
-        while sum(s.env_steps for s in rows) < 300:
-            assert time.monotonic() < deadline, "the learner side timed out"
-            for batch in server.poll(20):
-                server.ack(batch.session, batch.seq, credits=len(batch.steps))
-                rows.append(batch.steps)
-            for session in list(server.sessions.values()):
-                if session.held is not None and not granted:
-                    server.grant(session, 64)
-                    granted = True
-        server.bye("enough")
-        while actor.is_alive() and time.monotonic() < deadline:
-            for batch in server.poll(20):
-                server.ack(batch.session, batch.seq, credits=len(batch.steps))
-        result = results.get(timeout=30)
+        assert learner.wait(lambda service: service.counters.env_steps >= 300, timeout_s=90), \
+            "the learner side timed out"
+        learner.close()  # the service's own shutdown: final commit and ACKs, then its goodbye
+        try:
+            result = results.get(timeout=30)
+        except queue.Empty:
+            pytest.fail(f"the actor did not end on the learner's goodbye within 30 s (alive: {actor.is_alive()}, "
+                        f"exit code {actor.exitcode})")
         with RemoteDevice(robot_endpoint, timeout_s=0.05, retries=40, backoff=1.0) as probe:
             status = probe.server_status()
     finally:
-        server.close()
+        learner.close()
         for process in (actor, robot):
             _stop(process)
+    assert result["bye"] == "the test is over"  # the learner's goodbye ended it
     assert result["jax"] is False  # the actor acted with numpy alone
     assert result["version"] == [77, 1] and result["weight_updates"] >= 1  # it followed the learner
-    counts = np.concatenate([s.policy_count[~s.final] for s in rows])
+    assert 300 <= sum(t.steps.env_steps for t in learner.taken) <= result["env_steps"]
+    counts = np.concatenate([t.steps.policy_count[~t.steps.final] for t in learner.taken])
     assert counts.max() == 1
     assert result["retried"] > 0 and status["dropped_replies"] > 0  # replies were lost on the way
     assert status["steps"] == result["env_steps"]  # and no retry stepped the robot twice

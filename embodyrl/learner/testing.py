@@ -16,7 +16,10 @@ replay in the test's directory, admitting the devices that fit ``layout`` (sever
 padded into its row layout, as in a run). Without a ``training`` it never trains: ``learner.min_replay``
 is set past any test's rows, so the rate limiter grants credit freely and no JAX math runs;
 it publishes ``weights`` if given, else nothing (an actor that must never load weights can
-say so). :meth:`kill`, or ``dies_on(batch)`` as a batch arrives, ends it without a goodbye, as a
+say so). With a ``training`` (and, for an on-policy learner, its ``data`` side, e.g. PPO's
+:class:`~embodyrl.learner.rollout_side.RolloutData`) it compiles the update before serving and
+trains as a run does; :meth:`pause_training` holds it as the operator console's pause does.
+:meth:`kill`, or ``dies_on(batch)`` as a batch arrives, ends it without a goodbye, as a
 SIGKILL would: nothing more is committed or acknowledged.
 """
 
@@ -105,25 +108,42 @@ class ServedLearner:
     ``peer_timeout_s``, ``duplicate_window_s``, ``admit`` (default: the layout's), ...);
     ``endpoint`` defaults to a free loopback port. ``learner``: the replay's settings (its
     ``min_replay`` is raised to :data:`NEVER` without a ``training``). ``training``: a real
-    :class:`~embodyrl.learner.service.Training` for a test that needs updates.
+    :class:`~embodyrl.learner.service.Training` for a test that needs updates, compiled (the
+    service's ``warm_up``) before the service serves, as :func:`~embodyrl.learner.build.build_learner`
+    does. ``data``: the data side to serve instead of the replay (``learner``, ``batch_size`` and
+    ``discount`` are then unused), e.g. :class:`~embodyrl.learner.rollout_side.RolloutData` made for
+    the server's ``incarnation``, with its ``training``; it keeps no committed seq across restarts.
     """
 
-    def __init__(self, directory: Path, layout: Layout, *, training=None,
+    def __init__(self, directory: Path, layout: Layout, *, training=None, data=None,
                  weights: dict[str, np.ndarray] | None = None, learner: LearnerConfig = SMALL_REPLAY,
                  batch_size: int = 32, discount: float = 0.99, endpoint: str = "tcp://127.0.0.1:*",
                  dies_on: Callable[[Taken], bool] | None = None, **server_options):
         if training is None:
             learner = dataclasses.replace(learner, min_replay=NEVER)
         self.taken: list[Taken] = []
-        self.data = ReplayData(Path(directory) / "replay", layout.observation_spec, layout.action_spec,
-                               learner, batch_size=batch_size, discount=discount, seed=0, pad=layout.pad_steps)
+        if data is None:
+            data = ReplayData(Path(directory) / "replay", layout.observation_spec, layout.action_spec,
+                              learner, batch_size=batch_size, discount=discount, seed=0, pad=layout.pad_steps)
+            server_options.setdefault("committed_seq", data.committed_seq)  # a restart resumes each actor
+        self.data = data
         server_options.setdefault("admit", admission(layout))
-        server_options.setdefault("committed_seq", self.data.committed_seq)  # a restart resumes each actor
-        self.server = LearnerServer(endpoint, **server_options)
+        try:
+            self.server = LearnerServer(endpoint, **server_options)
+        except BaseException:
+            self.data.close(failed=False)
+            raise
         self._stop, self._killed = threading.Event(), threading.Event()
         self.service = LearnerService(self.server, _Recorded(self.data, self.taken, dies_on, self._killed),
                                       training or NoTraining(weights),
                                       incarnation=self.server.incarnation, log_every_s=3600.0)
+        if training is not None:
+            try:  # before serving, as a run compiles before actors depend on its answers
+                self.service.warm_up()
+            except BaseException:
+                self.server.close()
+                self.data.close(failed=False)
+                raise
         self._publishes = training is not None or weights is not None
         self._asked: list[tuple[Callable, threading.Event, list]] = []
         self._lock = threading.Lock()
@@ -198,6 +218,11 @@ class ServedLearner:
                 return False
             time.sleep(0.01)
         return True
+
+    def pause_training(self, paused: bool = True) -> None:
+        """Pause (or, ``paused=False``, resume) training as the operator console's command does, in
+        the service's thread: ingest, ACKs and credit go on; no update, so no new weights."""
+        self.read(lambda service: setattr(service, "training_paused", paused))
 
     def rejected(self, reason: str) -> int:
         """How many messages the server refused for ``reason``."""

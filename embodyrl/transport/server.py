@@ -57,6 +57,10 @@ MAX_BATCH_ROWS = 4096
 """Rows in the largest batch an actor sends, unless the learner says otherwise."""
 LIMIT_MARGIN = 1.25
 WEIGHTS_RESEND_MAX_S = 60.0
+BYE_WAIT_S = 1.0
+"""How long :meth:`LearnerServer.bye` keeps serving for the actors to answer the goodbye with theirs.
+Closing at once can take the BYE with it: an actor's DEALER (``IMMEDIATE``) drops what it has not
+yet read when its connection goes, and that actor runs on, unaware, until its credit times out."""
 HANDSHAKE_MS = 10_000
 
 # Decides whether to admit an actor: returns None to accept or the reason to refuse.
@@ -420,9 +424,20 @@ class LearnerServer:
                 "rejected_by_reason": dict(st.rejected), **counts, **rates,
                 "duplicates_dropped": st.duplicates, "seq_gaps": st.seq_gaps, "weights_sent": dict(self.publisher.sent)}
 
-    def bye(self, reason: str) -> None:
-        for session in list(self.sessions.values()):
-            self._send(session.identity, P.BYE, {"reason": reason}, reply=False)
+    def bye(self, reason: str, wait_s: float = BYE_WAIT_S) -> None:
+        """Say goodbye to every session, then keep serving until each has answered with its own BYE
+        (it has read ours), or ``wait_s`` has passed; a session that begins meanwhile is told too.
+        Step batches that arrive meanwhile are neither returned nor acknowledged (the actor's spool
+        keeps them)."""
+        told: set[bytes] = set()
+        deadline = time.monotonic() + wait_s
+        while True:
+            for identity in [i for i in self.sessions if i not in told]:
+                self._send(identity, P.BYE, {"reason": reason}, reply=False)
+                told.add(identity)
+            if not self.sessions or time.monotonic() >= deadline:
+                return
+            self.poll(20)
 
     def _send(self, identity: bytes, kind: str, fields: dict, protocol: int = PROTOCOL_VERSION, *,
               reply: bool = True) -> None:
