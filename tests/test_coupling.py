@@ -11,11 +11,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from embodyrl.coupling.testing import ServedCoupling, random_export
 from embodyrl.hal.coupling.inference import InferenceServer
 from embodyrl.hal.coupling.link import CouplingConfig, CouplingError, CouplingLink, level_inputs
 from embodyrl.hal.runtime import NumpyPolicy
 from embodyrl.hal.steps import PolicyVersion
-from tests.test_coupling_mpi import CFG, LearnerThread, level_policy
+from tests.test_coupling_mpi import CFG
 
 
 def test_level_inputs_take_a_window_of_levels_then_the_context():
@@ -30,7 +31,7 @@ def test_level_inputs_take_a_window_of_levels_then_the_context():
 
 @pytest.fixture
 def local_link(tmp_path):
-    path, _ = level_policy(tmp_path, PolicyVersion(7, 0))
+    path = random_export(tmp_path, PolicyVersion(7, 0), cfg=CFG)
     from embodyrl.hal import runtime
 
     return CouplingLink(replace(CFG, explore=False), rank=0, policy=runtime.load(path))
@@ -61,7 +62,7 @@ def test_corrections_cover_exactly_the_columns_given_and_stay_bounded(local_link
 
 
 def test_a_policy_for_another_shape_is_refused(tmp_path):
-    path, _ = level_policy(tmp_path, PolicyVersion(7, 0))
+    path = random_export(tmp_path, PolicyVersion(7, 0), cfg=CFG)
     from embodyrl.hal import runtime
 
     with pytest.raises(CouplingError, match="policy reads"):
@@ -73,7 +74,7 @@ def test_a_policy_for_another_shape_is_refused(tmp_path):
 def test_a_nearby_inference_process_answers_like_the_local_replica_and_its_death_costs_one_deadline(tmp_path):
     from embodyrl.hal import runtime
 
-    path, _ = level_policy(tmp_path, PolicyVersion(7, 3))
+    path = random_export(tmp_path, PolicyVersion(7, 3), cfg=CFG)
     server = InferenceServer(runtime.load(path), radius=CFG.radius)
     stop = threading.Event()
     thread = threading.Thread(target=lambda: [server.serve_once(20) for _ in iter(stop.is_set, True)], daemon=True)
@@ -159,21 +160,20 @@ def test_the_coupling_learner_learns_a_state_dependent_target_through_a_real_lin
 def test_steps_of_several_exchanges_leave_in_one_message(tmp_path):
     from embodyrl.hal import runtime
 
-    path, _ = level_policy(tmp_path, PolicyVersion(7, 0))
-    learner = LearnerThread()
-    try:
-        link = CouplingLink(replace(CFG, learner=learner.endpoint, send_every=3, stream_fraction=0.5), rank=2,
+    served = ServedCoupling(CFG)
+    try:  # the learner's own export: its server refuses rows acted under an incarnation it never had
+        path = served.export(tmp_path / "policy")
+        link = CouplingLink(replace(CFG, learner=served.endpoint, send_every=3, stream_fraction=0.5), rank=2,
                             policy=runtime.load(path), seed=0)
         rng = np.random.default_rng(2)
         for _ in range(7):
             link.exchange(rng.normal(size=(10, 12, 3)), {"context": np.zeros((10, 2)), "target": np.zeros((10, 12))})
         link.close(flush_s=5.0)
-        deadline = time.monotonic() + 5
-        while learner.rows.get((2, 2), 0) < 35 and time.monotonic() < deadline:
-            time.sleep(0.05)
+        served.wait(lambda c: c.steps_by_rank.get(2, 0) >= 35, timeout_s=5)
     finally:
-        learner.close()
-    assert learner.rows[(2, 2)] == 7 * 5 == link.stats.steps_sent and learner.batches == 3  # 3 + 3 + 1
+        served.close()
+    # batches as the ring took them (a resend is dropped before it): 3 + 3 + 1 exchanges
+    assert served.rows()[(2, 2)] == 7 * 5 == link.stats.steps_sent and len(served.taken) == 3
 
 
 def test_coupling_benchmark_quick_reports_finite_named_figures():
@@ -205,7 +205,7 @@ def test_the_c_example_gets_the_same_corrections_as_the_python_replica(tmp_path)
     binary = tmp_path / "coupling_infer"
     subprocess.run(["cc", "-O2", "-Wall", "-Werror", "-o", str(binary), str(C_EXAMPLE), "-lzmq"], check=True,
                    timeout=120)
-    path, _ = level_policy(tmp_path, PolicyVersion(7, 3))
+    path = random_export(tmp_path, PolicyVersion(7, 3), cfg=CFG)
     server = InferenceServer(runtime.load(path), radius=CFG.radius)
     stop = threading.Event()
     thread = threading.Thread(target=lambda: [server.serve_once(20) for _ in iter(stop.is_set, True)], daemon=True)
@@ -237,11 +237,11 @@ def test_a_horizon_reward_is_the_mean_score_of_the_next_exchanges_and_a_restart_
     reports at exchanges t+1..t+k, for the same column; rows whose horizon a restart cuts are dropped."""
     from embodyrl.hal import runtime
 
-    path, _ = level_policy(tmp_path, PolicyVersion(7, 0))
-    learner = LearnerThread()
+    served = ServedCoupling(CFG)
     k, n = 3, 4
     try:
-        link = CouplingLink(replace(CFG, learner=learner.endpoint, reward_horizon=k, send_every=2), rank=1,
+        path = served.export(tmp_path / "policy")  # the learner's own: rows acted under it are admitted
+        link = CouplingLink(replace(CFG, learner=served.endpoint, reward_horizon=k, send_every=2), rank=1,
                             policy=runtime.load(path), seed=0)
         rng = np.random.default_rng(1)
         scores = []
@@ -255,12 +255,10 @@ def test_a_horizon_reward_is_the_mean_score_of_the_next_exchanges_and_a_restart_
         with pytest.raises(CouplingError, match="score"):
             link.exchange(rng.normal(size=(n, 12, 3)), {"context": np.zeros((n, 2))})
         link.close(flush_s=5.0)
-        deadline = time.monotonic() + 5
-        while learner.rows.get((1, 1), 0) < 2 * n and time.monotonic() < deadline:
-            time.sleep(0.05)
+        served.wait(lambda c: c.steps_by_rank.get(1, 0) >= 2 * n, timeout_s=5)
     finally:
-        learner.close()
-    steps = learner.received
+        served.close()
+    steps = [t.steps for t in served.taken]
     assert sum(len(s) for s in steps) == 2 * n == link.stats.steps_sent  # exchanges 0 and 1 only
     rewards = np.concatenate([s.reward for s in steps])
     index = np.concatenate([s.step_index for s in steps])
@@ -277,10 +275,11 @@ def test_a_rank_silent_longer_than_the_learner_waits_says_hello_again_and_its_ro
     existed, unacknowledged, and the link went on as if connected."""
     from embodyrl.hal import runtime
 
-    path, _ = level_policy(tmp_path, PolicyVersion(7, 0))
-    learner = LearnerThread(peer_timeout_s=1.0)
+    # the learner's server waits 1 s on a silent peer (set before it serves: its WELCOME tells the link)
+    served = ServedCoupling(CFG, peer_timeout_s=1.0)
     try:
-        link = CouplingLink(replace(CFG, learner=learner.endpoint, peer_timeout_s=30.0), rank=3,
+        path = served.export(tmp_path / "policy")  # the learner's own: rows acted under it are admitted
+        link = CouplingLink(replace(CFG, learner=served.endpoint, peer_timeout_s=30.0), rank=3,
                             policy=runtime.load(path), seed=0)
         rng = np.random.default_rng(3)
 
@@ -289,15 +288,13 @@ def test_a_rank_silent_longer_than_the_learner_waits_says_hello_again_and_its_ro
 
         exchange()
         time.sleep(2.5)  # the learner expires the silent session
-        assert not learner.server.sessions
+        assert served.read(lambda c: not c.server.sessions)
         for _ in range(20):
             exchange()
             time.sleep(0.05)
         link.close(flush_s=5.0)
-        deadline = time.monotonic() + 5
-        while learner.rows.get((3, 3), 0) < 21 * 4 and time.monotonic() < deadline:
-            time.sleep(0.05)
+        served.wait(lambda c: c.steps_by_rank.get(3, 0) >= 21 * 4, timeout_s=5)
     finally:
-        learner.close()
+        served.close()
     # every streamed row arrived; at most the exchange that said HELLO again answered zero and streamed none
-    assert learner.rows[(3, 3)] == link.stats.steps_sent >= 20 * 4 and link.stats.zero_answers <= 1
+    assert served.rows()[(3, 3)] == link.stats.steps_sent >= 20 * 4 and link.stats.zero_answers <= 1

@@ -7,11 +7,12 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from embodyrl.coupling.testing import ServedCoupling, random_export
 from embodyrl.hal import runtime
 from embodyrl.hal.coupling.batch import ColumnBatch
 from embodyrl.hal.coupling.link import CouplingError, CouplingLink, io_threads_cpu_s
 from embodyrl.hal.steps import PolicyVersion, Steps
-from tests.test_coupling_mpi import CFG, LearnerThread, level_policy
+from tests.test_coupling_mpi import CFG
 
 
 def _exchanges(n_list, seed=0):
@@ -24,23 +25,23 @@ def _exchanges(n_list, seed=0):
 
 
 def test_streamed_rows_are_the_models_columns_with_their_rewards(tmp_path):
-    path, _ = level_policy(tmp_path, PolicyVersion(7, 0))
-    learner = LearnerThread()
+    served = ServedCoupling(CFG)
     given = []
     try:
-        link = CouplingLink(replace(CFG, learner=learner.endpoint, send_every=3, stream_fraction=0.5), rank=2,
+        path = served.export(tmp_path / "policy")  # the learner's own: rows acted under it are admitted
+        link = CouplingLink(replace(CFG, learner=served.endpoint, send_every=3, stream_fraction=0.5), rank=2,
                             policy=runtime.load(path), seed=0)
         for state, info in _exchanges([8, 8, 8, 8, 21, 21, 9]):  # the column count changes inside a batch
             correction = link.exchange(state, info)
             given.append((state, info, correction))
         link.close(flush_s=5.0)
-        deadline = time.monotonic() + 5
-        while sum(len(s) for s in learner.received) < link.stats.steps_sent and time.monotonic() < deadline:
-            time.sleep(0.05)
+        served.wait(lambda c: c.steps_by_rank.get(2, 0) >= link.stats.steps_sent, timeout_s=5)
     finally:
-        learner.close()
-    steps = learner.received
+        served.close()
+    steps = [t.steps for t in served.taken]
     assert sum(len(s) for s in steps) == link.stats.steps_sent == 4 * 4 + 2 * 10 + 4  # half of 8, 21, 9
+    incarnation = runtime.load(path).version.incarnation
+    assert incarnation == served.version.incarnation != 0  # the policy it acted under is the learner's
     rows = {(int(s.episode_id[i]), int(s.step_index[i])): (s, i) for s in steps for i in range(len(s))}
     episodes = {}  # each column keeps its episode id while the column count stays; match rows by content
     for k, (state, info, correction) in enumerate(given):
@@ -55,7 +56,7 @@ def test_streamed_rows_are_the_models_columns_with_their_rewards(tmp_path):
             want = -np.mean(((correction[c].astype(np.float32) - info["target"][c]) / CFG.max_correction) ** 2)
             assert s.reward[i] == pytest.approx(want, rel=1e-5)
             assert s.terminated[i] and not s.truncated[i] and not s.final[i] and s.source[i] == 0
-            assert s.actor_id[i] == s.device_id[i] == 2 and s.policy_incarnation[i] == 7
+            assert s.actor_id[i] == s.device_id[i] == 2 and s.policy_incarnation[i] == incarnation
             assert s.proposed_action is s.action  # not on the wire: the learner rebuilt it, no copy
             episodes.setdefault((len(state), c), int(s.episode_id[i]))
             assert episodes[(len(state), c)] == int(s.episode_id[i])
@@ -93,7 +94,7 @@ def test_a_taken_batch_is_never_written_again():
     ("context", np.inf, r"info\['context'\]: non-finite"),
 ])
 def test_non_finite_info_is_refused_before_anything_is_sent(tmp_path, key, bad, message):
-    path, _ = level_policy(tmp_path, PolicyVersion(7, 0))
+    path = random_export(tmp_path, PolicyVersion(7, 0), cfg=CFG)
     link = CouplingLink(replace(CFG, explore=False), rank=0, policy=runtime.load(path))
     info = {"context": np.zeros((4, CFG.context)), "target": np.zeros((4, CFG.levels))}
     info[key][1, 0] = bad
@@ -103,10 +104,10 @@ def test_non_finite_info_is_refused_before_anything_is_sent(tmp_path, key, bad, 
 
 
 def test_the_link_books_wall_and_cpu_time_apart_from_inference(tmp_path):
-    path, _ = level_policy(tmp_path, PolicyVersion(7, 0))
-    learner = LearnerThread()
+    served = ServedCoupling(CFG)
     try:
-        link = CouplingLink(replace(CFG, learner=learner.endpoint, send_every=2), rank=1,
+        path = served.export(tmp_path / "policy")  # the learner's own: rows acted under it are admitted
+        link = CouplingLink(replace(CFG, learner=served.endpoint, send_every=2), rank=1,
                             policy=runtime.load(path), seed=0)
         before = io_threads_cpu_s()
         for state, info in _exchanges([200] * 20):
@@ -114,7 +115,7 @@ def test_the_link_books_wall_and_cpu_time_apart_from_inference(tmp_path):
         link.close(flush_s=5.0)
         after = io_threads_cpu_s()
     finally:
-        learner.close()
+        served.close()
     s = link.stats
     assert s.steps_sent == 20 * 200
     assert 0 < s.link_cpu_s <= s.link_s + 0.01  # one thread's CPU time cannot exceed the wall time
@@ -125,7 +126,7 @@ def test_the_link_books_wall_and_cpu_time_apart_from_inference(tmp_path):
 
 @pytest.mark.parametrize("n, fraction", [(17, 0.25), (704, 0.25), (5, 0.9), (3, 0.3)])
 def test_streamed_columns_are_drawn_round_by_round_without_repeats(tmp_path, n, fraction):
-    path, _ = level_policy(tmp_path, PolicyVersion(7, 0))
+    path = random_export(tmp_path, PolicyVersion(7, 0), cfg=CFG)
     link = CouplingLink(replace(CFG, stream_fraction=fraction), rank=0, policy=runtime.load(path), seed=3)
     k = max(1, round(fraction * n))
     counts = np.zeros(n, int)
@@ -139,23 +140,23 @@ def test_streamed_columns_are_drawn_round_by_round_without_repeats(tmp_path, n, 
 
 def test_a_stalled_batch_still_polls_the_learner(tmp_path):
     """Exchanges that stop completing the batch (the inference process died) still keep the link alive."""
-    path, arrays = level_policy(tmp_path, PolicyVersion(7, 0))
-    learner = LearnerThread()
+    served = ServedCoupling(CFG)
     try:
-        link = CouplingLink(replace(CFG, learner=learner.endpoint, send_every=1000), rank=4,
+        path = served.export(tmp_path / "policy")  # version (incarnation, 0)
+        link = CouplingLink(replace(CFG, learner=served.endpoint, send_every=1000), rank=4,
                             policy=runtime.load(path), seed=0)
         link.POLL_AT_LEAST_S = 0.05
         state, info = next(_exchanges([6]))
         link.exchange(state, info)  # the batch is now part-filled: the per-batch poll will not come
-        learner.publish(PolicyVersion(7, 1), arrays)
+        published = served.publish()  # the learner's own actor, as (incarnation, 1)
         deadline = time.monotonic() + 10
         while link.stats.weights_taken == 0 and time.monotonic() < deadline:
             link.exchange(state, info)
             time.sleep(0.02)
-        assert link.stats.weights_taken == 1 and link.version == PolicyVersion(7, 1)
+        assert link.stats.weights_taken == 1 and link.version == published == (runtime.load(path).version.incarnation, 1)
         link.close(flush_s=5.0)
     finally:
-        learner.close()
+        served.close()
 
 
 def test_a_batch_without_proposed_action_decodes_with_it_equal_to_action():
@@ -202,10 +203,10 @@ def test_a_float64_target_is_scored_in_float32_without_warnings():
 
 
 def test_stream_every_streams_all_columns_on_every_nth_exchange_only(tmp_path):
-    path, _ = level_policy(tmp_path, PolicyVersion(7, 0))
-    learner = LearnerThread()
+    served = ServedCoupling(CFG)
     try:
-        link = CouplingLink(replace(CFG, learner=learner.endpoint, stream_fraction=1.0, stream_every=3, send_every=2),
+        path = served.export(tmp_path / "policy")  # the learner's own: rows acted under it are admitted
+        link = CouplingLink(replace(CFG, learner=served.endpoint, stream_fraction=1.0, stream_every=3, send_every=2),
                             rank=1, policy=runtime.load(path), seed=0)
         exchanges = list(_exchanges([6] * 9, seed=4))
         for k, (state, info) in enumerate(exchanges):
@@ -215,29 +216,28 @@ def test_stream_every_streams_all_columns_on_every_nth_exchange_only(tmp_path):
         with pytest.raises(CouplingError, match=r"info\['target'\]: non-finite"):  # exchange 9 streams
             link.exchange(exchanges[0][0], {**exchanges[0][1], "target": np.full((6, CFG.levels), np.inf)})
         link.close(flush_s=5.0)
-        deadline = time.monotonic() + 5
-        while sum(len(s) for s in learner.received) < 18 and time.monotonic() < deadline:
-            time.sleep(0.05)
+        served.wait(lambda c: c.steps_by_rank.get(1, 0) >= 18, timeout_s=5)
     finally:
-        learner.close()
+        served.close()
+    received = [t.steps for t in served.taken]
     assert link.stats.steps_sent == 3 * 6  # exchanges 0, 3 and 6, every column
     got = sorted((int(s.step_index[i]), round(float(s.observation["profile"][i, 0, 0]), 5))
-                 for s in learner.received for i in range(len(s)))
+                 for s in received for i in range(len(s)))
     want = sorted((j, round(float(np.float32(exchanges[k][0][c, 0, 0])), 5))
                   for j, k in enumerate((0, 3, 6)) for c in range(6))
     assert got == want
-    assert all(np.isfinite(s.reward).all() for s in learner.received)
+    assert all(np.isfinite(s.reward).all() for s in received)
 
 
 def test_counts_below_one_are_refused(tmp_path):
-    path, _ = level_policy(tmp_path, PolicyVersion(7, 0))
+    path = random_export(tmp_path, PolicyVersion(7, 0), cfg=CFG)
     for name in ("stream_every", "send_every"):
         with pytest.raises(CouplingError, match=name):
             CouplingLink(replace(CFG, **{name: 0}), rank=0, policy=runtime.load(path))
 
 
 def test_inference_in_blocks_of_columns_gives_the_same_corrections(tmp_path):
-    path, _ = level_policy(tmp_path, PolicyVersion(7, 0))
+    path = random_export(tmp_path, PolicyVersion(7, 0), cfg=CFG)
     state, info = next(_exchanges([7], seed=5))
     answers = []
     for rows in (0, 2 * CFG.levels, 3 * CFG.levels, 10_000 * CFG.levels):  # whole, blocks of 2 and 3, one block

@@ -7,13 +7,13 @@ import signal
 import subprocess
 import sys
 import textwrap
-import threading
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from embodyrl.coupling.testing import ServedCoupling, random_export
 from embodyrl.hal import runtime
 from embodyrl.hal.coupling.link import CouplingConfig
 from embodyrl.hal.steps import NO_POLICY, PolicyVersion
@@ -62,131 +62,6 @@ RANK_PROGRAM = textwrap.dedent("""
 """)
 
 
-def small_ddpg():
-    """A small actor: each rank's numpy replica answers quickly, and the learner's JAX init is cheap.
-    (Imported here: collecting this file imports no JAX.)"""
-    from embodyrl.algos.ddpg import DDPGConfig
-
-    return DDPGConfig(hidden_sizes=(8,), discount=0.0)
-
-
-def random_export(tmp_path: Path, version: PolicyVersion, name: str = "policy") -> Path:
-    """The coupling learner's export (what ``embodyrl learner coupling`` writes) of fresh random weights."""
-    import jax
-
-    from embodyrl.coupling import export_policy, init
-
-    config = small_ddpg()
-    networks, state = init(jax.random.key(0), CFG, config)
-    runtime.save(tmp_path / name, *export_policy(networks, state.actor_params, config, version))
-    return tmp_path / name
-
-
-class ServedCoupling:
-    """The real coupling learner (:class:`~embodyrl.coupling.CouplingLearner`: its LearnerServer,
-    LearnerService loop and ColumnRing) serving on a loopback port in a thread, as
-    :class:`~embodyrl.learner.testing.ServedLearner` serves the ordinary service.
-
-    It never trains (``min_steps`` past any test's rows: the ring is never trainable, no JAX update
-    runs); it publishes its own actor when the test asks (:meth:`read`, :meth:`when`). ``taken``:
-    every batch the service handed its ring, in order (resends are dropped before the ring). The
-    learner's sessions and counters belong to its thread: ask through :meth:`read`, or read them
-    after :meth:`close`.
-    """
-
-    def __init__(self):
-        from embodyrl.coupling import CouplingLearner, CouplingLearnerConfig
-        from embodyrl.learner.testing import NEVER, Taken
-
-        self.learner = CouplingLearner(CFG, CouplingLearnerConfig(ddpg=small_ddpg(), capacity=1 << 13, min_steps=NEVER))
-        self.endpoint = self.learner.endpoint
-        self.taken: list[Taken] = []
-        add = self.learner.ring.add
-
-        def recorded(steps, seq, actor_id):  # the ring as it is, keeping each batch for the test to read
-            self.taken.append(Taken(steps, seq, actor_id))
-            return add(steps, seq, actor_id)
-
-        self.learner.ring.add = recorded
-        self._asked: list[tuple] = []
-        self._due: list[list] = []
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self.error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name="served-coupling", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        try:
-            try:
-                self.learner.run(3600.0, stop=self._turn)
-            finally:
-                self.learner.close()  # the service's shutdown: final ACKs, BYE, sockets closed
-        except BaseException as err:  # noqa: BLE001 - raised by close()
-            self.error = err
-
-    def _turn(self) -> bool:
-        """Between two of the service's turns: answer the test's questions, do what fell due."""
-        with self._lock:
-            asked, self._asked = self._asked, []
-        for question, answered, answer in asked:
-            try:
-                answer.append(question(self.learner))
-            except BaseException as err:  # noqa: BLE001 - handed back to the asking thread
-                answer.append(err)
-            answered.set()
-        now = time.monotonic()
-        for due in list(self._due):
-            condition, action, delay_s, since = due
-            if since is None and condition(self.learner):
-                due[3] = since = now
-            if since is not None and now - since >= delay_s:
-                action(self.learner)
-                self._due.remove(due)
-        return self._stop.is_set()
-
-    def read(self, question, timeout_s: float = 10.0):
-        """``question(learner)`` answered in the learner's thread, between two turns."""
-        answered, answer = threading.Event(), []
-        with self._lock:
-            self._asked.append((question, answered, answer))
-        if not answered.wait(timeout_s):
-            raise TimeoutError(f"the learner did not answer within {timeout_s} s")
-        if isinstance(answer[0], BaseException):
-            raise answer[0]
-        return answer[0]
-
-    def when(self, condition, action, delay_s: float = 0.0) -> None:
-        """``action(learner)`` in the learner's thread ``delay_s`` after ``condition(learner)`` first holds."""
-        self.read(lambda _: self._due.append([condition, action, delay_s, None]))
-
-    def export(self, path: Path, version: PolicyVersion | None = None) -> Path:
-        """The learner's actor as its export (``version``: the learner's current one unless given)."""
-        from embodyrl.coupling import export_policy
-
-        runtime.save(path, *self.read(lambda c: export_policy(c.networks, c.state.actor_params, c.config.ddpg,
-                                                              c.service.version if version is None else version)))
-        return path
-
-    def close(self, timeout_s: float = 10.0) -> None:
-        self._stop.set()
-        self._thread.join(timeout_s)
-        if self.error is not None:
-            raise self.error
-
-    @property
-    def version(self) -> PolicyVersion:
-        """The newest weights it published (read after :meth:`close`)."""
-        return self.learner.service.version
-
-    def rows(self) -> dict[tuple[int, int], int]:
-        """Rows taken per (actor id, device id) of the rows themselves."""
-        rows: dict[tuple[int, int], int] = {}
-        for t in self.taken:
-            rows[(t.actor_id, t.device_id)] = rows.get((t.actor_id, t.device_id), 0) + len(t.steps)
-        return rows
-
-
 def run_ranks(tmp_path, n, *, learner, policy, steps=20, sleep=0.01, late=None, die_rank=-1, die_step=-1,
               config=None, wait_s=60.0):
     """Start ``n`` ranks; return their results once every surviving rank has written one."""
@@ -226,10 +101,10 @@ def run_ranks(tmp_path, n, *, learner, policy, steps=20, sleep=0.01, late=None, 
 
 @pytest.mark.parametrize("n", [1, 2, 4])
 def test_each_rank_gets_its_own_corrections_and_streams_its_own_steps(tmp_path, n):
-    served = ServedCoupling()
+    served = ServedCoupling(CFG)
     try:
         policy = served.export(tmp_path / "policy")  # its weights at start: version (incarnation, 0)
-        served.read(lambda c: c.publish())  # weights reach every rank (on its HELLO): (incarnation, 1)
+        served.publish()  # weights reach every rank (on its HELLO): (incarnation, 1)
         results, rc, log = run_ranks(tmp_path, n, learner=served.endpoint, policy=policy, steps=20)
         time.sleep(0.3)
     finally:
@@ -252,7 +127,7 @@ def test_each_rank_gets_its_own_corrections_and_streams_its_own_steps(tmp_path, 
 
 
 def test_a_crashed_rank_does_not_hold_up_the_others(tmp_path):
-    served = ServedCoupling()
+    served = ServedCoupling(CFG)
     try:
         policy = served.export(tmp_path / "policy")
         results, _, log = run_ranks(tmp_path, 4, learner=served.endpoint, policy=policy, steps=40,
@@ -268,7 +143,7 @@ def test_a_crashed_rank_does_not_hold_up_the_others(tmp_path):
 
 
 def test_late_rank_and_missing_weights_give_zero_corrections_not_a_hang(tmp_path):
-    served = ServedCoupling()
+    served = ServedCoupling(CFG)
     try:
         policy = served.export(tmp_path / "policy", NO_POLICY)  # an export that never saw a learner
         served.when(lambda c: any(s.actor_id == 0 for s in c.server.sessions.values()),  # rank 0's HELLO
@@ -286,7 +161,7 @@ def test_late_rank_and_missing_weights_give_zero_corrections_not_a_hang(tmp_path
 
 
 def test_an_unreachable_learner_gives_zero_corrections_within_the_deadline(tmp_path):
-    policy = random_export(tmp_path, PolicyVersion(7, 0))
+    policy = random_export(tmp_path, PolicyVersion(7, 0), cfg=CFG)
     cfg = CFG.__dict__ | {"learner": "tcp://127.0.0.1:9", "connect_timeout_s": 0.5, "reconnect_s": 0.2}
     results, rc, log = run_ranks(tmp_path, 2, learner=None, policy=policy, steps=20, config=cfg, wait_s=30)
     assert rc == 0, log

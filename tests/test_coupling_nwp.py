@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 
 from embodyrl.coupling.nwp import BAND_NAMES, SEEDED, VARIANTS, ExperimentConfig
+from embodyrl.coupling.testing import ServedCoupling, random_export
 from embodyrl.envs.columns import row_split
 from embodyrl.hal.steps import PolicyVersion
-from tests.test_coupling_mpi import MPIEXEC, LearnerThread, level_policy
+from tests.test_coupling_mpi import MPIEXEC
 
 pytest.importorskip("mpi4py")
 pytestmark = pytest.mark.skipif(MPIEXEC is None, reason="no mpiexec (pip install mpich)")
@@ -25,16 +26,20 @@ TINY = ExperimentConfig(nlat=6, nlon=8, spin_up_days=0.5, train_starts_days=(0.0
 
 
 def test_tiny_run_on_two_ranks_streams_both_trainings_and_scores_every_forecast_system(tmp_path):
-    learners = {member: LearnerThread() for member in ("rl_nudged/s0", "rl_free/s0")}
-    coupling = TINY.coupling()
-    for member in learners:
-        level_policy(tmp_path, PolicyVersion(7, 0), cfg=coupling, name=f"policy_init_{member.replace('/', '-')}")
-    for i, member in enumerate(m for m in TINY.members() if m not in ("native", "bias_corrected")):
-        level_policy(tmp_path, PolicyVersion(7, 9), seed=1 + i, cfg=coupling, name=f"policy_{member.replace('/', '-')}")
-    args = tmp_path / "args.json"
-    args.write_text(json.dumps({"experiment": asdict(TINY), "out": str(tmp_path),
-                                "learners": {m: learner.endpoint for m, learner in learners.items()}}))
+    # as the example's learner process does: one coupling learner per trained member, each writing its
+    # own export as the policy its ranks start from (its server admits rows acted under no other)
+    learners = {member: ServedCoupling(TINY.coupling(free=member.startswith("rl_free")))
+                for member in ("rl_nudged/s0", "rl_free/s0")}
     try:
+        for member, learner in learners.items():
+            learner.export(tmp_path / f"policy_init_{member.replace('/', '-')}")
+        coupling = TINY.coupling()
+        for i, member in enumerate(m for m in TINY.members() if m not in ("native", "bias_corrected")):
+            random_export(tmp_path, PolicyVersion(7, 9), seed=1 + i, cfg=coupling,
+                          name=f"policy_{member.replace('/', '-')}")
+        args = tmp_path / "args.json"
+        args.write_text(json.dumps({"experiment": asdict(TINY), "out": str(tmp_path),
+                                    "learners": {m: learner.endpoint for m, learner in learners.items()}}))
         rank = Path(__file__).resolve().parents[1] / "examples" / "nwp_column_correction.py"
         proc = subprocess.run([MPIEXEC, "-n", "2", sys.executable, str(rank), "rank", str(args)],
                               capture_output=True, text=True, timeout=240)
@@ -47,12 +52,12 @@ def test_tiny_run_on_two_ranks_streams_both_trainings_and_scores_every_forecast_
     blocks = row_split(TINY.nlat, 2)
     for r, rows in enumerate(blocks):  # every rank streamed its own half of its columns, every 2nd step
         per_step = round(0.5 * len(rows) * TINY.nlon)
-        assert learners["rl_nudged/s0"].rows[(r, r)] == (steps // 2) * per_step
+        assert learners["rl_nudged/s0"].rows()[(r, r)] == (steps // 2) * per_step
         # free forecasts: the rows of streaming steps 0, 2, 4, 6 saw their 4 steps; 8 and 10 were cut
-        assert learners["rl_free/s0"].rows[(r, r)] == 4 * per_step
+        assert learners["rl_free/s0"].rows()[(r, r)] == 4 * per_step
         recorded = np.load(tmp_path / "increments" / f"rank{r}.npz")
         assert recorded["increment"].shape == ((steps // 2) * per_step, 70) and np.isfinite(recorded["increment"]).all()
-    free_rewards = np.array(learners["rl_free/s0"].rewards)
+    free_rewards = np.concatenate([t.steps.reward for t in learners["rl_free/s0"].taken])
     assert (free_rewards < 0).all() and np.isfinite(free_rewards).all()  # minus squared errors
     for name in ("analysis_done", "train_done", "free-s0_done"):
         assert (tmp_path / name).exists()
