@@ -30,7 +30,10 @@ classifier's directory and file hashes), and the device kinds' specs.
 :func:`of_config` rebuilds the robot from it for ``--resume``, ``eval`` and
 ``export`` (a robot file or a classifier changed since is refused, naming
 what changed), and :func:`layout_of` gives the learner its layout without
-reaching the robot. Nothing here imports JAX.
+reaching the robot, and :func:`reward_bounds_of` each device kind's reward bound
+(``task.reward_bound`` in a robot file, a built-in task's own, else
+:data:`~embodyrl.hal.steps.REWARD_BOUND`): the learner refuses a row whose
+|reward| exceeds it. Nothing here imports JAX.
 """
 
 from __future__ import annotations
@@ -55,6 +58,7 @@ from .hal.layout import DeviceKind, Layout
 from .hal.rewards import LearnedReward, RewardTask, Shaped, Success, Term, distance, within_distance
 from .hal.safety import BoxLimit, SafeDevice, SafetyConfig
 from .hal.specs import ArraySpec, DictSpec
+from .hal.steps import REWARD_BOUND
 from .hal.task import Task
 
 SUFFIXES = (".yaml", ".yml")
@@ -92,6 +96,8 @@ class _Part:
     file: dict | None = None
     """A robot file's ``path``, ``sha256`` and ``declaration`` (and ``classifier``: its ``path`` and
     ``sha256`` by file name)."""
+    reward_bound: float = REWARD_BOUND
+    """The largest |reward| its task pays (``task.reward_bound``, or a built-in task's own)."""
 
 
 @dataclass(frozen=True)
@@ -146,6 +152,10 @@ class Robot:
             return envs.layout(self.source)
         return Layout(tuple(_kind(part) for part in self.parts))
 
+    def reward_bounds(self) -> tuple[float, ...]:
+        """Each device kind's reward bound, in device-id order (what the learner refuses beyond)."""
+        return tuple(part.reward_bound for part in self.parts)
+
     def record(self) -> dict:
         """What ``config.json`` keeps under ``robot`` (empty for built-in tasks: the name says it all)."""
         if self.builtin:
@@ -155,7 +165,8 @@ class Robot:
         if files:
             record["files"] = files
         record["layout"] = [{"name": kind.name, "observation_spec": kind.observation_spec.to_msg(),
-                             "action_spec": kind.action_spec.to_msg()} for kind in self.layout().kinds]
+                             "action_spec": kind.action_spec.to_msg(), "reward_bound": bound}
+                            for kind, bound in zip(self.layout().kinds, self.reward_bounds(), strict=True)]
         return record
 
     def config_defaults(self) -> dict:
@@ -219,7 +230,7 @@ def _builtin(name: str):
 
 def _load_part(source: str, recorded: dict[str, dict]) -> _Part:
     if envs.is_known(source):
-        return _Part(source, source, _builtin(source), builtin=True)
+        return _Part(source, source, _builtin(source), builtin=True, reward_bound=envs.reward_bound(source))
     if is_file(source):
         return _load_file(source, recorded.get(source))
     if _FACTORY.match(source) and not source.startswith(envs.GYM_PREFIX):
@@ -389,6 +400,9 @@ def _load_file(source: str, file: dict | None = None) -> _Part:
                                         "it is not reward-only")
     make_device = _device(r, data["device"])
     make_task = _task(r, data["task"], name, steps)
+    reward_bound = REWARD_BOUND
+    if isinstance(data["task"], dict) and "reward_bound" in data["task"]:
+        reward_bound = r.number(data["task"]["reward_bound"], "task.reward_bound", positive=True)
     safety = _safety(r, data.get("safety", {}))
     if r.classifier is not None:
         if "classifier" in file:  # rebuilt from a run's record: the classifier it trained with
@@ -408,7 +422,8 @@ def _load_file(source: str, file: dict | None = None) -> _Part:
         return safe, make_task()
 
     return _Part(name, source, build, reset=reset, cameras=cameras, realtime=realtime,
-                 fields=tuple(r.fields), images=tuple(r.images), reward_only=reward_only, file=file)
+                 fields=tuple(r.fields), images=tuple(r.images), reward_only=reward_only, file=file,
+                 reward_bound=reward_bound)
 
 
 def _parse_yaml(raw: bytes, label: str) -> dict:
@@ -480,7 +495,8 @@ _CONDITIONS = ("within_distance", "above", "below", "function")
 
 def _task(r: _Reader, value, name: str, steps: int | None) -> Callable[[], Task]:
     """``task:``, a factory returning a Task, or a declared reward."""
-    data = r.mapping(value, "task", ("factory", "args", "reward", "end_on_success", "threshold", "name"))
+    data = r.mapping(value, "task", ("factory", "args", "reward", "end_on_success", "threshold", "name",
+                                     "reward_bound"))
     if r.one_of(data, "task", ("factory", "reward")) == "factory":
         for key in ("end_on_success", "threshold"):
             if key in data:
@@ -801,6 +817,15 @@ def layout_of(config) -> Layout:
     if "layout" in record:
         return _layout_from(record["layout"])
     return load(config.task).layout()
+
+
+def reward_bounds_of(config) -> tuple[float, ...]:
+    """Each device kind's reward bound for the learner: as the run recorded them (a run recorded before
+    bounds were: :data:`~embodyrl.hal.steps.REWARD_BOUND`), else the task's. Builds no device."""
+    record = getattr(config, "robot", None) or {}
+    if "layout" in record:
+        return tuple(float(k.get("reward_bound", REWARD_BOUND)) for k in record["layout"])
+    return load(config.task).reward_bounds()
 
 
 def _layout_from(kinds: list) -> Layout:

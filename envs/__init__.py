@@ -13,6 +13,8 @@ different shapes, one policy with per-device heads; ``parts(name)`` splits
 them, ``make`` builds one part at a time, and ``layout(name)`` declares the
 run's device kinds (:class:`embodyrl.hal.layout.Layout`: one kind for a plain
 task, one per part otherwise). This parsing is the only place that knows ``+``.
+``reward_bound(name)`` is the largest |reward| a task pays (its module's
+``REWARD_BOUND``; the learner refuses a row beyond it).
 
 The other direction: ``register_gymnasium()`` registers each task with
 Gymnasium as ``embodyrl/<Name>-v0`` (``GYMNASIUM_IDS``), so that
@@ -115,6 +117,16 @@ def factory(name: str) -> Callable:
         raise KeyError(unknown_reason(name))
     module, attr = _REGISTRY[name].split(":")
     return getattr(import_module(module), attr)
+
+
+def reward_bound(name: str) -> float:
+    """The largest |reward| task ``name`` (one part) declares: its module's ``REWARD_BOUND``, else
+    :data:`embodyrl.hal.steps.REWARD_BOUND` (a Gymnasium id's rewards are its own). Builds nothing."""
+    from ..hal.steps import REWARD_BOUND
+
+    if name in _REGISTRY:
+        return float(getattr(import_module(_REGISTRY[name].split(":")[0]), "REWARD_BOUND", REWARD_BOUND))
+    return REWARD_BOUND
 
 
 def make(name: str, **kwargs):

@@ -23,6 +23,9 @@ from ..hal.task import Task
 
 ASSET = Path(__file__).with_name("assets") / "arm7.xml"
 SUCCESS_DISTANCE_M = 0.05
+REWARD_BOUND = 100.0
+"""The largest |reward| a reach step pays, with a wide margin: the hand's distance to the target (a
+metre or two at most) plus 1e-4 of the clipped effort (at most 7)."""
 
 
 @dataclass(frozen=True)

@@ -72,6 +72,8 @@ ASSET = Path(__file__).with_name("assets") / "arm7_push.xml"
 CAMERA = "top"
 CAMERA_FIELD = f"camera/{CAMERA}"
 SUCCESS_DISTANCE_M = 0.05
+REWARD_BOUND = 10.0
+"""The largest |reward| a push step pays, with a margin: the sparse success (1.0), or a person's label."""
 """The block's centre within this (xy) of the target's: success."""
 EE_HEIGHT_M = 0.205
 """The pusher's bottom: 5 mm above the table top (z 0.2)."""

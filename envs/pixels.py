@@ -27,6 +27,8 @@ from . import pendulum
 
 CAMERA = "front"
 CAMERA_FIELD = f"camera/{CAMERA}"
+REWARD_BOUND = pendulum.REWARD_BOUND
+"""The swing-up's reward, so its bound."""
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,14 @@ because a device's driver is not thread-safe (a robot server's client owns
 one socket); an actor takes them every control period and in every wait, so
 an e-stop reaches the driver within a period of arriving.
 
+The console binds the peer's role and id to this link's connection (or,
+with keys, to its key). The thread sends STATUS every
+:data:`~.wire.control.STATUS_EVERY_S`, whether or not the loop has
+published anything new, so the console knows its holder is alive; refused
+because the id's holder was heard lately (a predecessor that has just died),
+it says HELLO again as soon as the console says the claim may pass, and
+keeps trying for as long as the link runs.
+
 Camera frames are encoded here, not in the loop: at the rate the operator
 picked, the thread JPEG-encodes the newest image of each camera (shrunk to
 the width picked) and sends it if the socket takes it at once. A frame that
@@ -74,7 +82,7 @@ class ConsoleLink:
 
     def __init__(self, endpoint: str, *, role: str, actor_id: int = 0,
                  keys: ClientKeys | None = None, allow_insecure: bool = False,
-                 status_every_s: float = 0.25, stream: StreamSettings | None = None):
+                 status_every_s: float = control.STATUS_EVERY_S, stream: StreamSettings | None = None):
         if role not in control.ROLES:
             raise ValueError(f"role must be one of {control.ROLES}, not {role!r}")
         check_endpoint(endpoint, keys is not None, allow_insecure)
@@ -84,7 +92,9 @@ class ConsoleLink:
         self.status_every_s = status_every_s
         self.stream = stream or StreamSettings()
         self.refused = ""
-        """The console's reason, if it refused this peer (a version mismatch, a bad HELLO)."""
+        """The console's reason, if it refused this peer (a version mismatch, a bad HELLO, an id
+        held by another peer)."""
+        self._hello_due = 0.0
         self.frames_sent = self.frames_dropped = 0
         self.stream_error = ""
         self._status: dict = {}
@@ -170,18 +180,19 @@ class ConsoleLink:
         sock = self._socket()
         try:
             now = time.monotonic()
-            due = {"hello": now, "status": now, "frames": now}
+            due = {"status": now, "frames": now}
+            self._hello_due = now
             while not self._stop.is_set():
                 now = time.monotonic()
-                if now >= due["hello"]:
+                if now >= self._hello_due:
                     self._send(sock, encode(control.HELLO, {
                         "protocol": control.CONTROL_PROTOCOL, "role": self.role, "actor_id": self.actor_id,
                         "devices": self.devices}))
-                    due["hello"] = now + HELLO_EVERY_S
+                    self._hello_due = now + HELLO_EVERY_S
                 with contextlib.suppress(queue.Empty):
                     while True:
                         self._send(sock, self._outbox.get_nowait())
-                if now >= due["status"] and self._status:
+                if now >= due["status"]:  # also before the loop's first status: the console hears it
                     self._send(sock, encode(control.STATUS, {"status": self._status}))
                     due["status"] = now + self.status_every_s
                 if self.stream.fps > 0 and now >= due["frames"]:
@@ -233,7 +244,10 @@ class ConsoleLink:
                     self.stream = control.stream_settings(fields.get("stream"))
                 self.refused = ""
             elif message.kind == control.REFUSED:
-                self.refused = str(fields.get("reason", "refused"))
+                self.refused = str(fields.get("reason", "refused"))[:500]
+                after = fields.get("retry_after_s")
+                if fields.get("retry") and isinstance(after, (int, float)):  # the holder may be gone by then
+                    self._hello_due = min(self._hello_due, time.monotonic() + min(max(after, 0.05), HELLO_EVERY_S))
             elif message.kind == control.COMMAND:
                 self._command(fields)
 

@@ -13,10 +13,18 @@ codec's ``[msgpack header, raw array frames]``). Every request carries a
                                   | REFUSED {seq, reason}   (another actor is in control)
     RESET  {seq, seed}           -> OBS {seq, health, reason} + observation arrays
     STEP   {seq} + action        -> OBS ...                  | ERROR {seq, reason, detail}
-    ESTOP  {seq, reason}         -> OK {seq}   (safe action now; latches until CLEAR)
-    CLEAR  {seq}                 -> OK {seq}   (an admin key's CLEAR also releases the session)
+    ESTOP  {seq, reason}         -> OK {seq}   (safe action now; latches until CLEARed by one who may)
+    CLEAR  {seq}                 -> OK {seq}   | ERROR {seq, reason: estop_by_admin | estop_by_owner
+                                                                      | driver_hung, detail}
     STATUS {seq}                 -> OK {seq, counters...}    (anyone may ask; monitoring)
     BYE    {seq}                 -> OK {seq}   (safe action, session released)
+
+An admin key (``admin_keys``) may send ESTOP and CLEAR from outside the
+session (:func:`~.drivers.remote.admin_request`, what a console holding an
+admin key calls): ``ESTOP {seq, reason}`` and ``CLEAR {seq, release=true}``
+answer ``OK {seq, released}``; with ``release`` (the default) the CLEAR also
+commands the safe action and releases the session, with ``release=false``
+it only lifts the latches and the actor carries on.
 
 Sequence numbers make retries idempotent: the server caches its last reply
 and replays it for a repeated ``seq`` instead of stepping twice, and ignores
@@ -37,6 +45,10 @@ What holds against any peer (docs/safety.md has the table):
   until the actor resets.
 * Every driver call has a deadline (:class:`DriverDeadlines`). One that
   overruns latches a ``driver_hung`` e-stop that software cannot clear.
+* Each e-stop latch records who set it (an admin key by name, the session's
+  owner, the watchdog, the driver) and only someone with that authority
+  lifts it (:mod:`.estop`): the owner's CLEAR lifts its own and the
+  watchdog's, never an admin's. STATUS lists them (``estops``).
 * With CurveZMQ keys the session belongs to the actor's key: the same key
   may reconnect and resume; another key is refused until the owner says
   BYE or an admin key CLEARs. Without keys (loopback, or ``allow_insecure``)
@@ -44,12 +56,20 @@ What holds against any peer (docs/safety.md has the table):
   silence, so a restarted actor can take over.
 * Requests from peers without a session are rate-limited before they are
   decoded (:class:`~.wire.security.RateLimiter`) and dropped unanswered over
-  the limit; the session's own requests are not.
+  the limit; the session's own requests are not. The limits never lock out
+  the session's own actor: with keys, the owner's key from a new connection
+  spends only its own bucket; without keys, a restarted actor is a new
+  connection like any flooder's, so a HELLO the shared bucket refuses may
+  spend a small HELLO reserve that a flood of STATUS or junk never touches.
+  Whether a message is a HELLO is read from its bytes before decoding (one
+  small frame holding the header's ``"k": "HELLO"``); a message let in that
+  way that turns out not to be a HELLO is dropped after its header parse.
 """
 
 from __future__ import annotations
 
 import abc
+import contextlib
 import logging
 import signal
 import threading
@@ -58,16 +78,19 @@ from dataclasses import dataclass, field
 from importlib import import_module
 from pathlib import Path
 
+import msgpack
 import numpy as np
 import zmq
 
 from .device import Device, Health
+from .estop import ADMIN, DRIVER, OWNER, WATCHDOG, Latches, refusal
 from .specs import ArraySpec, DictSpec, SpecError
 from .watchdog import DriverHung, DriverWorker
 from .wire.codec import Limits, MessageError, decode, encode
 from .wire.security import (
     RateLimiter,
     RateLimits,
+    SecurityError,
     ServerKeys,
     ServerSocket,
     check_endpoint,
@@ -85,6 +108,9 @@ ROBOT_LIMITS = Limits(max_header_bytes=16 * 1024, max_arrays=8, max_ndim=4,
                       max_frame_bytes=1 << 20, max_message_bytes=1 << 20)
 """What the server decodes: requests carry one small action, nothing larger."""
 DEFAULT_RATE_LIMITS = RateLimits()
+_HELLO_BYTES = msgpack.packb("k") + msgpack.packb(HELLO)
+"""How a HELLO's header names its kind; looked for in small single-frame messages before decoding."""
+_HELLO_MAX_BYTES = 128
 
 
 class RobotDriver(abc.ABC):
@@ -223,11 +249,15 @@ class ServerStats:
     """HELLOs of the session's own key from a fresh socket (a restarted actor)."""
     takeovers_refused: int = 0
     admin_releases: int = 0
+    clears_refused: int = 0
+    """CLEARs that left a latch their sender may not lift (the latch stays)."""
     out_of_bounds: int = 0
     """STEPs whose action left the bounds (refused or clipped)."""
     clipped: int = 0
     rate_limited: int = 0
     """Messages from peers without a session dropped unread over the rate limit."""
+    hello_reserve: int = 0
+    """HELLOs let in by the HELLO reserve (the shared bucket was spent, by a flood or others)."""
     rejected: dict[str, int] = field(default_factory=dict)
 
 
@@ -241,7 +271,6 @@ class _Session:
     last_seen: float = 0.0
     last_command: float = 0.0
     armed: bool = False
-    tripped: bool = False
 
 
 class _Refusal(Exception):
@@ -281,13 +310,16 @@ class RobotServer:
         self.max_messages_per_poll = max_messages_per_poll
         self.stats = ServerStats()
         self.session: _Session | None = None
-        self.estop_reason: str | None = None
+        self.latches = Latches()
+        """The e-stops latched now, each with who set it (see :mod:`.estop`)."""
         self.hung: DriverHung | None = None
         """The driver call that overran its deadline; latched for the server's lifetime."""
         self.safe_action_error: str | None = None
         self.last_action: np.ndarray | None = None
         """The newest action sent to the driver (by the actor or the watchdog)."""
-        self._admins = set(public_keys(admin_keys)) if admin_keys is not None else set()
+        self._admins = public_keys(admin_keys) if admin_keys is not None else {}
+        self._authorized_dir = None if keys is None else keys.authorized_dir
+        self._key_names: dict[str, str] = {}
         self._rng = np.random.default_rng(faults.seed)
         self._limiter = RateLimiter(rate_limits, time.monotonic())
         self._lock = threading.Lock()
@@ -305,6 +337,11 @@ class RobotServer:
         self._closing = threading.Event()
         self._watchdog = threading.Thread(target=self._watch, name="robot-watchdog", daemon=True)
         self._watchdog.start()
+
+    @property
+    def estop_reason(self) -> str | None:
+        """The reasons of every latched e-stop, most binding first; None when none is latched."""
+        return self.latches.summary()
 
     def close(self) -> None:
         """Stop the watchdog, command the safe action, release the socket and the driver."""
@@ -350,14 +387,25 @@ class RobotServer:
         key = peer_key(body[0]) if self._secured and body else None
         with self._lock:
             self.stats.requests += 1
-            if not self._owns(identity, key) and not self._limiter.allow(key, time.monotonic()):
-                self.stats.rate_limited += 1  # before decoding: a flood costs a bucket lookup
-                return
+            bucket = None
+            if not self._owns(identity, key):
+                owner = key is not None and self.session is not None and key == self.session.key
+                bucket = self._limiter.allow(key or identity, time.monotonic(), owner=owner, hello=_may_be_hello(body))
+                if bucket is None:
+                    self.stats.rate_limited += 1  # before decoding: a flood costs a bucket lookup
+                    return
         try:
             msg = decode(body, self.limits)
         except MessageError as err:
-            self._reject(identity, None, err.reason, str(err))
+            if bucket != "hello":
+                self._reject(identity, None, err.reason, str(err))
             return
+        if bucket == "hello":
+            with self._lock:
+                if msg.kind != HELLO:  # let in as a HELLO, and not one: it gets nothing more
+                    self.stats.rate_limited += 1
+                    return
+                self.stats.hello_reserve += 1
         seq = msg.fields.get("seq")
         if type(seq) is not int:
             self._reject(identity, None, "bad_seq", f"{msg.kind}: fields lack an integer 'seq'")
@@ -377,7 +425,7 @@ class RobotServer:
                 session.last_seen = time.monotonic()
         if not owner:
             if key in self._admins and msg.kind in (CLEAR, ESTOP):
-                self._send(identity, self._admin(msg.kind, seq, msg))
+                self._send(identity, self._admin(key, msg.kind, seq, msg))
             else:
                 self._reject(identity, seq, "no_session", f"{msg.kind}: send HELLO first (or the session expired)")
             return
@@ -426,28 +474,37 @@ class RobotServer:
         else:
             self._reply(session, encode(SPECS, {"seq": seq, **self._specs()}))
 
-    def _admin(self, kind: str, seq: int, msg) -> list:
-        """An admin key's ESTOP or CLEAR, from outside the session."""
+    def _admin(self, key: str, kind: str, seq: int, msg) -> list:
+        """An admin key's ESTOP or CLEAR, from outside the session.
+
+        ESTOP latches the admin's e-stop and commands the safe action. CLEAR lifts every latch software
+        may lift; with ``release`` (default true) it also commands the safe action and releases the
+        session, with ``release=false`` (a console lifting an e-stop) the actor keeps its session."""
+        name = self._admins[key]
+        release = kind == CLEAR and msg.fields.get("release", True) is not False
         with self._lock:
             session = self.session
-            if session is not None:
-                session.armed = False
             if kind == ESTOP:
-                self.estop_reason = str(msg.fields.get("reason", "admin e-stop"))
-            else:  # CLEAR: release the session (safe action first) and clear a software e-stop
+                self.latches.set(ADMIN, str(msg.fields.get("reason", "admin e-stop")), key, name)
+            else:
+                lifted, left = self.latches.clear(admin=True, key=key)
+                self.stats.clears_refused += bool(left)
+            if session is not None and (kind == ESTOP or release):
+                session.armed = False
+            if release:
                 self.session = None
                 self.stats.admin_releases += session is not None
-                if self.hung is None:
-                    self.estop_reason = None
-            call = self._submit_safe()
-        log.warning("admin %s%s", kind, " released the session" if kind == CLEAR and session else "")
+            call = self._submit_safe() if kind == ESTOP or release else None
+        released = release and session is not None
+        log.warning("admin key %r: %s%s", name, kind, " released the session" if released else "")
         try:
-            self._wait(call)
-            if kind == CLEAR and self.hung is not None:
-                raise self._hung_refusal()
+            if call is not None:
+                self._wait(call)
+            if kind == CLEAR and left:
+                raise _Refusal(*refusal(lifted, left))
         except _Refusal as err:
             return self._error(seq, err.reason, err.detail)
-        return encode(OK, {"seq": seq, "released": kind == CLEAR and session is not None})
+        return encode(OK, {"seq": seq, "released": released})
 
     def _execute(self, session: _Session, kind: str, seq: int, msg) -> list:
         if kind == BYE:
@@ -460,16 +517,21 @@ class RobotServer:
             return encode(OK, {"seq": seq})
         if kind == ESTOP:
             with self._lock:
-                self.estop_reason = str(msg.fields.get("reason", "remote e-stop"))
+                reason = str(msg.fields.get("reason", "remote e-stop"))
+                if session.key in self._admins:  # an admin key holds the session
+                    self.latches.set(ADMIN, reason, session.key, self._admins[session.key])
+                else:
+                    self.latches.set(OWNER, reason, session.key, self._key_name(session.key))
                 session.armed = False
                 call = self._submit_safe()
             self._wait(call)
             return encode(OK, {"seq": seq})
         if kind == CLEAR:
             with self._lock:
-                if self.hung is not None:
-                    raise self._hung_refusal()
-                self.estop_reason = None
+                lifted, left = self.latches.clear(admin=session.key in self._admins, key=session.key)
+                if left:
+                    self.stats.clears_refused += 1
+                    raise _Refusal(*refusal(lifted, left))
             return encode(OK, {"seq": seq})
         if kind not in (RESET, STEP):
             return self._error(seq, "unknown_kind", f"unknown request {kind!r}")
@@ -479,11 +541,11 @@ class RobotServer:
                 return self._error(seq, "bad_seed", f"seed must be an integer or nil, got {seed!r}")
             with self._lock:
                 self._check_ready()
+                self.latches.lift_watchdog()  # the owner starts a new episode
                 session.armed = False
                 call = self._worker.submit("reset", self.driver.reset, seed, deadline_s=self.deadlines.reset_s)
             observation = self._driver_result(session, call)
             with self._lock:
-                session.tripped = False
                 session.last_command = time.monotonic()
             health = self._driver_result(session, self._worker.submit(
                 "health", self.driver.health, deadline_s=self.deadlines.read_s))
@@ -491,9 +553,9 @@ class RobotServer:
             action = self._checked_action(session, seq, msg)
             with self._lock:  # checked and queued at once: the watchdog's safe action never precedes it
                 self._check_ready()
-                if session.tripped:
+                if self.latches.has(WATCHDOG):
                     raise _Refusal("watchdog", f"the watchdog stopped the robot after {self.watchdog_s} s "
-                                               "without a command; reset() to continue")
+                                               "without a command; reset() (or CLEAR) to continue")
                 started = time.monotonic()
                 run = self._command if self.driver.realtime else self._command_and_read
                 call = self._worker.submit("command", run, action, deadline_s=self.deadlines.command_s)
@@ -532,8 +594,18 @@ class RobotServer:
     def _check_ready(self) -> None:
         if self.hung is not None:
             raise self._hung_refusal()
-        if self.estop_reason is not None:
-            raise _Refusal("estopped", f"robot is e-stopped ({self.estop_reason}); CLEAR first")
+        blocking = self.latches.blocking()
+        if blocking:
+            raise _Refusal("estopped", "robot is e-stopped: " + "; ".join(latch.describe() for latch in blocking))
+
+    def _key_name(self, key: str | None) -> str | None:
+        """An authorised key's name (its file's name; the directory is read again for a key added since)."""
+        if key is None:
+            return None
+        if key not in self._key_names and self._authorized_dir is not None:
+            with contextlib.suppress(SecurityError):  # the directory went away: keep the names read last
+                self._key_names = public_keys(self._authorized_dir)
+        return self._key_names.get(key, key[:8])
 
     def _driver_result(self, session: _Session, call):
         """Wait for a driver call; a driver exception stops the arm and becomes ERROR driver_fault."""
@@ -560,9 +632,11 @@ class RobotServer:
         return {"requests": s.requests, "steps": s.steps, "replays": s.replays, "stale": s.stale,
                 "dropped_replies": s.dropped_replies, "watchdog_trips": s.watchdog_trips,
                 "sessions": s.sessions, "resumed": s.resumed, "takeovers_refused": s.takeovers_refused,
-                "admin_releases": s.admin_releases, "out_of_bounds": s.out_of_bounds, "clipped": s.clipped,
+                "admin_releases": s.admin_releases, "clears_refused": s.clears_refused,
+                "out_of_bounds": s.out_of_bounds, "clipped": s.clipped,
                 "on_out_of_bounds": self.on_out_of_bounds, "rate_limited": s.rate_limited,
-                "rejected": dict(s.rejected), "estop": self.estop_reason,
+                "hello_reserve": s.hello_reserve, "rejected": dict(s.rejected),
+                "estop": self.latches.summary(), "estops": self.latches.to_msg(),
                 "driver_hung": None if hung is None else hung.call,
                 "driver_hung_s": None if hung is None else round(hung.seconds, 4),
                 "safe_action_error": self.safe_action_error,
@@ -612,7 +686,7 @@ class RobotServer:
         if self.hung is not None:
             return
         self.hung = hung
-        self.estop_reason = f"driver hung in {hung.call}"
+        self.latches.set(DRIVER, f"driver hung in {hung.call}")
         if self.session is not None:
             self.session.armed = False
         self._worker.cancel_pending()
@@ -644,7 +718,8 @@ class RobotServer:
                 session = self.session
                 if session is not None and session.armed:
                     if now - session.last_command > self.watchdog_s:
-                        session.armed, session.tripped = False, True
+                        session.armed = False
+                        self.latches.set(WATCHDOG, f"no command for {self.watchdog_s:g} s")
                         self.stats.watchdog_trips += 1
                         self._submit_safe()
                         log.warning("robot server: no command for %.3g s: watchdog commanded the safe action",
@@ -679,6 +754,11 @@ class RobotServer:
             self.stats.dropped_replies += 1
             return
         self.socket.send_multipart([identity, *frames])
+
+
+def _may_be_hello(body: list) -> bool:
+    """Whether a message may be a HELLO, from its bytes alone (nothing decoded; a large one never is)."""
+    return len(body) == 1 and len(body[0]) <= _HELLO_MAX_BYTES and _HELLO_BYTES in body[0].bytes
 
 
 def _outside(spec: ArraySpec, action: np.ndarray) -> str | None:
@@ -749,8 +829,10 @@ def main(argv: list[str] | None = None) -> int:
     group = parser.add_argument_group("security (CurveZMQ; keys from: embodyrl keys DIR NAME)")
     group.add_argument("--secret-key", metavar="FILE", help="this robot server's NAME.key_secret")
     group.add_argument("--authorized-keys", metavar="DIR", help="directory of the actors' public NAME.key files")
-    group.add_argument("--admin-keys", metavar="DIR", help="directory of admins' public keys: their CLEAR "
-                                                           "releases the session of any actor")
+    group.add_argument("--admin-keys", metavar="DIR", help="directory of admins' public keys: their ESTOP "
+                                                           "latches an e-stop only an admin lifts; their CLEAR "
+                                                           "lifts any software e-stop (and, unless sent with "
+                                                           "release=false, releases the session)")
     group.add_argument("--insecure", action="store_true",
                        help="allow plain TCP on a non-loopback address: anyone who reaches the port can "
                             "drive the robot (default: refused without keys)")

@@ -181,7 +181,7 @@ class SafeDevice(Device):
                 counts["clipped"] += 1
                 action = clipped
         with self._lock:
-            if self.estopped:  # latched by the watchdog since we checked
+            if self._estop_reason is not None:  # latched by the watchdog since we checked
                 raise EStopError(f"{type(self).__name__} is e-stopped ({self._estop_reason})")
             fault = False
             previous = self.last_applied
@@ -264,6 +264,12 @@ class SafeDevice(Device):
         if self._watchdog is not None:
             self._watchdog.disarm()
         self.inner.estop(self._estop_reason or "e-stop")
+
+    @property
+    def estopped(self) -> bool:
+        """Latched here, or on the wrapped device (a robot server's latch, an admin's among them,
+        that this process did not set): the page and the actor's status must show both."""
+        return self._estop_reason is not None or self.inner.estopped
 
     def clear_estop(self) -> None:
         """Clear the latch here and on the wrapped device; fault counts start over."""

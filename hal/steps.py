@@ -8,6 +8,16 @@ action, and the bookkeeping (episode id, step index, device, actor, the
 policy version that acted, the source). An episode ends with one extra row,
 ``final``, that holds only its last observation. The next observation of row
 t is row t+1: an index, never a copy, so an image is stored once.
+
+A batch off the wire is checked for more than its dtypes and finiteness
+(:meth:`Steps.from_arrays`): every value must lie within what its task
+declares, because one finite but absurd row (a reward of 3e38) makes every
+loss after it infinite. The bounds are the specs' own (observation fields
+that carry bounds, the applied action's), the task's reward bound
+(:data:`REWARD_BOUND` unless the task declares one), a proposed action within
+the action's range widened by :data:`PROPOSED_SLACK` ranges, a log-probability
+within :data:`LOG_PROB_BOUND`, and step indices and policy counts that a
+recorder can write. A refusal names the column, the row and the value.
 """
 
 from __future__ import annotations
@@ -52,6 +62,18 @@ class PolicyVersion(NamedTuple):
 
 NO_POLICY = PolicyVersion(0, -1)
 """The version of actions taken before any learner weights arrived."""
+
+
+REWARD_BOUND = 1e6
+"""The largest |reward| a row may carry unless its task declares its own bound (a robot file's
+``task.reward_bound``, a task module's ``REWARD_BOUND``): far beyond any shaped or sparse reward,
+far below what makes a squared TD error overflow float32 (3e38 did, in every update after it)."""
+LOG_PROB_BOUND = 1e6
+"""The largest |log_prob| a row may carry (a density's log, in the action's units)."""
+PROPOSED_SLACK = 100.0
+"""How far outside the action's bounds a *proposed* action may lie, in widths of the action's range:
+the applied action is clipped to the bounds, but the policy's proposal is its sample as drawn (PPO's
+Gaussian is not clipped: its log-probability is the sample's), so only the absurd is refused."""
 
 
 def new_incarnation() -> int:
@@ -117,13 +139,16 @@ class Steps:
 
     @classmethod
     def from_arrays(
-        cls, arrays: dict[str, np.ndarray], observation_spec: DictSpec, action_spec: ArraySpec
+        cls, arrays: dict[str, np.ndarray], observation_spec: DictSpec, action_spec: ArraySpec, *,
+        reward_bound: float = REWARD_BOUND,
     ) -> Steps:
         """Rebuild and validate a batch from flat columns (e.g. off the wire).
 
         Every column must have its spec's dtype and a common length;
         observations and actions must be finite and applied actions within
-        the action bounds; flags must be consistent. Raises :class:`SpecError`.
+        the action bounds; flags must be consistent; and every value within its declared bounds
+        (the module docstring: ``reward_bound`` is the task's, :data:`REWARD_BOUND` when it declares
+        none). Raises :class:`SpecError` naming the column (and for a value, its row and the value).
 
         ``proposed_action`` may be absent: it then equals ``action`` and is the
         same array (no copy). A sender whose actions are never changed after
@@ -154,12 +179,7 @@ class Steps:
         observation = {name: arrays[OBSERVATION_PREFIX + name] for name in observation_spec}
         final = arrays["final"]
         proposed, action = arrays["proposed_action"], arrays["action"]
-        if action_spec.bounded:
-            try:  # every row in bounds (final rows carry a zero action): the common, cheap case
-                action_spec.validate_batch(action, length, check_bounds=True)
-            except SpecError:  # only applied actions must be: look again without the final rows
-                live = ~final
-                action_spec.validate_batch(action[live], int(live.sum()), check_bounds=True)
+        _check_values(arrays, _bounds_table(observation_spec, action_spec), final, reward_bound)
         if (final & (arrays["terminated"] | arrays["truncated"])).any():
             raise SpecError("final rows must not carry terminated/truncated flags")
         if (arrays["terminated"] & arrays["truncated"]).any():
@@ -178,6 +198,113 @@ def _column_table(observation_spec: DictSpec, action_spec: ArraySpec, proposed: 
     specs += [(OBSERVATION_PREFIX + name, spec) for name, spec in observation_spec.items()]
     specs += [("action", action_spec)] + ([("proposed_action", action_spec)] if proposed else [])
     return tuple((name, spec.dtype, tuple(spec.shape), is_float(spec.dtype)) for name, spec in specs)
+
+
+@functools.lru_cache(maxsize=64)
+def _bounds_table(observation_spec: DictSpec, action_spec: ArraySpec) -> tuple:
+    """(column, lower, upper, live rows only, what the bounds are, the tightest lower and upper bound)
+    of every column whose values have bounds to check: observation fields whose spec bounds are
+    narrower than their dtype, the applied action, the proposed action (widened by
+    :data:`PROPOSED_SLACK`). A bound is None (the tightest: infinite) where it is open."""
+    table = []
+    for spec in observation_spec.specs:
+        lo, hi = _narrower(spec)
+        if lo is not None or hi is not None:
+            table.append((OBSERVATION_PREFIX + spec.name, lo, hi, False, "its spec's bounds"))
+    lo, hi = _narrower(action_spec)
+    if lo is not None or hi is not None:  # final rows carry a zero action, within bounds or not
+        table.append(("action", lo, hi, True, "the action's bounds"))
+        if action_spec.bounded:
+            with np.errstate(invalid="ignore", over="ignore"):
+                slack = PROPOSED_SLACK * (action_spec.maximum - action_spec.minimum)
+            table.append(("proposed_action", _closed(action_spec.minimum - slack), _closed(action_spec.maximum + slack),
+                          True, f"the action's bounds widened by {PROPOSED_SLACK:g} times their range"))
+    return tuple((*entry, -np.inf if entry[1] is None else float(entry[1].max()),
+                  np.inf if entry[2] is None else float(entry[2].min())) for entry in table)
+
+
+def _narrower(spec: ArraySpec) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """``spec``'s bounds, each None where it bounds nothing its dtype could not hold anyway
+    (an image's 0..255, a float's infinity)."""
+    if spec.dtype.kind in "iu":
+        info = np.iinfo(spec.dtype)
+        lo = None if spec.minimum is None or (spec.minimum <= info.min).all() else spec.minimum
+        hi = None if spec.maximum is None or (spec.maximum >= info.max).all() else spec.maximum
+        return lo, hi
+    if spec.dtype.kind != "f":  # bool
+        return None, None
+    return _closed(spec.minimum), _closed(spec.maximum)
+
+
+def _closed(bound: np.ndarray | None) -> np.ndarray | None:
+    """``bound``, or None where no element of it is finite (nothing to check)."""
+    return None if bound is None or not np.isfinite(bound).any() else bound
+
+
+def _check_values(arrays: dict, table: tuple, final: np.ndarray, reward_bound: float) -> None:
+    """Every value within its bounds, else :class:`SpecError` naming the column, row and value. Each
+    column costs its minimum and maximum (against the tightest bound) unless something is out."""
+    for name, lo, hi, live_only, what, tightest_lo, tightest_hi in table:
+        column = arrays[name]
+        least, most = _extremes(column)
+        if least >= tightest_lo and most <= tightest_hi:
+            continue  # the common case: every element within the tightest of its bounds
+        found = _outside(column, lo, hi, ~final if live_only else None)
+        if found is not None:
+            row, at, value = found
+            low = "-inf" if lo is None else _shown(lo[at])
+            high = "inf" if hi is None else _shown(hi[at])
+            element = f" element {list(at)}" if at else ""
+            raise SpecError(f"{name}: row {row}{element} holds {_shown(value)}, outside [{low}, {high}] "
+                            f"({what})")
+    for name, bound in (("reward", reward_bound), ("log_prob", LOG_PROB_BOUND)):
+        column = arrays[name]
+        least, most = _extremes(column)
+        if least < -bound or most > bound:
+            row = int(np.flatnonzero(np.abs(column) > bound)[0])
+            raise SpecError(f"{name}: row {row} holds {_shown(column[row])}, beyond the bound "
+                            f"|{name}| <= {_shown(bound)}")
+    for name, least_allowed in (("step_index", 0), ("policy_count", NO_POLICY.count)):
+        column = arrays[name]
+        if _extremes(column)[0] < least_allowed:
+            row = int(np.flatnonzero(column < least_allowed)[0])
+            raise SpecError(f"{name}: row {row} holds {_shown(column[row])}; a recorder never writes "
+                            f"less than {least_allowed}")
+
+
+def _extremes(column: np.ndarray) -> tuple:
+    """(minimum, maximum) of ``column``; a small one's in Python (cheaper than two numpy reductions)."""
+    if column.size == 0:
+        return np.inf, -np.inf  # nothing out of any bound
+    if column.size <= 64:
+        values = column.ravel().tolist()
+        return min(values), max(values)
+    return column.min(), column.max()
+
+
+def _outside(column: np.ndarray, lo, hi, live: np.ndarray | None) -> tuple[int, tuple, object] | None:
+    """(row, index within the row, value) of the first element of ``column`` outside [lo, hi]
+    (in a ``live`` row), or None."""
+    bad = None
+    with np.errstate(invalid="ignore"):
+        if lo is not None:
+            bad = column < lo
+        if hi is not None:
+            bad = column > hi if bad is None else bad | (column > hi)
+    if bad is None:
+        return None
+    if live is not None:
+        bad &= live.reshape(-1, *(1,) * (column.ndim - 1))
+    if not bad.any():
+        return None
+    where = tuple(int(i) for i in np.argwhere(bad)[0])
+    return where[0], where[1:], column[where]
+
+
+def _shown(value) -> str:
+    """A value as a refusal names it: an integer in full, a float to 6 significant digits."""
+    value = np.asarray(value).item()
+    return str(value) if isinstance(value, (int, bool)) else f"{value:.6g}"
 
 
 def row_nbytes(observation_spec: DictSpec, action_spec: ArraySpec) -> tuple[int, int]:

@@ -66,3 +66,14 @@ def test_quick_fault_scenarios_give_clear_errors_and_keep_the_buffer_consistent(
     if "skipped" not in disk:  # needs root to mount a tmpfs
         assert disk["consistent"] and disk["clear_errors"] == disk["injected"]
         assert disk["stored"] == disk["produced"] > 0
+
+
+def test_console_impostors_get_no_command_and_every_estop_reaches_its_owner():
+    pytest.importorskip("starlette")
+    result = chaos.run(quick=True, only=("console_impostor",))
+    (record,) = result["scenarios"]
+    check_record(record)
+    assert result["console_commands_misrouted"] == record["console_commands_misrouted"] == 0, record
+    assert record["stored"] == record["produced"] > 0 and record["operator_actions_failed"] == 0, record
+    assert record["impostor_welcomes"] == 0 and record["impostor_refusals"] > 0, record
+    assert "restarted_actor_reconnect_s_under_flood" in result  # None until its scenario runs

@@ -1,5 +1,5 @@
 """The operator console's API against a real console process and real actor loops: each action,
-an action to an actor that cannot be reached, the token off loopback, the refusals."""
+an action to an actor that cannot be reached, the token, the refusals."""
 
 from __future__ import annotations
 
@@ -36,13 +36,13 @@ def request(url: str, body: dict | None = None, headers: dict | None = None, tok
 
 def act(console, action, actor=None, device=None, value=None):
     status, answer = request(f"{console.url}/api/action",
-                             {"action": action, "actor": actor, "device": device, "value": value})
+                             {"action": action, "actor": actor, "device": device, "value": value}, token=console.token)
     assert status == 200, answer
     return answer
 
 
 def state(console) -> dict:
-    status, answer = request(f"{console.url}/api/state")
+    status, answer = request(f"{console.url}/api/state", token=console.token)
     assert status == 200
     return answer
 
@@ -143,7 +143,7 @@ def test_camera_frames_arrive_at_the_picked_size(live):
     console, *_ = live
     assert act(console, "stream", 0, None, {"fps": 10, "width": 80})["status"] == "ok"
     frames = wait_for(lambda: device_view(console, 0)["frames"].get("camera/front"), what="a frame")
-    status, jpeg = request(f"{console.url}/frame?actor=0&device=0&field=camera/front")
+    status, jpeg = request(f"{console.url}/frame?actor=0&device=0&field=camera/front", token=console.token)
     assert status == 200 and jpeg[:2] == b"\xff\xd8"
     assert frames["width"] <= 80
 
@@ -168,16 +168,17 @@ def test_an_actor_that_left_fails_visibly(tmp_path):
 
 def test_bad_requests_are_refused_by_name(live):
     console, *_ = live
-    assert request(f"{console.url}/api/action", {"action": "explode"})[0] == 400
-    assert request(f"{console.url}/api/action", {"action": "answer", "actor": 1, "value": "maybe"})[0] == 400
-    assert request(f"{console.url}/api/action", {"action": "estop", "actor": -1})[0] == 400
-    form = urllib.request.Request(f"{console.url}/api/action", data=b"action=estop",
+    token = console.token
+    assert request(f"{console.url}/api/action", {"action": "explode"}, token=token)[0] == 400
+    assert request(f"{console.url}/api/action", {"action": "answer", "actor": 1, "value": "maybe"}, token=token)[0] == 400
+    assert request(f"{console.url}/api/action", {"action": "estop", "actor": -1}, token=token)[0] == 400
+    form = urllib.request.Request(f"{console.url}/api/action?token={token}", data=b"action=estop",
                                   headers={"Content-Type": "application/x-www-form-urlencoded"})
     with pytest.raises(urllib.error.HTTPError) as refused:
         urllib.request.urlopen(form, timeout=10)
     assert refused.value.code == 415
     status, _ = request(f"{console.url}/api/action", {"action": "estop", "actor": 0, "device": 0},
-                        headers={"Origin": "http://evil.example"})
+                        headers={"Origin": "http://evil.example"}, token=token)
     assert status == 403
 
 
@@ -257,7 +258,16 @@ def test_curvezmq_admits_only_the_run_keys(tmp_path):
             assert not stranger.connected and state(console)["actors"] == []
         with ConsoleLink(console.control, role="actor", actor_id=5, keys=actor_keys).start([]) as admitted:
             wait_for(lambda: admitted.connected, what="the handshake")
-            assert [a["actor_id"] for a in state(console)["actors"]] == [5]
+            assert [(a["actor_id"], a["peer"]) for a in state(console)["actors"]] == [(5, "key 'actor'")]
+            # the key is bound to its first id, and may not be the learner
+            for role, actor_id in (("actor", 6), ("learner", 0)):
+                with ConsoleLink(console.control, role=role, actor_id=actor_id, keys=actor_keys).start([]) as other:
+                    refused = wait_for(lambda: other.refused, what=f"the refusal of {role} {actor_id}")  # noqa: B023
+                    assert "key 'actor'" in refused, refused
+        learner_keys = ClientKeys(tmp_path / "keys" / "learner" / "learner.key_secret", console_public)
+        with ConsoleLink(console.control, role="learner", keys=learner_keys).start([]) as learner:
+            wait_for(lambda: (state(console)["learner"] or {}).get("connected"), what="the learner")
+            assert state(console)["learner"]["peer"] == "key 'learner'" and not learner.refused
 
 
 def test_https_off_loopback_needs_no_insecure(tmp_path):

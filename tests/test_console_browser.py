@@ -76,7 +76,7 @@ def live_run(tmp_path):
 
 def test_the_console_in_a_browser(browser, live_run, tmp_path):
     console, run_dir, train = live_run
-    browser.get(console.url + "/")
+    browser.get(console.page)
     wait = WebDriverWait(browser, 400, poll_frequency=0.2)
     wait.until(lambda d: text(d, "#status").lower().startswith("live"))
     # two actors, their devices; the learner's numbers move

@@ -5,6 +5,7 @@ import time
 
 import msgpack
 import numpy as np
+import pytest
 import zmq
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -143,3 +144,129 @@ def test_attackers_in_their_own_processes_are_refused_by_reason_and_the_honest_a
     assert record["honest_index_kept"]
     assert record["bomb_rss_growth_mb"] < 64  # bounded by the limits, not by the 1 GiB the bombs declare
     assert record["honest_ratio_under_attack"] > 0 and record["hostile_reject_cpu_us_median"] is not None
+
+
+# -- values bounded, an index kept: what one valid session could do to training ------------------
+
+POISON_ROW = 17
+
+
+def _session(learner, actor_id: int):
+    """A raw DEALER with a session for ``actor_id`` (its WELCOME read), as an attacker's own."""
+    from embodyrl.hal.wire.codec import decode
+
+    device, _ = envs.make("pendulum")
+    info = P.DeviceInfo(0, "pendulum", device.observation_spec, device.action_spec)
+    sock = zmq.Context.instance().socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.connect(learner.endpoint)
+    sock.send_multipart(encode(P.HELLO, {"actor": "x", "actor_id": actor_id, "devices": [info.to_msg()],
+                                         "held": [0, -1], "protocol": PROTOCOL_VERSION, "instance": "raw"},
+                               protocol=P.HELLO_PROTOCOL))
+    assert sock.poll(10_000), "no answer to HELLO"
+    assert decode(sock.recv_multipart()).kind == P.WELCOME
+    return sock
+
+
+def _batch(actor_id: int, rows: int = 32):
+    """``rows`` honest pendulum rows of ``actor_id``, flat as on the wire (acted before any weights)."""
+    from embodyrl.hal.steps import NO_POLICY, StepRecorder
+
+    device, task = envs.make("pendulum")
+    rec = StepRecorder(device.observation_spec, device.action_spec, actor_id=actor_id, device_id=0, capacity=rows)
+    with device:
+        obs = device.reset(seed=0)
+        for _ in range(rows):
+            action = np.asarray([0.5], np.float32)
+            next_obs = device.step(action)
+            rec.add(obs, action, action, task.reward(obs, action, next_obs), False, False, NO_POLICY)
+            obs = next_obs
+    return {k: v.copy() for k, v in rec.flush().arrays().items()}
+
+
+def _poisoned(column: str, value) -> dict:
+    arrays = _batch(4)
+    arrays[column][POISON_ROW] = value
+    if column == "policy_incarnation":
+        arrays["policy_count"][POISON_ROW] = 1
+    return arrays
+
+
+@pytest.mark.parametrize("column, value, shown, reason", [
+    ("reward", 3e38, "3e+38", "steps_invalid"),
+    ("proposed_action", 1e30, "1e+30", "steps_invalid"),
+    ("step_index", -7, "-7", "steps_invalid"),
+    ("policy_incarnation", 2**62, str(2**62), "unknown_incarnation"),
+])
+def test_one_absurd_value_refuses_the_batch_naming_column_row_and_value_and_nothing_is_stored(
+        tmp_path, column, value, shown, reason):
+    learner = ServedLearner(tmp_path / "learner", envs.layout("pendulum"), run_id="r", incarnation=5)
+    sock = _session(learner, 4)
+    try:
+        sock.send_multipart(encode(P.STEPS, {"seq": 1, "device_id": 0, "held": [0, -1]}, _poisoned(column, value)))
+        sock.send_multipart(encode(P.STEPS, {"seq": 2, "device_id": 0, "held": [0, -1]}, _batch(4)))
+        assert learner.wait(lambda s: s.counters.rows >= 32 or s.server.stats.messages_in >= 4)
+        assert learner.wait(lambda s: s.data.committed_seq(4) == 2)
+        stored = learner.read(lambda s: s.data.replay.size)
+        said = learner.read(lambda s: s.server.stats.last_refusal.get(reason, ""))
+    finally:
+        sock.close(0)
+        learner.close()
+    assert [t.seq for t in learner.taken] == [2] and stored == 32  # the poisoned batch never reached the replay
+    assert learner.server.stats.rejected.get(reason) == 1
+    assert column in said and f"row {POISON_ROW}" in said and shown in said, said
+
+
+def test_a_quiet_actors_index_is_not_taken_by_a_fresh_socket_and_the_actor_streams_on(tmp_path):
+    from embodyrl.hal.steps import Steps
+    from embodyrl.hal.wire.client import LearnerLink
+    from embodyrl.hal.wire.codec import decode
+
+    layout = envs.layout("pendulum")
+    learner = ServedLearner(tmp_path / "learner", layout, run_id="r", incarnation=5)  # the default window
+    info = P.DeviceInfo(0, "pendulum", layout.observation_spec, layout.action_spec)
+    honest = LearnerLink(learner.endpoint, actor_name="honest", actor_id=0, devices=[info], handshake_timeout_s=10)
+    attacker = zmq.Context.instance().socket(zmq.DEALER)
+    attacker.setsockopt(zmq.LINGER, 0)
+    attacker.connect(learner.endpoint)
+    batch = Steps.from_arrays(_batch(0), layout.observation_spec, layout.action_spec)
+    try:
+        honest.connect()
+        honest.send_steps(0, batch)
+        assert honest.flush(10) and honest.acked_seq == 1
+        time.sleep(1.8)  # the actor is busy (a slow step, a credit wait): silent for less than 3 heartbeats
+        attacker.send_multipart(encode(P.HELLO, {"actor": "evil", "actor_id": 0, "devices": [info.to_msg()],
+                                                 "held": [0, -1], "protocol": PROTOCOL_VERSION,
+                                                 "instance": "evil"}, protocol=P.HELLO_PROTOCOL))
+        assert attacker.poll(10_000)
+        reply = decode(attacker.recv_multipart())
+        attacker.send_multipart(encode(P.STEPS, {"seq": 10**12, "device_id": 0, "held": [0, -1]}, _batch(0)))
+        honest.send_steps(0, batch)  # the honest actor wakes up and streams on
+        assert honest.flush(10) and honest.acked_seq == 2
+        owners = learner.read(lambda s: [x.instance for x in s.server.sessions.values()])
+    finally:
+        honest.close()
+        attacker.close(0)
+        learner.close()
+    assert reply.kind == P.REFUSED and "actor index 0" in reply.fields["reason"], reply.fields
+    assert reply.fields.get("retry") is True
+    assert owners == [honest.instance]
+    assert [t.seq for t in learner.taken] == [1, 2]
+
+
+def test_a_seq_absurdly_far_ahead_is_refused_by_name_and_never_acknowledged(tmp_path):
+    learner = ServedLearner(tmp_path / "learner", envs.layout("pendulum"), run_id="r", incarnation=5)
+    sock = _session(learner, 6)
+    try:
+        sock.send_multipart(encode(P.STEPS, {"seq": 10**12, "device_id": 0, "held": [0, -1]}, _batch(6)))
+        sock.send_multipart(encode(P.STEPS, {"seq": 1, "device_id": 0, "held": [0, -1]}, _batch(6)))
+        assert learner.wait(lambda s: s.data.committed_seq(6) >= 1 or s.server.stats.messages_in >= 3)
+        assert learner.wait(lambda s: s.data.committed_seq(6) >= 1)
+        committed = learner.read(lambda s: s.data.committed_seq(6))
+        said = learner.read(lambda s: s.server.stats.last_refusal.get("seq_jump", ""))
+    finally:
+        sock.close(0)
+        learner.close()
+    assert committed == 1 and [t.seq for t in learner.taken] == [1]
+    assert learner.server.stats.rejected.get("seq_jump") == 1
+    assert str(10**12) in said, said

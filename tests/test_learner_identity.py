@@ -237,6 +237,28 @@ def test_without_keys_a_refused_restart_gets_its_index_once_the_old_session_fall
         served.close()
 
 
+def test_without_keys_a_killed_actors_restart_gets_its_index_after_three_quiet_heartbeats(tmp_path):
+    from embodyrl.hal.wire.client import HEARTBEAT_S
+    from embodyrl.transport.server import DUPLICATE_WINDOW_S
+
+    assert DUPLICATE_WINDOW_S == 3 * HEARTBEAT_S
+    served = _served(tmp_path, run_id="r", incarnation=1)  # the default window
+    killed = _link(served, 3)  # a killed actor: its session stays, silent, at the learner
+    killed.connect()
+    restarted = _link(served, 3, handshake_timeout_s=20)  # retries HELLO until its deadline
+    try:
+        started = time.monotonic()
+        restarted.connect()
+        waited = time.monotonic() - started
+        assert served.read(lambda s: [x.instance for x in s.server.sessions.values()]) == [restarted.instance]
+    finally:
+        restarted.close()
+        killed.close(send_bye=False)
+        served.close()
+    assert DUPLICATE_WINDOW_S - 0.5 <= waited < DUPLICATE_WINDOW_S + 6
+    assert served.server.stats.rejected["index_in_use"] >= 2
+
+
 def test_without_keys_the_same_link_instance_reconnects_at_once_and_another_waits_out_the_window(tmp_path):
     served = _served(tmp_path, run_id="r", incarnation=1, duplicate_window_s=5.0)
     _, info = _device_info()

@@ -201,7 +201,7 @@ def test_a_hung_driver_call_latches_an_estop_that_software_cannot_clear(serve):
         assert "'command'" in reply.fields["detail"]
         status = monitor.ask("STATUS").fields
         assert status["driver_hung"] == "command" and status["driver_hung_s"] >= 0.1
-        assert "hung" in status["estop"]
+        assert "hung" in status["estop"] and [latch["by"] for latch in status["estops"]] == ["driver"]
         for kind in ("CLEAR", "RESET", "STEP"):  # CLEAR is refused: the latch outlives software
             reply = actor.ask(kind, {"action": GO} if kind == "STEP" else None)
             assert reply.kind == "ERROR" and reply.fields["reason"] == "driver_hung", kind

@@ -55,7 +55,7 @@ def test_steps_survive_from_arrays_and_reject_bad_columns():
     with pytest.raises(SpecError, match="x: non-finite"):
         Steps.from_arrays(nan, OBS, ACT)
     out_of_bounds = dict(arrays, action=np.full((3, 1), 3.0, np.float32))
-    with pytest.raises(SpecError, match="above maximum"):
+    with pytest.raises(SpecError, match=r"action: row 0 element \[0\] holds 3, outside \[-1, 1\]"):
         Steps.from_arrays(out_of_bounds, OBS, ACT)
     short = dict(arrays, terminated=arrays["terminated"][:2])
     with pytest.raises(SpecError, match="terminated: shape"):
@@ -66,6 +66,38 @@ def test_steps_survive_from_arrays_and_reject_bad_columns():
     both = dict(arrays, terminated=np.array([0, 1, 0], bool), truncated=np.array([0, 1, 0], bool))
     with pytest.raises(SpecError, match="both terminated and truncated"):
         Steps.from_arrays(both, OBS, ACT)
+
+
+def test_from_arrays_refuses_values_beyond_their_bounds_naming_column_row_and_value():
+    bounded_obs = DictSpec.of(ArraySpec("x", (1,), np.float32), ArraySpec("angle", (2,), np.float32, -1, 1),
+                              ArraySpec("image", (2, 2, 3), np.uint8, 0, 255))
+    rec = StepRecorder(bounded_obs, ACT, actor_id=0, device_id=0)
+    for v in (0.1, 0.2, 0.3):
+        rec.add({"x": obs(v)["x"], "angle": np.array([v, -v], np.float32), "image": np.zeros((2, 2, 3), np.uint8)},
+                np.array([0.5], np.float32), np.array([0.5], np.float32), 1.0, False, False, V)
+    rec.add_final({"x": obs(9.0)["x"], "angle": np.zeros(2, np.float32), "image": np.zeros((2, 2, 3), np.uint8)})
+    arrays = rec.flush().arrays()
+    Steps.from_arrays(arrays, bounded_obs, ACT)
+
+    def refused(column, row, value, **kwargs):
+        bad = {k: v.copy() for k, v in arrays.items()}
+        bad[column][row] = value
+        with pytest.raises(SpecError) as err:
+            Steps.from_arrays(bad, bounded_obs, ACT, **kwargs)
+        return str(err.value)
+
+    assert refused("reward", 1, 3e38) == "reward: row 1 holds 3e+38, beyond the bound |reward| <= 1e+06"
+    assert refused("reward", 2, 50.0, reward_bound=10.0).startswith("reward: row 2 holds 50,")
+    assert refused("proposed_action", 0, 1e30).startswith("proposed_action: row 0 element [0] holds 1e+30")
+    assert refused("step_index", 2, -7).startswith("step_index: row 2 holds -7")
+    assert refused("log_prob", 1, -1e9).startswith("log_prob: row 1 holds -1e+09")
+    assert refused("policy_count", 0, -5).startswith("policy_count: row 0 holds -5")
+    assert refused("observation/angle", 3, [0.0, 1.5]).startswith("observation/angle: row 3 element [1] holds 1.5")
+    fine = {k: v.copy() for k, v in arrays.items()}
+    fine["observation/x"][1] = 1e9  # an unbounded field may hold any finite value
+    fine["proposed_action"][0] = 3.0  # an unclipped proposal (PPO's Gaussian sample) beyond the action's bounds
+    fine["proposed_action"][3] = fine["action"][3] = 1e30  # a final row's action is never read
+    Steps.from_arrays(fine, bounded_obs, ACT)
 
 
 def all_transitions(replay, n=4000):

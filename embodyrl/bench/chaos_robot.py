@@ -9,6 +9,10 @@ from fresh ZeroMQ identities as fast as they go out, niced so that on a small
 machine the figure measures the server, not the flooder's share of the cores.
 The delay is measured from the driver's last actor command to its safe
 action, on the machine-wide monotonic clock, quiet first, then under the flood.
+
+:func:`reconnect_under_flood` floods the same way from three processes while
+a restarted actor (keyless: a new connection) asks for its session back, and
+times its HELLO to SPECS (``restarted_actor_reconnect_s_under_flood``).
 """
 
 from __future__ import annotations
@@ -188,3 +192,109 @@ def watchdog_under_flood(quick: bool = False) -> dict:
             "flood_messages_per_s": sent / flood_s if flood_s > 0 else 0.0,
             "rate_limited": status.get("rate_limited"), "server_requests": status.get("requests")}
 
+
+
+PENDULUM = "embodyrl.envs.pendulum:make_device"
+
+
+def serve_quietly(endpoint_queue, watchdog_s: float) -> None:
+    """Process target: the pendulum behind a RobotServer without keys until SIGTERM; watchdog trips unlogged."""
+    import logging
+
+    from embodyrl.hal.robot_server import serve_process
+
+    logging.getLogger("embodyrl.hal.robot_server").setLevel(logging.ERROR)  # trips are the point here
+    serve_process(PENDULUM, "tcp://127.0.0.1:*", endpoint_queue, watchdog_s)
+
+
+def _connect_by(endpoint: str, deadline: float, attempt_s: float):
+    """A fresh actor's connect, retried (same socket, same seq) until ``deadline``: (device or None, attempts)."""
+    from embodyrl.hal.drivers.remote import RemoteDevice, RemoteError, RemoteTimeout
+
+    attempts = 0
+    while time.monotonic() < deadline:
+        retries = max(0, int((deadline - time.monotonic()) / attempt_s) - 1)
+        device = RemoteDevice(endpoint, timeout_s=attempt_s, retries=retries, backoff=1.0)
+        try:
+            device.connect()
+            return device, attempts + 1 + device.attempts_retried
+        except RemoteTimeout:
+            return None, attempts + 1 + retries
+        except RemoteError:  # refused: the old session is not yet silent long enough
+            attempts += 1
+            time.sleep(attempt_s)
+    return None, attempts
+
+
+def reconnect_under_flood(quick: bool = False, flooders: int = 3, watchdog_s: float = 0.2,
+                          deadline_s: float | None = None, attempt_s: float = 0.25) -> dict:
+    """Seconds a restarted keyless actor takes to get its session back, quiet and while ``flooders`` flood.
+
+    The pendulum behind a RobotServer in its own process, without keys. An
+    actor connects, steps and dies without BYE (its socket closed: a new
+    ZeroMQ identity next time); once its session has been silent past
+    ``watchdog_s`` a restarted actor connects (HELLO to SPECS), first on a
+    quiet link, then again while ``flooders`` processes (niced) send STATUS
+    requests, junk and sessionless STEPs from fresh identities as fast as
+    they go out. The restarted actor retries its HELLO every ``attempt_s``;
+    ``None`` means it did not get in within ``deadline_s`` (default 5 s,
+    ``quick`` 3 s). A scenario of ``embodyrl bench chaos``: two restarts
+    injected, no rows at stake.
+    """
+    deadline_s = (3.0 if quick else 5.0) if deadline_s is None else deadline_s
+    endpoints, report, stop_flood = CTX.Queue(), CTX.Queue(), CTX.Event()
+    server = CTX.Process(target=serve_quietly, args=(endpoints, watchdog_s), daemon=True)
+    server.start()
+    floods, device, result = [], None, {}
+    try:
+        endpoint = endpoints.get(timeout=120)
+        for phase in ("quiet", "flood"):
+            device, _ = _connect_by(endpoint, time.monotonic() + 30, 1.0)
+            if device is None:
+                raise RuntimeError(f"{phase}: the first actor did not connect")
+            device.reset(seed=0)
+            device.step(np.zeros(device.action_spec.shape, np.float32))
+            last_heard = time.monotonic()
+            if phase == "flood":
+                ready = [CTX.Event() for _ in range(flooders)]
+                floods = [CTX.Process(target=flood, args=(endpoint, stop_flood, report, r), daemon=True)
+                          for r in ready]
+                for process in floods:
+                    process.start()
+                if not all(r.wait(120) for r in ready):
+                    raise RuntimeError("the flooders did not start")
+            device._drop_socket()  # the actor dies without BYE; the next one is a new ZeroMQ identity
+            device = None
+            time.sleep(max(0.2, last_heard + 1.5 * watchdog_s - time.monotonic()))
+            start = time.monotonic()
+            device, attempts = _connect_by(endpoint, start + deadline_s, attempt_s)
+            result[phase] = (None if device is None else time.monotonic() - start, attempts)
+            if phase == "flood":
+                stop_flood.set()
+                sent, seconds = zip(*(report.get(timeout=30) for _ in floods), strict=True)
+            if device is None:  # locked out: get in once the flood is over, to read the counters
+                device, _ = _connect_by(endpoint, time.monotonic() + 30, 1.0)
+            status = device.server_status()
+            device.close()
+            device = None
+    finally:
+        stop_flood.set()
+        if device is not None:
+            device._drop_socket()
+        for process in floods:
+            _stop(process)
+        server.terminate()
+        _stop(server)
+    (flooded, tries), (quiet, _) = result["flood"], result["quiet"]
+    return {"name": "robot_reconnect_under_flood", "injected": 2, "produced": 0, "stored": 0, "lost": 0,
+            "duplicated": 0, "restarted_actor_reconnect_s_under_flood": flooded,
+            "restarted_actor_reconnect_s_quiet": quiet, "hello_attempts_under_flood": tries,
+            "flooders": flooders, "flood_messages_per_s": sum(sent) / max(seconds),
+            "rate_limited": status.get("rate_limited"), "server_requests": status.get("requests"),
+            "deadline_s": deadline_s, "attempt_s": attempt_s, "watchdog_s": watchdog_s}
+
+
+def restarted_actor_reconnect_s_under_flood(flooders: int = 3, deadline_s: float = 5.0) -> float | None:
+    """Seconds for a restarted keyless actor to get its session back while ``flooders`` processes flood
+    STATUS (None: not within ``deadline_s``); :func:`reconnect_under_flood` has the other figures."""
+    return reconnect_under_flood(flooders=flooders, deadline_s=deadline_s)["restarted_actor_reconnect_s_under_flood"]

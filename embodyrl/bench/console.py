@@ -36,9 +36,9 @@ from ..console.process import LoopThread
 NOMINAL_S = 0.01
 
 
-def _post(url: str, body: dict) -> dict:
-    request = urllib.request.Request(url, data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"})
+def _post(url: str, body: dict, token: str | None) -> dict:
+    headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {token}"} if token else {})}
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), headers=headers)
     with urllib.request.urlopen(request, timeout=10) as answer:
         return json.loads(answer.read())
 
@@ -91,17 +91,17 @@ def _actor(control: str) -> LoopThread:
     return actor
 
 
-def _estop_latency(url: str, actor: LoopThread, requests: int) -> dict:
+def _estop_latency(url: str, token: str | None, actor: LoopThread, requests: int) -> dict:
     latency, roundtrip = [], []
     for _ in range(requests):
         seen = len(actor.estopped_at)
         sent = time.monotonic()
-        answer = _post(f"{url}/api/action", {"action": "estop", "actor": 0, "device": 0})
+        answer = _post(f"{url}/api/action", {"action": "estop", "actor": 0, "device": 0}, token)
         roundtrip.append((time.monotonic() - sent) * 1000)
         if answer["status"] != "ok" or len(actor.estopped_at) <= seen:
             raise RuntimeError(f"an e-stop did not reach the driver: {answer}")
         latency.append((actor.estopped_at[seen] - answer["received_at"]) * 1000)
-        if _post(f"{url}/api/action", {"action": "clear_estop", "actor": 0, "device": 0})["status"] != "ok":
+        if _post(f"{url}/api/action", {"action": "clear_estop", "actor": 0, "device": 0}, token)["status"] != "ok":
             raise RuntimeError("clear_estop failed")
         time.sleep(0.05)
     return {"console_estop_ms_p50": round(float(np.percentile(latency, 50)), 2),
@@ -151,7 +151,7 @@ def run(quick: bool = False) -> dict:
                 raise RuntimeError("the actor did not reach the console")
             time.sleep(0.05)
         result = {"control_rate_hz": 100, "camera": "64x64 RGB (arm push, top)", "stream_fps": 10.0}
-        result.update(_estop_latency(console.url, actor, 10 if quick else 50))
+        result.update(_estop_latency(console.url, console.token, actor, 10 if quick else 50))
         result["estop_goal_met"] = result["console_estop_ms_p95"] < 100
         result.update(_stream_timing(actor, 3 if quick else 30))
     result["load_avg_1m"] = round(os.getloadavg()[0], 2)

@@ -28,9 +28,10 @@ from ..hal.coupling.link import CouplingConfig, CouplingLink, io_threads_cpu_s
 from ..transport.server import UNSENT
 
 SERVER_INCARNATION = 4
-"""The bench learner's incarnation; the links' policy is of an earlier one (3), so their rows are
-accepted (a row naming a version of the server's own incarnation that it never published is
-refused as forged) and no weights flow."""
+"""The bench learner's incarnation; the links' policy is of an earlier one of its run (3, given to the
+server as such), so their rows are accepted (a row naming a version of the server's own incarnation
+that it never published is refused as forged, one of an incarnation the run never had as unknown)
+and no weights flow."""
 
 
 def _server(queue, stop) -> None:
@@ -38,7 +39,7 @@ def _server(queue, stop) -> None:
     refusals by reason on ``queue`` (a bench whose rows were refused measured something else)."""
     from ..transport.server import LearnerServer
 
-    server = LearnerServer(run_id="bench-coupling", incarnation=SERVER_INCARNATION)
+    server = LearnerServer(run_id="bench-coupling", incarnation=SERVER_INCARNATION, incarnations=(3,))
     queue.put(server.endpoint)
     granted, rows = set(), 0
     while not stop.is_set():

@@ -8,17 +8,22 @@ Routes::
     GET  /frame         the newest JPEG of one camera (?actor=&device=&field=)
     POST /api/action    {"action", "actor", "device", "value"} -> the action's outcome
 
-With a token (required off loopback) every request must carry it: the
-``token`` query parameter, an ``Authorization: Bearer`` header, or the
-cookie the page gets when opened with the token. A refused request gets 401
-(a WebSocket is closed with code 4401). Requests from another origin are
+Every request must name this console in its Host header: a loopback name,
+an IP address, or a name given with ``--public-host`` (else 403), so a
+DNS-rebinding page cannot reach it under its own name. With a token (the
+default; ``--no-token`` leaves it out on loopback) every request must carry
+it: the ``token`` query parameter, an ``Authorization: Bearer`` header, or
+the cookie the page gets when opened with the token. A refused request gets
+401 (a WebSocket is closed with code 4401). Requests from another origin are
 refused (403), so no other web page the operator has open can act through
-their browser; an action must be JSON.
+their browser. An action must be JSON of at most :data:`MAX_BODY_BYTES`
+(413, unread past that); a malformed one is answered 400.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import json
 import secrets
 from pathlib import Path
@@ -36,6 +41,9 @@ from .control import BadAction, ControlServer
 STATIC = Path(__file__).parent / "static"
 COOKIE = "embodyrl_console_token"
 PUSH_EVERY_S = 0.25
+MAX_BODY_BYTES = 64 << 10
+"""An action's JSON body, at most."""
+LOOPBACK_NAMES = frozenset({"localhost"})
 
 
 def _authorised(connection: HTTPConnection, token: str | None) -> bool:
@@ -46,6 +54,37 @@ def _authorised(connection: HTTPConnection, token: str | None) -> bool:
     if header.lower().startswith("bearer "):
         given = header[7:].strip()
     return secrets.compare_digest(given.encode(), token.encode())
+
+
+def _host_allowed(connection: HTTPConnection, names: frozenset[str]) -> bool:
+    """The Host header names this console: a loopback name, an IP address (no rebinding forges
+    one), or one of ``names``."""
+    try:
+        host = urlsplit("//" + connection.headers.get("host", "")).hostname
+    except ValueError:
+        return False
+    if not host:
+        return False
+    if host in LOOPBACK_NAMES or host in names:
+        return True
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
+async def _body(request: Request) -> bytes | None:
+    """The request's body, or None once it is over :data:`MAX_BODY_BYTES` (read no further)."""
+    length = request.headers.get("content-length", "")
+    if length and (not length.isdigit() or int(length) > MAX_BODY_BYTES):
+        return None
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_BODY_BYTES:
+            return None
+    return bytes(body)
 
 
 def _same_origin(connection: HTTPConnection) -> bool:
@@ -59,9 +98,11 @@ def _origin(connection: HTTPConnection) -> str:
     return f"browser {client.host}" if client is not None else "browser"
 
 
-def create_app(server: ControlServer, token: str | None = None) -> Starlette:
-    """The app around a running :class:`ControlServer`; ``token``: required of every request."""
+def create_app(server: ControlServer, token: str | None = None, hosts: tuple[str, ...] = ()) -> Starlette:
+    """The app around a running :class:`ControlServer`; ``token``: required of every request;
+    ``hosts``: names the page may be reached by besides loopback names and IP addresses."""
     state = server.state
+    names = frozenset(h.lower().strip("[]") for h in hosts)
     latest = {"json": json.dumps(state.snapshot()), "at": 0.0}
 
     def snapshot_json() -> str:
@@ -71,6 +112,9 @@ def create_app(server: ControlServer, token: str | None = None) -> Starlette:
         return latest["json"]
 
     def refused(request: Request) -> Response | None:
+        if not _host_allowed(request, names):
+            return JSONResponse({"error": "this console is not served under that host name (--public-host NAME "
+                                          "admits one)"}, status_code=403)
         if not _authorised(request, token):
             return JSONResponse({"error": "not authorised: open the URL with the token the console printed"},
                                 status_code=401)
@@ -114,10 +158,14 @@ def create_app(server: ControlServer, token: str | None = None) -> Starlette:
         if request.headers.get("content-type", "").split(";")[0].strip() != "application/json":
             return JSONResponse({"error": "an action is a JSON body (Content-Type: application/json)"},
                                 status_code=415)
+        raw = await _body(request)
+        if raw is None:
+            return JSONResponse({"error": f"an action is at most {MAX_BODY_BYTES} bytes"}, status_code=413,
+                                headers={"Connection": "close"})
         try:
-            body = await request.json()
-        except ValueError:
-            return JSONResponse({"error": "the body is not JSON"}, status_code=400)
+            body = json.loads(raw)
+        except (ValueError, RecursionError):
+            return JSONResponse({"error": "the body is not JSON (or is nested too deep)"}, status_code=400)
         if not isinstance(body, dict) or not isinstance(body.get("action"), str):
             return JSONResponse({"error": "give {\"action\": ..., \"actor\": ..., \"device\": ...}"},
                                 status_code=400)
@@ -130,6 +178,9 @@ def create_app(server: ControlServer, token: str | None = None) -> Starlette:
                              "received_at": entry.received, "results": entry.results})
 
     async def live(websocket: WebSocket) -> None:
+        if not _host_allowed(websocket, names):
+            await websocket.close(code=4403, reason="host")  # before accepting: an HTTP 403
+            return
         await websocket.accept()
         if not _authorised(websocket, token):
             await websocket.close(code=4401, reason="not authorised")

@@ -1,10 +1,15 @@
 """What the console knows: its peers, their latest status and frames, the curves, the actions.
 
 Everything a peer sends is untrusted: :func:`_clean` keeps only JSON-able
-scalars, lists and maps of bounded size, so a peer cannot make the page or
-the log hold what it should not. :meth:`ConsoleState.snapshot` is the page's
-state object (see ``docs/console.md``); a finished run is loaded from its
-``metrics.jsonl`` (:meth:`ConsoleState.load_metrics`).
+scalars, lists and maps of bounded size, and the state holds at most
+:data:`MAX_ACTORS` actors and :data:`MAX_STATE_BYTES` of what peers declare
+and report (a HELLO past either is refused by name, a status past it
+dropped and shown as dropped; a silent actor gives its place up first), so
+a flood of peers cannot make the page or the log hold what it should not.
+Who may hold which id is :mod:`.identity`'s to say.
+:meth:`ConsoleState.snapshot` is the page's state object (see
+``docs/console.md``); a finished run is loaded from its ``metrics.jsonl``
+(:meth:`ConsoleState.load_metrics`).
 """
 
 from __future__ import annotations
@@ -17,12 +22,27 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..runlog import CONSOLE, is_learner_record
+from .identity import Refused
 
 CONNECTED_WITHIN_S = 5.0
 """A peer heard from within this long is connected (peers say something at least every 2 s)."""
 MAX_POINTS = 1000
 """Curve points sent to the page (a longer run is thinned evenly)."""
+MAX_KEPT_POINTS = 20 * MAX_POINTS
+"""Curve points kept (past it, every other one is dropped)."""
 MAX_ACTIONS = 50
+MAX_ACTORS = 256
+MAX_STATE_BYTES = 4 << 20
+"""What all peers together may add to the page's state: their devices as shown, and statuses."""
+MAX_DECLARED_BYTES = 32 << 10
+"""What one HELLO's devices may add (:func:`_declared_bytes`)."""
+MAX_STATUS_BYTES = 64 << 10
+"""One peer's status, as JSON."""
+MAX_PEER_FRAME_BYTES = 8 << 20
+MAX_FRAME_BYTES = 128 << 20
+"""The newest JPEGs kept: per peer, and in all."""
+DEVICE_VIEW_BYTES, CAMERA_VIEW_BYTES = 400, 100
+"""About what each device and camera adds to the page's state beyond what the HELLO names."""
 
 
 def _clean(value, depth: int = 0):
@@ -43,6 +63,12 @@ def _clean(value, depth: int = 0):
     if isinstance(value, (list, tuple)):
         return [_clean(v, depth + 1) for v in value[:64]]
     return None
+
+
+def _declared_bytes(devices: list[dict]) -> int:
+    """What a peer's devices add to the page's state, about."""
+    cameras = sum(len(d["cameras"]) for d in devices)
+    return len(json.dumps(devices)) + DEVICE_VIEW_BYTES * len(devices) + CAMERA_VIEW_BYTES * cameras
 
 
 def _number(value) -> float | None:
@@ -67,8 +93,17 @@ class Peer:
     actor_id: int
     devices: list[dict]
     last_seen: float
+    who: str = ""
+    """Its key's name with keys, else its connection (the page shows it)."""
     status: dict = field(default_factory=dict)
     frames: dict[tuple[int, str], Frame] = field(default_factory=dict)
+    declared_bytes: int = 0
+    status_bytes: int = 0
+    status_error: str = ""
+
+    @property
+    def weight(self) -> int:
+        return self.declared_bytes + self.status_bytes
 
     @property
     def connected(self) -> bool:
@@ -109,34 +144,95 @@ class ConsoleState:
         self.points: list[dict] = []
         """Curve points against env steps: episode_return, success_rate, intervention_rate, losses."""
         self.actions: deque[Action] = deque(maxlen=MAX_ACTIONS)
+        self.weight = 0
+        """What the peers add to the page's state, together (at most :data:`MAX_STATE_BYTES`)."""
+        self.frame_bytes = 0
+        self.admin_robots: list[dict] = []
+        """The robot servers the console's admin key reaches, by actor and device (:mod:`.admin`)."""
+        self._by_identity: dict[bytes, Peer] = {}
         self._judged: tuple[int, int] = (0, 0)  # successes, judged: over every actor, at the last point
 
     # -- peers -----------------------------------------------------------------
     def peer(self, identity: bytes) -> Peer | None:
-        if self.learner is not None and self.learner.identity == identity:
-            return self.learner
-        return next((p for p in self.actors.values() if p.identity == identity), None)
+        return self._by_identity.get(identity)
 
-    def hello(self, identity: bytes, role: str, actor_id: int, devices: list[dict]) -> Peer:
-        """A peer said HELLO: known again (a restarted peer replaces its old self by actor id)."""
-        known = self.peer(identity)
-        if known is not None and known.role == role and known.actor_id == actor_id:
-            known.last_seen, known.devices = time.monotonic(), devices
+    def holder(self, role: str, actor_id: int) -> Peer | None:
+        return self.learner if role == "learner" else self.actors.get(actor_id)
+
+    def hello(self, identity: bytes, role: str, actor_id: int, devices: list[dict], who: str = "") -> Peer:
+        """A peer said HELLO, its claim checked: known again, or in the place of the one it replaces
+        (a restarted peer). :class:`~.identity.Refused` past a cap."""
+        what = "the learner" if role == "learner" else f"actor {actor_id}"
+        declared = _declared_bytes(devices)
+        if declared > MAX_DECLARED_BYTES:
+            raise Refused(f"{what} refused: its devices come to {declared} bytes on the page, at most "
+                          f"{MAX_DECLARED_BYTES} (fewer devices or cameras, or shorter names)")
+        known = self.holder(role, actor_id)
+        if known is not None and known.identity == identity:
+            if not self._make_room(declared - known.declared_bytes, new_actor=False):
+                raise Refused(f"{what} refused: the console's state is full ({MAX_STATE_BYTES} bytes)")
+            self.weight += declared - known.declared_bytes
+            known.last_seen, known.devices, known.declared_bytes = time.monotonic(), devices, declared
             return known
-        peer = Peer(identity, role, actor_id, devices, time.monotonic())
+        if known is not None:
+            self._drop(known)
+        if not self._make_room(declared, new_actor=role == "actor"):
+            if role == "actor" and len(self.actors) >= MAX_ACTORS:
+                raise Refused(f"{what} refused: the console holds {MAX_ACTORS} actors, its most, all heard "
+                              f"within {CONNECTED_WITHIN_S:g} s")
+            raise Refused(f"{what} refused: the console's state is full ({MAX_STATE_BYTES} bytes of peers' "
+                          "devices and statuses)")
+        peer = Peer(identity, role, actor_id, devices, time.monotonic(), who=who, declared_bytes=declared)
         if role == "learner":
             self.learner = peer
         else:
             self.actors[actor_id] = peer
+        self._by_identity[identity] = peer
+        self.weight += declared
         return peer
+
+    def _make_room(self, weight: int, new_actor: bool) -> bool:
+        """Whether ``weight`` more bytes (and a new actor's place) fit, once silent actors, the
+        longest silent first, have given theirs up."""
+        while (new_actor and len(self.actors) >= MAX_ACTORS) or self.weight + weight > MAX_STATE_BYTES:
+            silent = [p for p in self.actors.values() if not p.connected]
+            if not silent:
+                return False
+            self._drop(min(silent, key=lambda p: p.last_seen))
+        return True
+
+    def _drop(self, peer: Peer) -> None:
+        if peer.role == "learner":
+            self.learner = None
+        else:
+            self.actors.pop(peer.actor_id, None)
+        self._by_identity.pop(peer.identity, None)
+        self.weight -= peer.weight
+        self.frame_bytes -= sum(len(f.jpeg) for f in peer.frames.values())
 
     def status(self, peer: Peer, status: dict) -> None:
         peer.last_seen = time.monotonic()
-        peer.status = _clean(status) if isinstance(status, dict) else {}
+        cleaned = _clean(status) if isinstance(status, dict) else {}
+        size = len(json.dumps(cleaned))
+        if size > MAX_STATUS_BYTES or self.weight - peer.status_bytes + size > MAX_STATE_BYTES:
+            peer.status_error = (f"a status of {size} bytes was dropped (at most {MAX_STATUS_BYTES} a peer, "
+                                 f"{MAX_STATE_BYTES} in all)")
+            return
+        self.weight += size - peer.status_bytes
+        peer.status, peer.status_bytes, peer.status_error = cleaned, size, ""
 
-    def frame(self, peer: Peer, device_id: int, name: str, seq: int, jpeg: bytes, width: int, height: int) -> None:
+    def frame(self, peer: Peer, device_id: int, name: str, seq: int, jpeg: bytes, width: int, height: int) -> bool:
+        """Keep a camera's newest frame; False (dropped) past :data:`MAX_PEER_FRAME_BYTES` or
+        :data:`MAX_FRAME_BYTES`."""
         peer.last_seen = time.monotonic()
+        old = peer.frames.get((device_id, name))
+        grows = len(jpeg) - (len(old.jpeg) if old is not None else 0)
+        if (self.frame_bytes + grows > MAX_FRAME_BYTES
+                or sum(len(f.jpeg) for f in peer.frames.values()) + grows > MAX_PEER_FRAME_BYTES):
+            return False
         peer.frames[(device_id, name)] = Frame(seq, jpeg, width, height, time.monotonic())
+        self.frame_bytes += grows
+        return True
 
     def metrics(self, peer: Peer, record: dict) -> dict | None:
         """A learner's metrics record: a curve point (with the actors' success rate since the last
@@ -170,6 +266,8 @@ class ConsoleState:
                  "intervention_rate": _number(record.get("intervention_rate"))}
         point.update({k: _number(v) for k, v in record.items() if "loss" in k and _number(v) is not None})
         self.points.append(point)
+        if len(self.points) > MAX_KEPT_POINTS:
+            self.points = self.points[::2]
 
     # -- a finished run ----------------------------------------------------------
     def load_metrics(self) -> int:
@@ -217,17 +315,21 @@ class ConsoleState:
                 "replay": status.get("replay") or {"size": record.get("replay_size"),
                                                    "by_source": record.get("replay_by_source") or {}},
                 "losses": status.get("losses") or {k: v for k, v in record.items()
-                                                   if "loss" in k and _number(v) is not None}}
+                                                   if "loss" in k and _number(v) is not None},
+                "nonfinite_updates_skipped": status.get("nonfinite_updates_skipped",
+                                                        record.get("nonfinite_updates_skipped")),
+                "peer": self.learner.who if self.learner is not None else None}
         actors = [self._actor_view(peer, now) for _, peer in sorted(self.actors.items())]
         live = any(p.connected for p in self.actors.values()) or (self.learner is not None and self.learner.connected)
         return {"t": "state", "time": time.time(), "run": str(self.run_dir),
                 "finished": not live and bool(self.points),
-                "learner": learner, "actors": actors, **self._curves(),
+                "learner": learner, "actors": actors, "admin_robots": self.admin_robots, **self._curves(),
                 "actions": [a.entry() for a in self.actions]}
 
     def _actor_view(self, peer: Peer, now: float) -> dict:
         status = peer.status
         by_id = {d.get("device_id"): d for d in status.get("devices") or [] if isinstance(d, dict)}
+        admin = {r["device_id"]: r["endpoint"] for r in self.admin_robots if r["actor_id"] == peer.actor_id}
         devices = []
         for declared in peer.devices:
             device_id = declared["device_id"]
@@ -240,8 +342,9 @@ class ConsoleState:
                 "paused": bool(live.get("paused", False)), "takeover": bool(live.get("takeover", False)),
                 "episode": live.get("episode") or {"step": None, "return": None},
                 "safety": live.get("safety") or {}, "watchdog_trips": live.get("watchdog_trips", 0),
-                "prompt": live.get("prompt"), "frames": frames})
-        return {"actor_id": peer.actor_id, "connected": peer.connected,
+                "prompt": live.get("prompt"), "frames": frames, "admin_robot": admin.get(device_id)})
+        return {"actor_id": peer.actor_id, "peer": peer.who, "status_error": peer.status_error,
+                "connected": peer.connected,
                 "last_seen_s": round(now - peer.last_seen, 2), "learner": status.get("learner", "unknown"),
                 "env_steps": status.get("env_steps"), "episodes": status.get("episodes"),
                 "teleop": any(d.get("teleop") for d in peer.devices), "reset": status.get("reset", "auto"),

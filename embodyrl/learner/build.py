@@ -2,20 +2,21 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from ..algos import registry
 from ..algos.heads import over
 from ..hal.console import dial_console
 from ..hal.layout import Layout
-from ..hal.steps import PolicyVersion, new_incarnation
+from ..hal.steps import REWARD_BOUND, PolicyVersion, new_incarnation
 from ..hal.wire.protocol import DeviceInfo
 from ..hal.wire.security import ServerKeys
 from ..policy import save_policy
 from ..transport import LearnerServer
 from ..transport.publisher import WeightsConfig
 from ..transport.server import MAX_BATCH_ROWS, session_limits
-from .checkpoint import Checkpointer
+from .checkpoint import Checkpointer, record_incarnation
 from .devices import Placement, check_batch, resolve
 from .hosts import OneHost
 from .metrics import MetricsLog
@@ -28,13 +29,14 @@ def make_learner(config, run_dir: Path, **kwargs) -> LearnerService:
     """The learner for ``config``'s task (its layout: one device kind, or several for ``a+b``; a
     robot's as ``config.json`` recorded it, so the learner never reaches the robot).
     ``kwargs``: ``keys`` and ``allow_insecure`` of :func:`build_learner`."""
-    from ..robot import layout_of
+    from ..robot import layout_of, reward_bounds_of
 
-    return build_learner(config, layout_of(config), run_dir, **kwargs)
+    return build_learner(config, layout_of(config), run_dir, reward_bounds=reward_bounds_of(config), **kwargs)
 
 
 def build_learner(config, layout: Layout, run_dir: Path, *, keys: ServerKeys | None = None,
-                  allow_insecure: bool = False, hosts=None) -> LearnerService:
+                  allow_insecure: bool = False, hosts=None,
+                  reward_bounds: Sequence[float] | None = None) -> LearnerService:
     """The learner service of ``config`` for the device kinds of ``layout``, its files in ``run_dir``.
 
     ``keys``: CurveZMQ for the actors' link; without them only loopback unless ``allow_insecure``.
@@ -44,6 +46,10 @@ def build_learner(config, layout: Layout, run_dir: Path, *, keys: ServerKeys | N
     the replay here, before the update compiles; what the replay already holds is not loaded again.
     ``hosts``: this learner's place among several (:func:`embodyrl.learner.hosts.join`, called before
     anything touched JAX); each host's replay samples its share of every batch.
+    ``reward_bounds``: each device kind's largest |reward| (:func:`embodyrl.robot.reward_bounds_of`;
+    None: :data:`~embodyrl.hal.steps.REWARD_BOUND`); a row beyond it is refused. The new incarnation
+    joins the run's list (:func:`~.checkpoint.record_incarnation`) before anything is served: rows
+    acted under this run's earlier learners are taken, under any other incarnation refused.
     """
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -51,6 +57,8 @@ def build_learner(config, layout: Layout, run_dir: Path, *, keys: ServerKeys | N
     algorithm = over(config.algo, layout)
     observation_spec, action_spec = layout.observation_spec, layout.action_spec
     incarnation = new_incarnation()
+    earlier = record_incarnation(run_dir, incarnation)
+    bounds = tuple(reward_bounds) if reward_bounds else (REWARD_BOUND,) * len(layout.kinds)
     hosts = hosts or OneHost()
     placement = placement_of(config, hosts)
     if algorithm.on_policy:
@@ -84,7 +92,8 @@ def build_learner(config, layout: Layout, run_dir: Path, *, keys: ServerKeys | N
                            limits=session_limits(kinds, max_batch_rows), max_batch_rows=max_batch_rows,
                            peer_timeout_s=lc.peer_timeout_s, keys=keys, allow_insecure=allow_insecure,
                            weights=WeightsConfig(encoding=lc.weights_encoding),
-                           bindings_path=run_dir / "key_bindings.json", committed_seq=committed_seq)
+                           bindings_path=run_dir / "key_bindings.json", committed_seq=committed_seq,
+                           reward_bound=reward_bound_of(layout, bounds), incarnations=earlier)
 
     def save(version: PolicyVersion, weights) -> None:
         save_policy(run_dir / "policy", version, weights, observation_spec, action_spec, algorithm)
@@ -120,6 +129,15 @@ def _refuse_replay_settings(name: str, lc) -> None:
     for key, value in (("demos", lc.demos), ("mix", lc.mix), ("priority", lc.priority)):
         if value:
             raise ValueError(f"learner.{key}: {name} learns on-policy from its own rollouts, without a replay")
+
+
+def reward_bound_of(layout: Layout, bounds: Sequence[float]):
+    """The server's reward bound: device id -> its kind's bound."""
+    def reward_bound(device_id: int) -> float:
+        kind = layout.kind_of(device_id)
+        return bounds[kind] if 0 <= kind < len(bounds) else REWARD_BOUND
+
+    return reward_bound
 
 
 def admission(layout: Layout):

@@ -1,14 +1,24 @@
-"""Learner checkpoints with Orbax: the training state pytree plus a JSON record.
+"""Learner checkpoints with Orbax: the training state pytree plus a JSON record; and the run's
+learner incarnations.
 
 The state (parameters, optimiser states, targets, step counters, RNG key) is
 saved as it is; typed PRNG keys travel as their raw key data. Saves are
 atomic (Orbax writes to a temporary directory and renames it), keep the last
 ``max_to_keep``, and a resumed learner restores the newest one together with
-its JSON record (counters, policy version, replay position).
+its JSON record (counters, policy version, replay position, incarnations).
+
+Every learner start draws a new incarnation, and actors go on acting under an
+earlier one's weights until the new ones arrive (their spools resend rows
+acted before the restart). :func:`record_incarnation` keeps every incarnation
+of a run in ``run_dir/incarnations.json``, written before the learner serves
+anyone, so that a restart knows them all, even those that crashed before
+their first checkpoint; a row naming any other incarnation is refused.
 """
 
 from __future__ import annotations
 
+import json
+import os
 from pathlib import Path
 
 import jax
@@ -82,3 +92,27 @@ class Checkpointer:
         self.manager.close()
 
 
+
+
+INCARNATIONS = "incarnations.json"
+"""In the run directory: every learner incarnation of the run, in start order."""
+
+
+def record_incarnation(run_dir: str | Path, incarnation: int, earlier: tuple[int, ...] = ()) -> tuple[int, ...]:
+    """Add ``incarnation`` to ``run_dir``'s :data:`INCARNATIONS` (atomically, synced) and return the
+    run's earlier ones, with ``earlier`` (a checkpoint record's, for a run that kept no list yet)."""
+    path = Path(run_dir) / INCARNATIONS
+    known = list(earlier)
+    if path.exists():
+        try:
+            known += [int(i) for i in json.loads(path.read_text())["incarnations"]]
+        except (ValueError, KeyError, TypeError) as err:
+            raise ValueError(f"{path}: not a list of learner incarnations ({err})") from None
+    known = list(dict.fromkeys(i for i in known if i != incarnation))
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as f:
+        json.dump({"incarnations": [*known, incarnation]}, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    return tuple(known)

@@ -6,7 +6,8 @@
     data.commit()           -> ACK what it made durable: one cumulative ACK per actor
     data.grant_credits()    -> actors may send as fast as training allows
     if data.trainable():    -> data.batch() -> training.update (jitted) -> publish every few updates
-                               (batches with importance weights: data.reprioritise(TD errors))
+                               (batches with importance weights: data.reprioritise(TD errors);
+                               a step whose loss is not finite is skipped inside the update, and counted)
     every second            -> heartbeats
     every checkpoint_every_s-> checkpoint (state + counters)
     every log_every_s       -> one metrics record: the service's counters and each part's metrics()
@@ -28,6 +29,7 @@ at most 10 ms, and with training it does not wait at all.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -36,12 +38,15 @@ from typing import Any, Protocol
 import jax
 import numpy as np
 
+from ..algos.scan import SKIPPED
 from ..hal import params as flat_params
 from ..hal.steps import PolicyVersion, Steps, new_incarnation
 from ..transport import LearnerServer, ReceivedSteps
 from .devices import Placement
 from .episodes import EpisodeReturns
 from .hosts import OneHost
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -58,6 +63,8 @@ class Counters:
     """Rows the data side dropped unused (PPO: too stale, or acted before any weights)."""
     rows_behind: int = 0
     """Rows received that were acted by weights older than the learner's current ones."""
+    nonfinite_updates_skipped: int = 0
+    """Gradient steps skipped because a loss or the new state was not finite (the state kept)."""
 
 
 class DataSide(Protocol):
@@ -193,10 +200,12 @@ class LearnerService:
         self._returns = EpisodeReturns()
         self._lag: list[float] = []
         self._call_s: list[float] = []
+        self._skipped: list = []  # each training call's count of skipped steps, not yet read back
         self._unacked: list[tuple] = []  # (session, seq) taken, waiting for the data side's commit
         self._received: dict[int, int] = {}  # actor id -> newest seq taken (durable or not)
         self._clock = dict.fromkeys(("start", "beat", "checkpoint", "log"), time.monotonic())
         self._updates_at_log = 0
+        self.server.know_incarnations((self.incarnation,))
         self.resumed = checkpointer is not None and checkpointer.latest_step() is not None
         if self.resumed:
             self._restore()
@@ -276,6 +285,10 @@ class LearnerService:
         started = time.monotonic()
         batch, batch_metrics = self.data.batch()
         metrics = self.training.update(batch)
+        if SKIPPED in metrics:  # read back at the next record (or every 256 calls): no wait on the device here
+            self._skipped.append(metrics[SKIPPED])
+            if len(self._skipped) >= 256:
+                self._count_skipped()
         if "weight" in batch:  # prioritised: the TD errors are the sampled rows' new priorities
             self.data.reprioritise(self.training.own_rows(metrics["td_error"]))
         k = self.training.updates_per_call
@@ -323,6 +336,18 @@ class LearnerService:
             if error is None:
                 raise
         return error
+
+    def _count_skipped(self) -> int:
+        """Fold the skipped steps of the calls since the last look into the counters; return how many."""
+        if not self._skipped:
+            return 0
+        pending, self._skipped = self._skipped, []
+        skipped = int(round(sum(float(np.sum(x)) for x in jax.device_get(pending))))
+        self.counters.nonfinite_updates_skipped += skipped
+        if skipped:
+            log.warning("skipped %d gradient steps whose loss or new state was not finite (%d in all); "
+                        "the state before each was kept", skipped, self.counters.nonfinite_updates_skipped)
+        return skipped
 
     # -- ingest and acks -----------------------------------------------------
     def _take(self, batch: ReceivedSteps) -> int:
@@ -380,8 +405,10 @@ class LearnerService:
 
     def console_status(self) -> dict:
         """What the console shows of the learner: progress, speed, version, replay by source, losses."""
+        self._count_skipped()
         c, record = self.counters, self._last_record
         return {"env_steps": c.env_steps, "budget": self.budget, "updates": c.updates,
+                "nonfinite_updates_skipped": c.nonfinite_updates_skipped,
                 "updates_per_s": record.get("updates_per_s"), "policy_version": c.publications,
                 "training": "paused" if self.training_paused else "running",
                 "replay": {"size": record.get("replay_size"), "by_source": record.get("replay_by_source", {})},
@@ -397,13 +424,14 @@ class LearnerService:
         self._clock["checkpoint"] = time.monotonic()
         if self.checkpointer.latest_step() == self.counters.updates:
             return
+        self._count_skipped()
         self.checkpointer.save(self.counters.updates, self.training.host_state(), {
             "counters": dataclasses.asdict(self.counters), "incarnation": self.incarnation,
-            "algorithm": self.training.name})
+            "incarnations": sorted(self.server.incarnations - {0}), "algorithm": self.training.name})
 
     def _restore(self) -> None:
         """Continue from the newest checkpoint: the state and the counters (publications go on,
-        under this start's new incarnation)."""
+        under this start's new incarnation; rows acted under the run's earlier ones are taken)."""
         saved = self.checkpointer.record().get("algorithm")
         if saved is not None and saved != self.training.name:
             raise ValueError(f"{self.checkpointer.directory}: a checkpoint of {saved!r}, "
@@ -411,6 +439,8 @@ class LearnerService:
         state, record = self.checkpointer.restore(self.training.host_state())
         self.training.state = self.training.place(state)
         self.counters = Counters(**record["counters"])
+        earlier = record.get("incarnations", [record["incarnation"]] if "incarnation" in record else [])
+        self.server.know_incarnations(int(i) for i in earlier)
         self.data.restored(self.counters)
 
     def log(self) -> dict:
@@ -418,6 +448,7 @@ class LearnerService:
         now = time.monotonic()
         elapsed = now - self._clock["start"]
         since = now - self._clock["log"]
+        self._count_skipped()
         c = self.counters
         by_device = self._returns.take_finished_by_device()
         returns = [total for _, total in by_device]
@@ -432,6 +463,7 @@ class LearnerService:
             "updates_per_s": round((c.updates - self._updates_at_log) / since, 2) if since > 0 else 0.0,
             "policy_version": c.publications, "policy_lag": float(np.mean(lag)) if lag else None,
             "rows_behind": c.rows_behind, "discarded": c.discarded,
+            "nonfinite_updates_skipped": c.nonfinite_updates_skipped,
             "iteration_s": float(np.mean(call_s)) if call_s else None,
             "batches_awaiting_commit": len(self._unacked),
             **self.server.metrics(elapsed), **self.data.metrics(), **self.train_metrics,

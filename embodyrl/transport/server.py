@@ -14,23 +14,37 @@ Identity: with CurveZMQ keys, an actor index belongs to a key
 (:class:`~.identity.IndexClaims`); a HELLO from the owning key replaces its
 session (every reconnect opens a fresh socket), any other key is refused.
 Without keys, a HELLO for an index another link instance was heard on within
-``duplicate_window_s`` is refused, told it may retry (a killed actor's restart waits out its predecessor's window;
-two actors started with one ``--index`` go on being refused, naming it, until the second gives up).
+``duplicate_window_s`` (:data:`DUPLICATE_WINDOW_S`: 3 of the link's heartbeat
+intervals, so an actor busy for a second or two between polls keeps its index)
+is refused by name and told it may retry: a killed actor's restart waits out
+its predecessor's window; two actors started with one ``--index`` go on being
+refused until the second's handshake deadline.
+
+Values: a batch is refused before it is stored when any value lies outside
+what the task declares (:meth:`~embodyrl.hal.steps.Steps.from_arrays`, with
+the task's ``reward_bound``), when a row names a policy incarnation that is
+neither this learner's nor an earlier one of its run (``incarnations``:
+``unknown_incarnation``), or when its seq jumps further ahead than a link's
+spool could have dropped (:data:`MAX_SEQ_JUMP`: ``seq_jump``). Each refusal is
+counted by reason, and its message (column, row, value) is kept
+(``stats.last_refusal``) and logged.
 """
 
 from __future__ import annotations
 
+import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
 import zmq
 
 from ..hal.specs import SpecError
-from ..hal.steps import PolicyVersion, Steps, row_nbytes
+from ..hal.steps import REWARD_BOUND, PolicyVersion, Steps, row_nbytes
 from ..hal.wire import protocol as P
 from ..hal.wire import weights as W
+from ..hal.wire.client import HEARTBEAT_S
 from ..hal.wire.codec import (
     DEFAULT_LIMITS,
     PROTOCOL_VERSION,
@@ -53,6 +67,8 @@ from .credits import CreditBook
 from .identity import IndexClaims
 from .publisher import WeightPublisher, WeightsConfig
 
+log = logging.getLogger(__name__)
+
 MAX_BATCH_ROWS = 4096
 """Rows in the largest batch an actor sends, unless the learner says otherwise."""
 LIMIT_MARGIN = 1.25
@@ -62,6 +78,18 @@ BYE_WAIT_S = 1.0
 Closing at once can take the BYE with it: an actor's DEALER (``IMMEDIATE``) drops what it has not
 yet read when its connection goes, and that actor runs on, unaware, until its credit times out."""
 HANDSHAKE_MS = 10_000
+QUIET_HEARTBEATS = 3
+DUPLICATE_WINDOW_S = QUIET_HEARTBEATS * HEARTBEAT_S
+"""Without keys: how long a session must have been silent before another link may take its index."""
+MAX_SEQ_JUMP = 1 << 32
+"""The furthest a batch's seq may lie beyond the newest one its actor's session delivered. An honest
+link numbers its batches one by one; it skips only the batches its spool dropped while the learner did
+not acknowledge them (``on_full="drop_oldest"``): 2**32 of them is 80 days of 625 batches a second.
+Beyond it the seq is a forgery (10**12), and acknowledging it would make every honest seq after it a
+"resend" (``seq_jump``)."""
+LOGGED_EVERY_S = 10.0
+"""A refused batch's message is logged at most this often per reason (a flood costs no log spam)."""
+DATA_REFUSALS = ("steps_invalid", "unknown_incarnation", "policy_version", "seq_jump")
 
 # Decides whether to admit an actor: returns None to accept or the reason to refuse.
 AdmitFn = Callable[[list[P.DeviceInfo]], str | None]
@@ -119,9 +147,14 @@ class ServerStats:
     duplicates: int = 0
     seq_gaps: int = 0
     rejected: dict[str, int] = field(default_factory=dict)
+    last_refusal: dict[str, str] = field(default_factory=dict)
+    """Reason -> the message of the newest refusal for it (what a refused batch got wrong: column,
+    row and value)."""
 
-    def reject(self, reason: str) -> None:
+    def reject(self, reason: str, detail: str | None = None) -> None:
         self.rejected[reason] = self.rejected.get(reason, 0) + 1
+        if detail is not None:
+            self.last_refusal[reason] = detail[:400]
 
 
 def weights_encodings(fields: dict) -> frozenset[str] | None:
@@ -152,8 +185,9 @@ class LearnerServer:
                  admit: AdmitFn | None = None, limits: Limits = DEFAULT_LIMITS,
                  max_batch_rows: int = MAX_BATCH_ROWS,
                  peer_timeout_s: float = 30.0, weights_resend_s: float = 5.0,
-                 duplicate_window_s: float = 1.0, hellos_per_s: float = 5.0, hellos_total_per_s: float = 50.0,
-                 max_devices: int = 64,
+                 duplicate_window_s: float = DUPLICATE_WINDOW_S, hellos_per_s: float = 5.0,
+                 hellos_total_per_s: float = 50.0, max_devices: int = 64,
+                 reward_bound: float | Callable[[int], float] = REWARD_BOUND, incarnations: Iterable[int] = (),
                  keys: ServerKeys | None = None, allow_insecure: bool = False,
                  bindings_path=None,
                  committed_seq: Callable[[int], int] | None = None,
@@ -162,7 +196,10 @@ class LearnerServer:
         """``limits``: the most any message may be (the socket refuses larger frames);
         each session gets tighter ones from its specs and ``max_batch_rows``.
         ``duplicate_window_s``: without keys, how recently an index must have been heard
-        for a HELLO from another link instance to be refused (one heartbeat interval).
+        for a HELLO from another link instance to be refused (:data:`DUPLICATE_WINDOW_S`).
+        ``reward_bound``: the largest |reward| a row may carry, or device id -> its task's bound.
+        ``incarnations``: earlier learner incarnations of this run (its restarts), whose policy
+        versions actors may still act under; rows naming any other (but 0, no policy) are refused.
         ``hellos_per_s``: HELLOs each key (without keys: each connection) may send, under a
         global ``hellos_total_per_s``; ``max_devices``: the most one HELLO may declare. ``bindings_path``: where the key -> index bindings persist."""
         self.run_id = run_id
@@ -175,6 +212,10 @@ class LearnerServer:
         self.peer_timeout_s = peer_timeout_s
         self.weights_resend_s = weights_resend_s
         self.duplicate_window_s = duplicate_window_s
+        self.reward_bound = reward_bound if callable(reward_bound) else (lambda device_id: reward_bound)
+        self.incarnations: frozenset[int] = frozenset()
+        self.know_incarnations((0, incarnation, *incarnations))
+        self._logged: dict[str, float] = {}  # reason -> when a refusal of it was last logged
         self.max_devices = max_devices
         self._own_published = 0  # version (incarnation, 0) is the learner's initial policy, published or not
         self.claims = IndexClaims(keys.authorized_dir, bindings_path) if keys is not None else None
@@ -214,7 +255,8 @@ class LearnerServer:
             try:
                 batch = self._handle(identity, body)
             except MessageError as err:
-                self.stats.reject(err.reason)
+                self.stats.reject(err.reason, err.detail)
+                self._log_refusal(err)
                 continue
             if batch is not None:
                 received.append(batch)
@@ -301,7 +343,22 @@ class LearnerServer:
     def _refuse(self, identity: bytes, tag: str, reason: str, *, retry: bool = False) -> None:
         """REFUSED naming ``reason``; ``retry``: it may pass, so the link tries again until its deadline."""
         self._send(identity, P.REFUSED, {"reason": reason, "retry": retry})
-        self.stats.reject(tag)
+        self.stats.reject(tag, reason)
+
+    def _log_refusal(self, err: MessageError) -> None:
+        """Log a refused batch's message, once per :data:`LOGGED_EVERY_S` per reason."""
+        if err.reason not in DATA_REFUSALS:
+            return
+        now = time.monotonic()
+        if now - self._logged.get(err.reason, -LOGGED_EVERY_S) >= LOGGED_EVERY_S:
+            self._logged[err.reason] = now
+            log.warning("refused a batch (%s, %d so far): %s", err.reason, self.stats.rejected[err.reason],
+                        err.detail[:400])
+
+    def know_incarnations(self, incarnations: Iterable[int]) -> None:
+        """Accept rows acted under these learner incarnations too (this run's earlier ones)."""
+        self.incarnations = self.incarnations | {int(i) for i in incarnations}
+        self._known = np.fromiter(sorted(self.incarnations), np.int64)
 
     def _held(self, fields: dict) -> PolicyVersion:
         """The version a message says its actor holds; one this learner never published is forged."""
@@ -332,20 +389,39 @@ class LearnerServer:
         if seq <= session.received_seq:  # on its way to the replay already
             self.stats.duplicates += 1
             return None
+        if seq - session.received_seq > MAX_SEQ_JUMP:  # never acknowledged: later honest seqs would be "resends"
+            raise MessageError("seq_jump", f"seq {seq} of actor {session.actor_id} is {seq - session.received_seq} "
+                                           f"past its newest, {session.received_seq}; a link skips only what its "
+                                           f"spool dropped, at most {MAX_SEQ_JUMP}")
         msg = decode_arrays(header, body)
         try:
-            steps = Steps.from_arrays(msg.arrays, device.observation_spec, device.action_spec)
+            steps = Steps.from_arrays(msg.arrays, device.observation_spec, device.action_spec,
+                                      reward_bound=self.reward_bound(device_id))
         except SpecError as err:
             raise MessageError("steps_invalid", str(err)) from None
         if (steps.actor_id != session.actor_id).any() or (steps.device_id != device_id).any():
             raise MessageError("steps_invalid", "actor or device ids differ from the session's")
-        forged = (steps.policy_incarnation == self.incarnation) & (steps.policy_count > self._published_count())
-        if forged.any():
-            raise MessageError("policy_version", f"{int(forged.sum())} rows name a policy version never published")
+        self._check_versions(steps)
         if seq > session.received_seq + 1:  # its spool dropped batches (drop_oldest): counted, not refused
             self.stats.seq_gaps += 1
         session.received_seq = seq
         return ReceivedSteps(session, seq, device_id, steps)
+
+    def _check_versions(self, steps: Steps) -> None:
+        """Every row acted under no policy, or one of this run's learners: none of its own versions
+        newer than it published (``policy_version``), no incarnation it never had (``unknown_incarnation``)."""
+        incarnation = steps.policy_incarnation
+        if not (incarnation == self.incarnation).all():
+            unknown = ~np.isin(incarnation, self._known)
+            if unknown.any():
+                row = int(np.flatnonzero(unknown)[0])
+                raise MessageError("unknown_incarnation", f"policy_incarnation: row {row} holds "
+                                   f"{int(incarnation[row])}, an incarnation no learner of this run had")
+        forged = (incarnation == self.incarnation) & (steps.policy_count > self._published_count())
+        if forged.any():
+            row = int(np.flatnonzero(forged)[0])
+            raise MessageError("policy_version", f"policy_count: row {row} holds {int(steps.policy_count[row])}, "
+                               f"newer than any published ({self._published_count()}; {int(forged.sum())} rows)")
 
     def _expire_sessions(self) -> None:
         now = time.monotonic()
@@ -422,7 +498,8 @@ class LearnerServer:
         self._io_last.update(counts, time=now)
         return {"actors": len(self.sessions), "rejected": sum(st.rejected.values()),
                 "rejected_by_reason": dict(st.rejected), **counts, **rates,
-                "duplicates_dropped": st.duplicates, "seq_gaps": st.seq_gaps, "weights_sent": dict(self.publisher.sent)}
+                "duplicates_dropped": st.duplicates, "seq_gaps": st.seq_gaps, "weights_sent": dict(self.publisher.sent),
+                "last_refusal": {k: v for k, v in st.last_refusal.items() if k in DATA_REFUSALS}}
 
     def bye(self, reason: str, wait_s: float = BYE_WAIT_S) -> None:
         """Say goodbye to every session, then keep serving until each has answered with its own BYE

@@ -14,6 +14,17 @@ key, the server's public key)``, made with ``embodyrl keys DIR NAME``); plain
 TCP to a non-loopback address is refused unless ``allow_insecure``. With
 keys the server binds the session to this actor's key: a restarted actor
 with the same key resumes it, and no other key can take it over.
+
+E-stops latch on the server with who set them: :meth:`RemoteDevice.clear_estop`
+is the session owner's CLEAR, which lifts the owner's own and the watchdog's
+latch and raises :class:`RemoteError` (``estop_by_admin``, ...) when an
+admin's remains. A RESET or STEP the server refuses as ``estopped`` (a latch
+set by an admin, or before this actor reconnected) makes the device
+:attr:`~RemoteDevice.estopped` too (:attr:`~RemoteDevice.server_estop`, the
+server's reason), so an actor loop under the console holds it and shows it
+e-stopped until a CLEAR, RESET or STEP succeeds. :func:`admin_request` is an
+admin key's ESTOP or CLEAR from outside the session (what a console given an
+admin key sends).
 """
 
 from __future__ import annotations
@@ -70,6 +81,10 @@ class RemoteDevice(Device):
         self._socket: zmq.Socket | None = None
         self._seq = 0
         self._last_health = Health()
+        self.server_estop: str | None = None
+        """The server's e-stop as its last refusal (``estopped``) named it, until a CLEAR, RESET or STEP
+        succeeds: :attr:`estopped` while set, but it does not stop requests here (the server refuses
+        them while it holds a latch, and one lifted from elsewhere lets them through)."""
         self.watchdog_s: float | None = None
         self.attempts_retried = 0
         """Attempts that timed out and were sent again (lost or late replies)."""
@@ -131,13 +146,20 @@ class RemoteDevice(Device):
             except RemoteError:
                 self._last_health = Health("faulted", "e-stop not confirmed by the robot server")
 
+    @property
+    def estopped(self) -> bool:
+        return self._estop_reason is not None or self.server_estop is not None
+
     def clear_estop(self) -> None:
         """Clear the e-stop here and on the server (which latches its own)."""
         if self._socket is not None:
             self._request(CLEAR)
+            self.server_estop = None
         super().clear_estop()
 
     def _health(self) -> Health:
+        if self.server_estop is not None:
+            return Health("faulted", f"e-stop: {self.server_estop}")
         return self._last_health
 
     def server_status(self) -> dict:
@@ -145,6 +167,7 @@ class RemoteDevice(Device):
         return dict(self._request(STATUS).fields)
 
     def _observation(self, reply: Message) -> dict[str, np.ndarray]:
+        self.server_estop = None  # the server took a RESET or STEP: it holds no e-stop
         self._last_health = Health(reply.fields.get("health", "ok"), reply.fields.get("reason", ""))
         return dict(reply.arrays)
 
@@ -185,7 +208,8 @@ class RemoteDevice(Device):
         if reply.kind == ERROR:
             reason, detail = str(reply.fields.get("reason")), str(reply.fields.get("detail"))
             if reason == "estopped":
-                raise EStopError(f"robot server: {detail}")
+                self.server_estop = f"robot server: {detail}"
+                raise EStopError(self.server_estop)
             if reason in ("bad_action", "out_of_bounds"):
                 raise SpecError(f"robot server refused the action ({reason}): {detail}")
             error = WatchdogStopped if reason == "watchdog" else RemoteError
@@ -196,3 +220,40 @@ class RemoteDevice(Device):
         if reply.kind != wanted:
             raise RemoteError("protocol", f"{kind}: expected {wanted}, got {reply.kind}")
         return reply
+
+
+def admin_request(endpoint: str, keys: ClientKeys, kind: str, *, reason: str = "admin e-stop",
+                  release: bool = False, timeout_s: float = 1.0, retries: int = 2,
+                  context: zmq.Context | None = None) -> dict:
+    """An admin key's ESTOP or CLEAR to a robot server, sent from outside the actor's session.
+
+    ``keys``: the admin's own secret key and the server's public key (the admin's public key must be
+    in the server's ``--admin-keys``). ESTOP latches an admin e-stop (``reason``) and commands the
+    safe action; CLEAR lifts every latch software may lift and, with ``release``, also releases the
+    session (the default here is to leave the actor its session). Both are idempotent, so a lost
+    reply is simply sent again. Returns the reply's fields (``released``); raises
+    :class:`RemoteError` on a refusal (``driver_hung``; ``no_session`` for a key that is no admin's)
+    and :class:`RemoteTimeout` when no reply comes.
+    """
+    if kind not in (ESTOP, CLEAR):
+        raise ValueError(f"an admin sends ESTOP or CLEAR, not {kind!r}")
+    socket = (context or zmq.Context.instance()).socket(zmq.DEALER)
+    socket.linger = 0
+    try:
+        secure_client(socket, keys)
+        socket.connect(endpoint)
+        fields = {"seq": 1, "reason": reason} if kind == ESTOP else {"seq": 1, "release": bool(release)}
+        for attempt in range(1 + retries):
+            socket.send_multipart(encode(kind, fields))
+            if socket.poll(timeout_s * 1000 * 2**attempt):
+                reply = decode(socket.recv_multipart(copy=False))
+                if reply.kind == ERROR:
+                    raise RemoteError(str(reply.fields.get("reason")), f"{kind} refused by {endpoint}: "
+                                                                       f"{reply.fields.get('detail')}")
+                if reply.kind != "OK":
+                    raise RemoteError("protocol", f"{kind}: expected OK, got {reply.kind}")
+                return dict(reply.fields)
+    finally:
+        socket.close()
+    raise RemoteTimeout("timeout", f"admin {kind}: no reply from {endpoint} in {1 + retries} attempts "
+                                   "(is this key in the server's --admin-keys?)")

@@ -47,10 +47,13 @@ from .security import ClientKeys, check_endpoint, secure_client
 from .spool import Spool
 
 BYE_LINGER_MS = 200
+"""How long closing waits for a queued BYE to leave (a learner that is gone costs no more than this)."""
 RETRY_REFUSED_S = 0.5
 """How soon a link refused for now (its index still held by a session the learner heard lately,
 say its own killed predecessor's) says HELLO again."""
-"""How long closing waits for a queued BYE to leave (a learner that is gone costs no more than this)."""
+HEARTBEAT_S = 1.0
+"""How often a connected link says something (a batch, else a heartbeat) when it is polled: the
+learner counts a session silent for a few of these as gone (the index may then be taken over)."""
 
 
 class LinkError(RuntimeError):
@@ -86,7 +89,7 @@ class LinkStats:
 class LearnerLink:
     def __init__(self, endpoint: str, *, actor_name: str, actor_id: int,
                  devices: list[P.DeviceInfo], context: zmq.Context | None = None,
-                 handshake_timeout_s: float = 60.0, heartbeat_s: float = 1.0,
+                 handshake_timeout_s: float = 60.0, heartbeat_s: float = HEARTBEAT_S,
                  peer_timeout_s: float = 30.0, reconnect_s: float = 0.5, reconnect_max_s: float = 10.0,
                  limits: Limits = DEFAULT_LIMITS, spool: Spool | None = None,
                  keys: ClientKeys | None = None, allow_insecure: bool = False,

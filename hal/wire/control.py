@@ -3,7 +3,7 @@
 ::
 
     peer -> console   HELLO(role, actor id, devices, protocol)
-    console -> peer   WELCOME(stream settings)  or  REFUSED(reason)
+    console -> peer   WELCOME(stream settings)  or  REFUSED(reason, retry, retry_after_s)
     peer -> console   STATUS(status map)               about 4 times a second
     peer -> console   METRICS(record)                  the learner: each metrics record it writes
     peer -> console   FRAME(device id, field, seq, size) + the JPEG bytes as a uint8 array
@@ -32,6 +32,11 @@ KINDS = frozenset({HELLO, WELCOME, REFUSED, STATUS, METRICS, FRAME, COMMAND, DON
 
 CONTROL_PROTOCOL = 1
 ROLES = ("actor", "learner")
+MAX_ID = 2**31 - 1
+"""The largest actor or device id (the page and the log keep ids exact)."""
+STATUS_EVERY_S = 0.25
+"""A peer's link sends STATUS this often (its latest, repeated). Without keys the console holds a
+peer's id against other claimants while it has heard the peer within 3 of these."""
 
 DEVICE_ACTIONS = ("estop", "clear_estop", "pause", "resume", "takeover", "release", "answer")
 """Actions a device applies (per device, or every device of an actor)."""
@@ -46,6 +51,9 @@ MAX_STREAM_FPS = 30.0
 LIMITS = Limits(max_header_bytes=256 * 1024, max_arrays=1, max_frame_bytes=4 << 20,
                 max_message_bytes=4 << 20)
 """What a console message may be: a status map of up to 256 KiB, one JPEG of up to 4 MiB."""
+HELLO_LIMITS = Limits(max_header_bytes=48 * 1024, max_arrays=0, max_frame_bytes=0, max_message_bytes=0)
+"""What a peer without a session may send: a HELLO, whose devices the console shows in at most
+32 KiB, so a larger one is refused before it is decoded."""
 
 
 @dataclass(frozen=True)
@@ -91,14 +99,21 @@ def command(fields: dict) -> Command:
     if action not in ACTIONS:
         raise MessageError("field_type", f"unknown action {action!r}; one of {list(ACTIONS)}")
     device = fields.get("device")
-    if device is not None and (type(device) is not int or device < 0):
-        raise MessageError("field_type", f"device must be a non-negative integer or nil, not {device!r}")
+    if device is not None and not is_id(device):
+        raise MessageError("field_type", f"device must be an integer in [0, {MAX_ID}] or nil, not {device!r}")
     value = fields.get("value")
     if action == "answer" and value not in ANSWERS:
         raise MessageError("field_type", f"answer: value must be one of {list(ANSWERS)}, not {value!r}")
     if action == "stream":
         stream_settings(value)
+    elif action != "answer" and value is not None:
+        raise MessageError("field_type", f"{action}: takes no value, not {value!r}")
     return Command(field(fields, "id", str), action, device, value)
+
+
+def is_id(value) -> bool:
+    """Whether ``value`` is an actor or device id: an integer in [0, :data:`MAX_ID`]."""
+    return type(value) is int and 0 <= value <= MAX_ID
 
 
 def hello(fields: dict) -> tuple[str, int, list[dict]]:
@@ -110,6 +125,8 @@ def hello(fields: dict) -> tuple[str, int, list[dict]]:
     if role not in ROLES:
         raise MessageError("field_type", f"role must be one of {list(ROLES)}, not {role!r}")
     actor_id = field(fields, "actor_id", int)
+    if not is_id(actor_id):
+        raise MessageError("field_type", f"actor_id must be an integer in [0, {MAX_ID}], not {actor_id!r}")
     devices = field(fields, "devices", list)
     if len(devices) > 256:
         raise MessageError("field_type", f"{len(devices)} devices; at most 256")
@@ -120,6 +137,9 @@ def hello(fields: dict) -> tuple[str, int, list[dict]]:
         cameras = field(device, "cameras", list)
         if not all(isinstance(c, str) and len(c) <= 128 for c in cameras) or len(cameras) > 16:
             raise MessageError("field_type", "cameras must be at most 16 field names")
-        checked.append({"device_id": field(device, "device_id", int), "name": str(field(device, "name", str))[:64],
+        device_id = field(device, "device_id", int)
+        if not is_id(device_id):
+            raise MessageError("field_type", f"device_id must be an integer in [0, {MAX_ID}], not {device_id!r}")
+        checked.append({"device_id": device_id, "name": str(field(device, "name", str))[:64],
                         "cameras": cameras, "teleop": bool(device.get("teleop", False))})
     return role, actor_id, checked

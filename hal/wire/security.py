@@ -8,8 +8,8 @@ never completes the handshake. Plain TCP is refused on anything but loopback
 unless explicitly allowed.
 
 :class:`RateLimiter` caps what peers without a session may cost a server:
-token buckets per authenticated key and one for everyone, checked before a
-message is decoded.
+token buckets per peer (key or connection), one for everyone, and a small
+reserve for HELLOs, checked before a message is decoded.
 """
 
 from __future__ import annotations
@@ -224,14 +224,17 @@ def secure_client(socket: zmq.Socket, keys: ClientKeys) -> None:
 
 @dataclass(frozen=True)
 class RateLimits:
-    """Requests per second a server answers from peers that hold no session."""
+    """Requests per second a server answers from peers that hold no session (see :class:`RateLimiter`)."""
 
     per_key_per_s: float = 20.0
-    """Each CurveZMQ key (unused without keys: a fresh ZeroMQ identity is free to make)."""
+    """Each peer: its CurveZMQ key, or without keys its connection (a ZeroMQ identity)."""
     per_key_burst: float = 20.0
     global_per_s: float = 100.0
-    """All such peers together."""
+    """All sessionless peers together (not the session owner's key: it has only its own bucket)."""
     global_burst: float = 100.0
+    hello_per_s: float = 5.0
+    """HELLOs the shared bucket has no token for: a reserve that no flood of anything else can spend."""
+    hello_burst: float = 5.0
 
 
 class TokenBucket:
@@ -254,25 +257,48 @@ class TokenBucket:
 
 
 class RateLimiter:
-    """Per key (a CURVE key, or a connection's identity where that is all there is), then global;
-    a key over its rate spends nothing global.
+    """Token buckets for peers without a session, checked before a message is decoded.
 
-    Authenticated keys are a bounded set; connection identities are not, so past ``max_keys``
-    the buckets start afresh (the global cap still holds)."""
+    A message spends, in order: its peer's own bucket (a CURVE key, or a connection's identity where
+    that is all there is), then the shared bucket of all sessionless peers. Two exceptions keep a
+    flood from locking out the robot's own actor:
+
+    * ``owner``: the session owner's key, from a connection that is not the session's (a restarted
+      actor resuming), spends only its own bucket, never the shared one.
+    * ``hello``: a HELLO the shared bucket refuses may spend the HELLO reserve instead. Without keys a
+      restarted actor is a new connection like any flooder's, but it sends a few HELLOs, not a
+      stream: a flood of STATUS or junk spends the shared bucket and never touches the reserve, so
+      the actor's first HELLO gets in. Each connection still spends its own bucket first.
+
+    :meth:`allow` names the bucket that let a message in, or returns None. A flood of HELLOs from
+    ever new connections does spend the reserve; without keys nothing tells them from an actor
+    (and such a peer can take over a silent session anyway): keys are the answer to that.
+
+    Authenticated keys are a bounded set; connection identities are not, so past ``max_keys`` the
+    oldest peer's bucket is forgotten (the shared caps still hold)."""
 
     def __init__(self, limits: RateLimits, now: float, max_keys: int = 4096):
         self.limits = limits
         self.max_keys = max_keys
         self._global = TokenBucket(limits.global_per_s, limits.global_burst, now)
+        self._hello = TokenBucket(limits.hello_per_s, limits.hello_burst, now)
         self._keys: dict[str | bytes, TokenBucket] = {}
 
-    def allow(self, key: str | bytes | None, now: float) -> bool:
-        if key is not None:
-            bucket = self._keys.get(key)
+    def allow(self, peer: str | bytes | None, now: float, *, owner: bool = False, hello: bool = False) -> str | None:
+        """``"owner"``, ``"global"`` or ``"hello"``: the bucket that let the message in; None: drop it.
+        ``peer`` None (nothing known of it) spends no bucket of its own."""
+        if peer is not None:
+            bucket = self._keys.get(peer)
             if bucket is None:
                 if len(self._keys) >= self.max_keys:
-                    self._keys.clear()
-                bucket = self._keys[key] = TokenBucket(self.limits.per_key_per_s, self.limits.per_key_burst, now)
+                    del self._keys[next(iter(self._keys))]  # the oldest peer's
+                bucket = self._keys[peer] = TokenBucket(self.limits.per_key_per_s, self.limits.per_key_burst, now)
             if not bucket.take(now):
-                return False
-        return self._global.take(now)
+                return None
+        if owner:
+            return "owner"
+        if self._global.take(now):
+            return "global"
+        if hello and self._hello.take(now):
+            return "hello"
+        return None

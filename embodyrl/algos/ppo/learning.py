@@ -23,6 +23,7 @@ import jax.numpy as jnp
 import optax
 
 from ...hal.specs import ArraySpec, DictSpec
+from ..scan import keep_finite
 from .config import PPOConfig
 from .losses import clipped_surrogate, effective_sample_size, gae, value_loss, vtrace
 from .networks import PPONetworks, make_networks
@@ -125,12 +126,8 @@ def make_update(networks: PPONetworks, config: PPOConfig):
         (params, opt_state, _), metrics = jax.lax.scan(step, carry, order)
         steps_taken = jnp.sum(metrics.pop("minibatch_steps"))
         metrics = jax.tree.map(jnp.mean, metrics)
-        # a non-finite step (a diverged batch) is refused whole: the previous weights stay published
-        finite = jnp.all(jnp.asarray([jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(params)]))
-        params = jax.tree.map(lambda new, old: jnp.where(finite, new, old), params, state.params)
-        opt_state = jax.tree.map(lambda new, old: jnp.where(finite, new, old), opt_state, state.opt_state)
-        metrics.update(ess_fraction=ess, lr_scale=jnp.asarray(lr_scale, jnp.float32),
-                       minibatch_steps=steps_taken, nonfinite_skipped=1.0 - finite.astype(jnp.float32))
+        metrics.update(ess_fraction=ess, lr_scale=jnp.asarray(lr_scale, jnp.float32), minibatch_steps=steps_taken)
         return TrainingState(params, opt_state, key, state.iterations + 1), metrics
 
-    return update
+    # a non-finite iteration (a diverged or absurd batch) is refused whole: the previous weights stay published
+    return keep_finite(update)

@@ -224,6 +224,11 @@ function renderLearner(L) {
   }
   setText(pill, L.connected ? 'connected' : `gone, last seen ${fage(L.last_seen_s)} ago`);
   pill.className = 'pill ' + (L.connected ? 'good' : 'bad');
+  setText($('#learner-peer'), L.peer || '');  // its key's name, or its connection: who holds the place
+  const skipped = L.nonfinite_updates_skipped;
+  $('#learner-nonfinite-box').hidden = skipped == null;
+  setText($('#learner-nonfinite'), skipped ?? '–');
+  $('#learner-nonfinite').className = 'num ' + (skipped ? 'warn' : 'good');
   setText($('#learner-env-steps'), Math.round(L.env_steps ?? 0));
   const hasBudget = L.budget != null && L.budget > 0;
   $('#learner-budget').hidden = !hasBudget;
@@ -387,6 +392,8 @@ function buildActor(a) {
   const ui = {id, devices: new Map(), streamDirty: false};
   ui.conn = h('span', {class: 'pill'});
   ui.learner = h('span', {class: 'pill'});
+  ui.peer = h('span', {class: 'muted small peer', title: 'who holds this actor id: its key, or its connection'});
+  ui.statusError = h('span', {class: 'pill bad status-error', hidden: true});
   const stats = h('div', {class: 'stats actor-stats'});
   for (const [label, key] of [['env steps', 'env-steps'], ['episodes', 'episodes'], ['link RTT', 'rtt'],
     ['resends', 'resends'], ['reconnects', 'reconnects'], ['spool batches/rows', 'spool'], ['reset', 'reset'], ['teleop', 'teleop']]) {
@@ -417,7 +424,7 @@ function buildActor(a) {
 
   ui.devicesEl = h('div', {class: 'devices'});
   ui.el = h('section', {class: 'actor panel', 'data-actor': id},
-    h('header', {class: 'actor-head'}, h('h2', {text: `Actor ${id}`}), ui.conn, ui.learner),
+    h('header', {class: 'actor-head'}, h('h2', {text: `Actor ${id}`}), ui.conn, ui.learner, ui.peer, ui.statusError),
     stats, stream, ui.result, ui.devicesEl);
   return ui;
 }
@@ -426,6 +433,9 @@ function updateActor(ui, a) {
   ui.el.classList.toggle('disconnected', !a.connected);
   setText(ui.conn, a.connected ? `connected · ${fage(a.last_seen_s)} ago` : `DISCONNECTED · last seen ${fage(a.last_seen_s)} ago`);
   ui.conn.className = 'pill ' + (a.connected ? 'good' : 'bad');
+  setText(ui.peer, a.peer || '');
+  ui.statusError.hidden = !a.status_error;
+  setText(ui.statusError, a.status_error || '');
   setText(ui.learner, `learner link ${a.learner}`);
   ui.learner.className = 'pill ' + (a.learner === 'connected' ? 'good' : 'bad');
   const link = a.link || {};
@@ -467,6 +477,8 @@ function buildDevice(actor, d) {
   r.name = h('h3');
   r.state = h('span', {class: 'estop-state'});
   r.reason = h('span', {class: 'estop-reason'});
+  r.admin = h('span', {class: 'muted small admin-robot',
+    title: "this console's admin key reaches the device's robot server: its e-stop latches as an admin's, its clear lifts one"});
   r.badge = h('div', {class: 'estop-badge'}, r.state, r.reason);
   r.paused = h('span', {class: 'badge paused', text: 'PAUSED', hidden: true});
   r.takeover = h('span', {class: 'badge takeover', text: 'TAKEOVER', hidden: true});
@@ -493,7 +505,7 @@ function buildDevice(actor, d) {
 
   r.el = h('div', {class: 'device', 'data-actor': actor, 'data-device': dev},
     h('div', {class: 'device-head'}, r.name, r.paused, r.takeover, r.estop),
-    r.badge,
+    r.badge, r.admin,
     h('div', {class: 'buttons'}, r.clear, r.pause, r.take),
     r.prompt,
     h('div', {class: 'episode'},
@@ -511,7 +523,8 @@ function updateDevice(r, a, d) {
   r.badge.classList.toggle('latched', !!d.estopped);
   setText(r.state, d.estopped ? 'E-STOPPED' : 'ok');
   setText(r.reason, d.estopped ? `: ${d.estop_reason || 'no reason given'}` : '');
-  r.clear.disabled = !d.estopped;
+  r.clear.disabled = !d.estopped && !d.admin_robot;  // the robot server may hold a latch the actor has not seen
+  setText(r.admin, d.admin_robot ? `admin key: ${d.admin_robot}` : '');
   r.paused.hidden = !d.paused;
   r.takeover.hidden = !d.takeover;
 
