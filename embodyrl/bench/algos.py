@@ -61,6 +61,7 @@ from ..hal.steps import PolicyVersion, StepRecorder
 from . import devices
 
 ROWS_PER_BATCH = 64  # an actor's send_every
+FEED_INCARNATION = 7  # the feeder acts under an earlier learner of the run, which the learner is told of
 PHASES = ("ingest", "commit", "sample", "update", "publish", "housekeeping", "starved")
 
 
@@ -77,7 +78,7 @@ def _premade(obs_spec: DictSpec, action_spec: ArraySpec, rows: int):
     for _ in range(rows):
         a = value(action_spec)
         rec.add({k: value(s) for k, s in obs_spec.items()}, a, a, float(rng.normal()), False, False,
-                PolicyVersion(7, 1))  # another learner's weights: acted, never forged
+                PolicyVersion(FEED_INCARNATION, 1))  # an earlier learner's weights: acted, never forged
     return rec.flush()
 
 
@@ -244,6 +245,7 @@ def run(quick: bool = False) -> dict:
     stop = ctx.Event()
     with tempfile.TemporaryDirectory() as tmp:
         learner = make_learner(config, Path(tmp) / "run")
+        learner.server.know_incarnations((FEED_INCARNATION,))  # the feeder's rows: an earlier learner of the run
         feeder = ctx.Process(target=_feed, args=(learner.endpoint, kind.name, kind.observation_spec.to_msg(),
                                                  kind.action_spec.to_msg(), stop), daemon=True)
         feeder.start()

@@ -74,10 +74,14 @@ IMAGE_ACTION = ArraySpec("action", (2,), np.float32, -1, 1)
 CHEETAH_ACTION = ArraySpec("action", (6,), np.float32, -1, 1)
 
 
+EARLIER_INCARNATION = 7
+"""The senders act under an earlier learner of the run (the receivers know it), so no version is forged."""
+
+
 def _batch(obs_spec: DictSpec, action_spec: ArraySpec, rows: int, actor_id: int, seed: int):
     rng = np.random.default_rng(seed)
     rec = StepRecorder(obs_spec, action_spec, actor_id=actor_id, device_id=0, capacity=rows)
-    version = PolicyVersion(7, 1)  # an earlier learner's: the receiving servers are incarnation 1
+    version = PolicyVersion(EARLIER_INCARNATION, 1)  # an earlier learner's: the receiving servers are incarnation 1
     for _ in range(rows):
         obs = {k: rng.integers(0, 255, s.shape, dtype=np.uint8) if s.dtype == np.uint8
                else rng.normal(size=s.shape).astype(s.dtype) for k, s in obs_spec.items()}
@@ -260,7 +264,7 @@ def _receive_ours(batches: int, directory: Path, first_fill: bool = False,
                               ram_budget_bytes=64 << 20, write_behind_bytes=256 << 10 if write_behind else None)
     if not first_fill:
         _prefill(directory / DATA_FILE, capacity * replay.store.row_bytes)
-    server = LearnerServer(run_id="bench", incarnation=1)
+    server = LearnerServer(run_id="bench", incarnation=1, incarnations=(EARLIER_INCARNATION,))
     report = mp.get_context("spawn").Queue()
     proc = mp.get_context("spawn").Process(target=_link_sender, args=(
         server.endpoint, batches, IMAGE_SPEC.to_msg(), IMAGE_ACTION.to_msg(), 128, 0, report))
@@ -313,6 +317,7 @@ def _four_actors(batches: int, directory: Path) -> tuple[float, float, float]:
     config = TrainConfig(task="bench", steps=10**12, learner=lc)
     learner = build_learner(config, Layout.of("bench", CHEETAH_SPEC, CHEETAH_ACTION), directory)
     data, server = learner.data, learner.server
+    server.know_incarnations((EARLIER_INCARNATION,))
     marks: dict[str, float] = {}
     acked: dict[int, int] = {}
     add, ack, grant = data.add, server.ack, data.grant_credits
