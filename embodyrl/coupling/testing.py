@@ -38,6 +38,7 @@ from typing import Any
 from ..hal import runtime
 from ..hal.coupling.link import CouplingConfig
 from ..hal.steps import PolicyVersion
+from ..learner.testing import BetweenTurns
 
 
 def small_ddpg():
@@ -62,7 +63,7 @@ def random_export(directory: Path, version: PolicyVersion, *, cfg: CouplingConfi
     return path
 
 
-class ServedCoupling:
+class ServedCoupling(BetweenTurns):
     """The real coupling learner (:class:`~embodyrl.coupling.CouplingLearner`: its LearnerServer,
     LearnerService loop and ColumnRing) serving on a loopback port in a daemon thread until
     :meth:`close`.
@@ -92,9 +93,8 @@ class ServedCoupling:
             return add(steps, seq, actor_id)
 
         self.learner.ring.add = recorded
-        self._asked: list[tuple] = []
+        BetweenTurns.__init__(self)
         self._due: list[list] = []
-        self._lock = threading.Lock()
         self._stop = threading.Event()
         self.error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="served-coupling", daemon=True)
@@ -112,14 +112,7 @@ class ServedCoupling:
 
     def _turn(self) -> bool:
         """Between two of the service's turns: answer the test's questions, do what fell due."""
-        with self._lock:
-            asked, self._asked = self._asked, []
-        for question, answered, answer in asked:
-            try:
-                answer.append(question(self.learner))
-            except BaseException as err:  # noqa: BLE001 - handed back to the asking thread
-                answer.append(err)
-            answered.set()
+        self._answer(self.learner)
         now = time.monotonic()
         for due in list(self._due):
             condition, action, delay_s, since = due
@@ -131,26 +124,6 @@ class ServedCoupling:
         return self._stop.is_set()
 
     # -- the test's side -------------------------------------------------------------
-    def read(self, question: Callable[[Any], Any], timeout_s: float = 10.0) -> Any:
-        """``question(learner)`` answered in the learner's thread, between two turns."""
-        answered, answer = threading.Event(), []
-        with self._lock:
-            self._asked.append((question, answered, answer))
-        if not answered.wait(timeout_s):
-            raise TimeoutError(f"the learner did not answer within {timeout_s} s")
-        if isinstance(answer[0], BaseException):
-            raise answer[0]
-        return answer[0]
-
-    def wait(self, question: Callable[[Any], Any], timeout_s: float = 20.0) -> bool:
-        """Whether ``question(learner)`` (asked as :meth:`read` asks it) came true within ``timeout_s``."""
-        deadline = time.monotonic() + timeout_s
-        while not self.read(question):
-            if time.monotonic() > deadline:
-                return False
-            time.sleep(0.01)
-        return True
-
     def when(self, condition: Callable[[Any], bool], action: Callable[[Any], Any], delay_s: float = 0.0) -> None:
         """``action(learner)`` in the learner's thread ``delay_s`` after ``condition(learner)`` first holds."""
         self.read(lambda _: self._due.append([condition, action, delay_s, None]))

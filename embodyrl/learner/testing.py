@@ -47,6 +47,46 @@ NEVER = 1 << 40
 SMALL_REPLAY = LearnerConfig(replay_capacity=1 << 16, replay_chunk_rows=1024, replay_ram_budget_mb=64)
 
 
+class BetweenTurns:
+    """Questions a test asks of a service whose state only the service's own thread may touch,
+    answered in that thread between two of its turns (:meth:`_answer`, called from its ``stop``)."""
+
+    def __init__(self):
+        self._asked: list[tuple[Callable, threading.Event, list]] = []
+        self._lock = threading.Lock()
+
+    def _answer(self, subject: Any) -> None:
+        """In the service's thread: answer every question asked since the last turn."""
+        with self._lock:
+            asked, self._asked = self._asked, []
+        for question, answered, answer in asked:
+            try:
+                answer.append(question(subject))
+            except BaseException as err:  # noqa: BLE001 - handed back to the asking thread
+                answer.append(err)
+            answered.set()
+
+    def read(self, question: Callable[[Any], Any], timeout_s: float = 10.0) -> Any:
+        """``question(subject)`` answered in the service's own thread, between two turns."""
+        answered, answer = threading.Event(), []
+        with self._lock:
+            self._asked.append((question, answered, answer))
+        if not answered.wait(timeout_s):
+            raise TimeoutError(f"the learner did not answer within {timeout_s} s")
+        if isinstance(answer[0], BaseException):
+            raise answer[0]
+        return answer[0]
+
+    def wait(self, question: Callable[[Any], Any], timeout_s: float = 20.0) -> bool:
+        """Whether ``question(subject)`` (asked as :meth:`read` asks it) came true within ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        while not self.read(question):
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.01)
+        return True
+
+
 class _Killed(Exception):
     """Raised between two turns to end the service where it stands."""
 
@@ -101,7 +141,7 @@ class _Recorded:
         return getattr(self._data, name)
 
 
-class ServedLearner:
+class ServedLearner(BetweenTurns):
     """A :class:`LearnerService` serving on loopback in a daemon thread until :meth:`close`.
 
     ``server_options`` go to :class:`LearnerServer` (``run_id``, ``incarnation``, ``keys``,
@@ -145,8 +185,7 @@ class ServedLearner:
                 self.data.close(failed=False)
                 raise
         self._publishes = training is not None or weights is not None
-        self._asked: list[tuple[Callable, threading.Event, list]] = []
-        self._lock = threading.Lock()
+        BetweenTurns.__init__(self)
         self.error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="served-learner", daemon=True)
         self._thread.start()
@@ -171,14 +210,7 @@ class ServedLearner:
 
     def _turn(self) -> bool:
         """Between two of the service's turns: answer the test's questions; stop when asked."""
-        with self._lock:
-            asked, self._asked = self._asked, []
-        for question, answered, answer in asked:
-            try:
-                answer.append(question(self.service))
-            except BaseException as err:  # noqa: BLE001 - handed back to the asking thread
-                answer.append(err)
-            answered.set()
+        self._answer(self.service)
         if self._killed.is_set():
             raise _Killed
         return self._stop.is_set()
@@ -197,27 +229,6 @@ class ServedLearner:
     def rows(self) -> int:
         """Rows taken so far (resends not counted)."""
         return sum(len(t.steps) for t in self.taken)
-
-    def read(self, question: Callable[[LearnerService], Any], timeout_s: float = 10.0) -> Any:
-        """``question(service)`` answered in the service's own thread, between two turns (the
-        server's sessions and counters are that thread's alone)."""
-        answered, answer = threading.Event(), []
-        with self._lock:
-            self._asked.append((question, answered, answer))
-        if not answered.wait(timeout_s):
-            raise TimeoutError(f"the learner did not answer within {timeout_s} s")
-        if isinstance(answer[0], BaseException):
-            raise answer[0]
-        return answer[0]
-
-    def wait(self, question: Callable[[LearnerService], Any], timeout_s: float = 20.0) -> bool:
-        """Whether ``question(service)`` (asked as :meth:`read` asks it) came true within ``timeout_s``."""
-        deadline = time.monotonic() + timeout_s
-        while not self.read(question):
-            if time.monotonic() > deadline:
-                return False
-            time.sleep(0.01)
-        return True
 
     def pause_training(self, paused: bool = True) -> None:
         """Pause (or, ``paused=False``, resume) training as the operator console's command does, in
