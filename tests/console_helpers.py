@@ -89,3 +89,13 @@ class ThreadActor(LoopThread):
                          NullLink(), ActorConfig(actor_id=actor_id, realtime=True, random_steps=10**9),
                          intervention=intervention, operator=NeverAnswers() if operator else None, console=console)
         super().__init__(device, loop, console)
+
+
+def wait_for(predicate, timeout=20.0, what="the condition"):
+    """``predicate()``'s first true value within ``timeout`` seconds, else an AssertionError naming ``what``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if value := predicate():
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")

@@ -16,6 +16,7 @@ pytest.importorskip("starlette")
 pytest.importorskip("uvicorn")
 
 import test_robot_server_hardening as hardening  # noqa: E402
+from console_helpers import wait_for  # noqa: E402
 from test_robot_server_hardening import _safe  # noqa: E402
 
 from embodyrl.cli import build_parser  # noqa: E402
@@ -78,14 +79,6 @@ def act(console, action: str) -> dict:
     assert status == 200, answer
     return answer
 
-
-def wait_for(predicate, timeout=20.0, what="the condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if value := predicate():
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def admin_estop(server, keyring, reason: str) -> None:

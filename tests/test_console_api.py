@@ -17,7 +17,7 @@ pytest.importorskip("starlette")
 pytest.importorskip("uvicorn")
 pytest.importorskip("PIL")
 
-from console_helpers import ConsoleProcess, ThreadActor  # noqa: E402
+from console_helpers import ConsoleProcess, ThreadActor, wait_for  # noqa: E402
 
 
 def request(url: str, body: dict | None = None, headers: dict | None = None, token: str | None = None):
@@ -46,15 +46,6 @@ def state(console) -> dict:
     assert status == 200
     return answer
 
-
-def wait_for(predicate, timeout=20.0, what="the condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def device_view(console, actor, device=0):

@@ -4,15 +4,13 @@ command reaches only the peer that owns its id, and only that peer's DONE answer
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 pytest.importorskip("starlette")
 pytest.importorskip("uvicorn")
 pytest.importorskip("PIL")
 
-from console_helpers import ConsoleProcess, ThreadActor  # noqa: E402
+from console_helpers import ConsoleProcess, ThreadActor, wait_for  # noqa: E402
 
 from embodyrl.console.process import LinkPeer, RawPeer  # noqa: E402
 
@@ -26,15 +24,6 @@ def act(console, action, actor=None, device=None) -> dict:
 def actors(console) -> dict[int, dict]:
     return {a["actor_id"]: a for a in console.request("/api/state")[1]["actors"]}
 
-
-def wait_for(predicate, timeout=20.0, what="the condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_an_impostor_actor_is_refused_by_name_and_the_estop_reaches_the_owner(tmp_path):

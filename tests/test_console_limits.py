@@ -21,7 +21,7 @@ pytest.importorskip("uvicorn")
 pytest.importorskip("PIL")
 
 import zmq  # noqa: E402
-from console_helpers import ConsoleProcess  # noqa: E402
+from console_helpers import ConsoleProcess, wait_for  # noqa: E402
 
 from embodyrl.console.process import LinkPeer, RawPeer  # noqa: E402
 from embodyrl.hal.wire import control  # noqa: E402
@@ -45,14 +45,6 @@ def request(console, path: str, body: bytes | dict | None = None, headers: dict 
     except urllib.error.HTTPError as err:
         return err.code, err.read()
 
-
-def wait_for(predicate, timeout=20.0, what="the condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if value := predicate():
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def rss_mb(pid: int) -> float:
