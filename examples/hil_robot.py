@@ -90,7 +90,7 @@ class Plan:
 
     @classmethod
     def quick(cls) -> Plan:
-        return cls(seeds=(0,), steps=600, points=1, eval_episodes=3, demos=3, successes=1, negatives=2,
+        return cls(seeds=(0,), steps=300, points=1, eval_episodes=3, demos=3, successes=1, negatives=2,
                    classifier_steps=60, port=5672)
 
 

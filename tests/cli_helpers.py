@@ -1,5 +1,8 @@
-"""Running ``embodyrl`` commands in subprocesses, as a user would, for the CLI tests."""
+"""Running ``embodyrl`` commands for the CLI tests: in subprocesses, as a user would, or through
+the command's own ``main`` in this process where no process boundary is under test."""
 
+import contextlib
+import io
 import os
 import signal
 import subprocess
@@ -10,6 +13,24 @@ def cli(*args, timeout=120) -> subprocess.CompletedProcess:
     """``embodyrl ARGS...`` to completion, output captured."""
     return subprocess.run([sys.executable, "-m", "embodyrl.cli", *args], capture_output=True,
                           text=True, timeout=timeout)
+
+
+def in_process(*args, cwd=None) -> subprocess.CompletedProcess:
+    """``embodyrl ARGS...`` through :func:`embodyrl.cli.commands.main` in this process, in ``cwd``:
+    the same parser, checks and messages as the command, for refusals and answers that start no
+    other process (a subprocess would import JAX again for each). Returns what :func:`cli` does;
+    an exception the command does not turn into an exit code propagates with its traceback."""
+    from embodyrl.cli.commands import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.chdir(cwd or os.getcwd()), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main([str(arg) for arg in args])
+        except SystemExit as exit_:  # argparse's refusals
+            if isinstance(exit_.code, str):
+                print(exit_.code, file=sys.stderr)
+            code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
+    return subprocess.CompletedProcess(["embodyrl", *map(str, args)], code, out.getvalue(), err.getvalue())
 
 
 def cli_in_session(*args, timeout=300) -> tuple[int, str, str, int]:

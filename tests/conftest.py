@@ -7,23 +7,40 @@ the first process to compile a program writes it, every later one (in this run o
 reads it. ``JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0`` keeps the small compiles too, which
 are most of them here. A test that sets its own environment for a child starts from
 ``os.environ`` and so inherits the cache.
+
+The cache lives in the user's cache directory (``$XDG_CACHE_HOME`` or ``~/.cache``, then
+``embodyrl/jax-tests``), not in the checkout: a fresh clone's first run (CI's) then starts from
+what earlier runs on the machine compiled, as a developer's second run does. An entry is keyed by
+the program, the compile options and the JAX version, so a changed program is compiled anew;
+JAX evicts the least recently used entries beyond ``CACHE_MAX_BYTES``.
+``EMBODYRL_TEST_JAX_CACHE`` names another directory (an empty one: a cold run).
 """
 
 from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 
+CACHE_MAX_BYTES = 1 << 30
 CACHE_SETTINGS = {
     "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
     "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0",
+    "JAX_COMPILATION_CACHE_MAX_SIZE": str(CACHE_MAX_BYTES),
 }
 
 
+def compilation_cache() -> Path:
+    """The directory every test process keeps compiled programs in (see the module's docstring)."""
+    if os.environ.get("EMBODYRL_TEST_JAX_CACHE"):
+        return Path(os.environ["EMBODYRL_TEST_JAX_CACHE"])
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "embodyrl" / "jax-tests"
+
+
 def pytest_configure(config):
-    cache = config.cache.mkdir("jax-compilation") if config.cache is not None else None
-    if cache is not None:
-        os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(cache))
+    cache = compilation_cache()
+    cache.mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(cache))
     for name, value in CACHE_SETTINGS.items():
         os.environ.setdefault(name, value)
     config._embodyrl_started = time.monotonic()

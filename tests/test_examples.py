@@ -48,7 +48,7 @@ EXAMPLES: dict[str, Example] = {
                               expect='"jax_imported": false'),
     "remote_robot_driver.py": Example(("--bind", "tcp://127.0.0.1:*"), server=True),
     "distributed_q_learning.py": Example(("--agents", "2", "--samples", "200")),
-    "vrdq_sweep.py": Example(("--out", "{tmp}/vrdq", "--seeds", "2", "--samples", "300", "--per-sample-samples",
+    "vrdq_sweep.py": Example(("--out", "{tmp}/vrdq", "--seeds", "1", "--samples", "300", "--per-sample-samples",
                               "30", "--per-sample-agents", "1", "5"), expect="never_worse_than_one_agent", needs=("matplotlib",)),
     "lorenz96_correction.py": Example(("--out", "{tmp}/l96", "--quick"), expect="lead", needs=("matplotlib",)),
     "nwp_column_correction.py": Example(covered="tests/test_coupling_nwp.py (--quick: every key)"),

@@ -55,8 +55,9 @@ def test_actors_find_the_learner_through_the_record_and_a_stranger_is_refused(tm
     run = tmp_path / "run"
     rendezvous = run / "rendezvous"
     learner = _start("learner", "pendulum", "--run-dir", str(run), "--rendezvous", str(rendezvous),
-                     "--steps", "2000", "--sac.hidden_sizes", "[32, 32]", "--learner.min_replay", "200",
-                     "--actor.random_steps", "200", "--learner.updates_per_step", "2", log=tmp_path / "learner.err")
+                     "--steps", "1200", "--sac.hidden_sizes", "[32, 32]", "--learner.min_replay", "200",
+                     "--actor.random_steps", "200", "--learner.updates_per_step", "2",
+                     "--learner.rate_tolerance", "512", log=tmp_path / "learner.err")
     actors = []
     try:
         line = learner.stdout.readline()
@@ -81,7 +82,7 @@ def test_actors_find_the_learner_through_the_record_and_a_stranger_is_refused(tm
         assert learner.returncode == 0, (tmp_path / "learner.err").read_text()[-3000:]
     finally:
         _kill(learner, *actors)  # (an actor that joined after the learner's goodbye would wait for it)
-    assert json.loads(out.strip().splitlines()[-1])["env_steps"] >= 2000
+    assert json.loads(out.strip().splitlines()[-1])["env_steps"] >= 1200
     assert set(FileRecord(rendezvous).actor_keys()) == {"actor-0", "actor-1"}  # the stranger never got in
     assert not list(rendezvous.rglob("*secret*"))
     for index in (0, 1):  # each node keeps its own secret

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli_helpers import default_sigint
+from tests.cli_helpers import default_sigint, in_process
 
 
 def _embodyrl(*args):
@@ -43,7 +43,9 @@ def _port_free(endpoint: str) -> bool:
 
 def test_train_writes_the_run_directory(tmp_path):
     run_dir = tmp_path / "run"
-    proc = subprocess.Popen(_embodyrl("train", "pendulum", "--steps", "1500", "--run-dir", str(run_dir), "--quiet"),
+    proc = subprocess.Popen(_embodyrl("train", "pendulum", "--steps", "800", "--learner.min_replay", "100",
+                                      "--learner.rate_tolerance", "512", "--actor.random_steps", "100",
+                                      "--run-dir", str(run_dir), "--quiet"),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         out, err = proc.communicate(timeout=300)
@@ -56,15 +58,15 @@ def test_train_writes_the_run_directory(tmp_path):
     for key in ("env_steps", "wall_s", "eval_return_mean", "eval_upright_fraction", "eval_angle_error_median",
                 "random_return_mean"):
         assert key in summary
-    assert summary["env_steps"] >= 1500
+    assert summary["env_steps"] >= 800
     assert json.loads(out) == summary
     lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     for key in ("time", "env_steps", "episodes", "episode_return", "updates", "policy_version"):
         assert key in lines[-1]
     assert lines[-1]["updates"] > 0 and lines[-1]["policy_version"] > 1
-    assert lines[-1]["episodes"] >= 7  # 1500 steps of 200-step episodes
+    assert lines[-1]["episodes"] >= 4  # 800 steps of 200-step episodes
     config = json.loads((run_dir / "config.json").read_text())
-    assert config["steps"] == 1500 and config["task"] == "pendulum"
+    assert config["steps"] == 800 and config["task"] == "pendulum"
     assert (run_dir / "policy" / "weights.npz").exists()
     assert _port_free(json.loads((run_dir / "learner.json").read_text())["endpoint"])
 
@@ -97,7 +99,7 @@ def test_ctrl_c_stops_every_process_and_frees_the_port(tmp_path):
 
 
 def test_unknown_task_is_a_clear_error():
-    out = subprocess.run(_embodyrl("train", "cartwheel"), capture_output=True, text=True, timeout=60)
+    out = in_process("train", "cartwheel")
     assert out.returncode == 2
     assert "unknown task 'cartwheel'" in out.stderr
 
@@ -119,30 +121,32 @@ def test_default_pendulum_run_holds_the_pole_upright(tmp_path):
 
 def test_resume_continues_a_run_and_a_used_directory_needs_it(tmp_path):
     run_dir = tmp_path / "run"
-    first = subprocess.run(_embodyrl("train", "pendulum", "--steps", "1200", "--run-dir", str(run_dir), "--quiet"),
+    small = ("--ddpg.hidden_sizes", "[32, 32]", "--sac.hidden_sizes", "[32, 32]", "--learner.min_replay", "200",
+             "--eval_episodes", "1", "--quiet")
+    first = subprocess.run(_embodyrl("train", "pendulum", "--steps", "500", "--run-dir", str(run_dir), *small,
+                                     "--actor.random_steps", "300"),
                            capture_output=True, text=True, timeout=300)
     assert first.returncode == 0, first.stderr
     updates_before = json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[-1])["updates"]
     warmup_rows = _unversioned_rows(run_dir)
     assert warmup_rows > 0  # the first run's random warm-up
-    again = subprocess.run(_embodyrl("train", "pendulum", "--steps", "1200", "--run-dir", str(run_dir)),
-                           capture_output=True, text=True, timeout=60)
+    again = in_process("train", "pendulum", "--steps", "500", "--run-dir", str(run_dir))
     assert again.returncode == 2 and "--resume" in again.stderr
-    resumed = subprocess.run(_embodyrl("train", "pendulum", "--steps", "2400", "--run-dir", str(run_dir),
-                                       "--resume", "--quiet"), capture_output=True, text=True, timeout=300)
+    resumed = subprocess.run(_embodyrl("train", "pendulum", "--steps", "1000", "--run-dir", str(run_dir),
+                                       "--resume", *small), capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr
     summary = json.loads(resumed.stdout)
-    assert summary["env_steps"] >= 2400
+    assert summary["env_steps"] >= 1000
     last = json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[-1])
     assert last["updates"] > updates_before
-    assert last["replay_size"] >= 2400  # the first run's rows are still there
-    # no second warm-up (it would add actor.random_steps = 1000 rows); a few steps act before the
+    assert last["replay_size"] >= 1000  # the first run's rows are still there
+    # no second warm-up (it would add actor.random_steps = 300 rows); a few steps act before the
     # resumed learner's first weights arrive, with the actor's initial network
     assert _unversioned_rows(run_dir) - warmup_rows < 100
 
 
 def _unversioned_rows(run_dir) -> int:
     """Rows acted before any learner weights (the random warm-up), from `embodyrl replay --json`."""
-    report = subprocess.run(_embodyrl("replay", str(run_dir), "--json"), capture_output=True, text=True, timeout=60)
+    report = in_process("replay", run_dir, "--json")
     versions = json.loads(report.stdout)["rows_by_policy_version"]
     return sum(n for version, n in versions.items() if version.startswith("0:"))
