@@ -11,8 +11,9 @@ are most of them here. A test that sets its own environment for a child starts f
 The cache lives in the user's cache directory (``$XDG_CACHE_HOME`` or ``~/.cache``, then
 ``embodyrl/jax-tests``), not in the checkout: a fresh clone's first run (CI's) then starts from
 what earlier runs on the machine compiled, as a developer's second run does. An entry is keyed by
-the program, the compile options and the JAX version, so a changed program is compiled anew;
-JAX evicts the least recently used entries beyond ``CACHE_MAX_BYTES``.
+the program, the compile options and the JAX version, so a changed program is compiled anew.
+Before a run, the oldest entries beyond ``CACHE_MAX_BYTES`` are deleted (JAX's own bound keeps
+per-entry access files that its processes race on when they share a directory).
 ``EMBODYRL_TEST_JAX_CACHE`` names another directory (an empty one: a cold run).
 """
 
@@ -26,7 +27,6 @@ CACHE_MAX_BYTES = 1 << 30
 CACHE_SETTINGS = {
     "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
     "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0",
-    "JAX_COMPILATION_CACHE_MAX_SIZE": str(CACHE_MAX_BYTES),
 }
 
 
@@ -37,9 +37,22 @@ def compilation_cache() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "embodyrl" / "jax-tests"
 
 
+def prune(cache: Path, max_bytes: int) -> None:
+    """Delete the least recently written entries until the directory holds at most ``max_bytes``."""
+    entries = sorted((p.stat().st_mtime, p.stat().st_size, p) for p in cache.iterdir() if p.is_file())
+    total = sum(size for _, size, _ in entries)
+    for _, size, path in entries:
+        if total <= max_bytes:
+            break
+        path.unlink(missing_ok=True)
+        total -= size
+
+
 def pytest_configure(config):
     cache = compilation_cache()
     cache.mkdir(parents=True, exist_ok=True)
+    if not hasattr(config, "workerinput"):  # the controller, once, before any worker starts
+        prune(cache, CACHE_MAX_BYTES)
     os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(cache))
     for name, value in CACHE_SETTINGS.items():
         os.environ.setdefault(name, value)

@@ -24,6 +24,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.cli_helpers import in_process
+
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 PREFIXES = ("embodyrl ", "python examples/", "python3 examples/")
@@ -171,6 +173,10 @@ def scratch(tmp_path_factory):
 
 
 COMMANDS = _commands()
+IN_PROCESS = ("keys", "replay", "plot", "eval", "export", "tasks", "demos")
+"""Commands that start no other process: run through the command's own ``main`` in this process
+(:func:`tests.cli_helpers.in_process`), without a second import of JAX each; the rest (``train``,
+``launch``, ``record`` with its robot) run as the user types them, in a subprocess."""
 
 
 def test_the_docs_show_commands():
@@ -180,7 +186,7 @@ def test_the_docs_show_commands():
 
 
 @pytest.mark.parametrize(("page", "command"), COMMANDS, ids=[f"{p}: {c}" for p, c in COMMANDS])
-def test_docs_command(page, command, scratch):
+def test_docs_command(page, command, scratch, monkeypatch):
     rule = _rule(command)
     command = _replaced(command)
     _check(command, scratch)
@@ -188,6 +194,10 @@ def test_docs_command(page, command, scratch):
         pytest.skip(f"checked, not run: {rule.skip}")
     argv = shlex.split(command) + list(rule.append if rule else ())
     argv = [m for a in argv for m in (sorted(glob.glob(a, root_dir=scratch)) or [a] if "*" in a else [a])]
-    proc = subprocess.run([sys.executable, "-m", "embodyrl.cli", *argv[1:]], cwd=scratch, capture_output=True,
-                          text=True, timeout=240)
+    if argv[0] == "embodyrl" and argv[1] in IN_PROCESS:
+        monkeypatch.syspath_prepend(str(scratch))  # as ``python -m`` puts the working directory first
+        proc = in_process(*argv[1:], cwd=scratch)
+    else:
+        proc = subprocess.run([sys.executable, "-m", "embodyrl.cli", *argv[1:]], cwd=scratch, capture_output=True,
+                              text=True, timeout=240)
     assert proc.returncode == 0, f"{page}: {command}\nstdout:\n{proc.stdout[-2000:]}\nstderr:\n{proc.stderr[-3000:]}"
