@@ -19,10 +19,12 @@ def in_process(*args, cwd=None) -> subprocess.CompletedProcess:
     """``embodyrl ARGS...`` through :func:`embodyrl.cli.commands.main` in this process, in ``cwd``:
     the same parser, checks and messages as the command, for refusals and answers that start no
     other process (a subprocess would import JAX again for each). Returns what :func:`cli` does;
-    an exception the command does not turn into an exit code propagates with its traceback."""
+    an exception the command does not turn into an exit code propagates with its traceback.
+    ``sys.path`` is restored after it (a robot file's factory puts its directory and the working
+    directory there, as the command's own process would for itself)."""
     from embodyrl.cli.commands import main
 
-    out, err = io.StringIO(), io.StringIO()
+    out, err, path = io.StringIO(), io.StringIO(), list(sys.path)
     with contextlib.chdir(cwd or os.getcwd()), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:
             code = main([str(arg) for arg in args])
@@ -30,6 +32,8 @@ def in_process(*args, cwd=None) -> subprocess.CompletedProcess:
             if isinstance(exit_.code, str):
                 print(exit_.code, file=sys.stderr)
             code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
+        finally:
+            sys.path[:] = path
     return subprocess.CompletedProcess(["embodyrl", *map(str, args)], code, out.getvalue(), err.getvalue())
 
 

@@ -1,4 +1,5 @@
-"""``embodyrl eval``, ``replay``, ``plot`` and the TensorBoard log, in subprocesses on one tiny run."""
+"""``embodyrl eval``, ``replay``, ``plot`` and the TensorBoard log, on one tiny run trained in a subprocess
+(the commands that start no other process run in this one)."""
 
 import json
 import os
@@ -10,7 +11,7 @@ import pytest
 
 from embodyrl.config import default_config, save
 from tests.cli_helpers import cli as _cli
-from tests.cli_helpers import cli_in_session
+from tests.cli_helpers import cli_in_session, in_process
 
 
 @pytest.fixture(scope="module")
@@ -75,6 +76,7 @@ def test_tensorboard_holds_the_same_scalars_as_metrics_jsonl(run_dir):
 
 def test_eval_reproduces_the_training_evaluation_and_renders_a_strip(run_dir, tmp_path):
     strip = tmp_path / "strip.png"
+    # a subprocess: MuJoCo takes its GL backend (MUJOCO_GL) once, when first imported in a process
     proc = _cli("eval", str(run_dir), "--episodes", "2", "--strip", str(strip), "--frames", "5",
                 "--width", "64", "--height", "48")
     assert proc.returncode == 0, proc.stderr
@@ -95,12 +97,12 @@ def test_eval_reproduces_the_training_evaluation_and_renders_a_strip(run_dir, tm
 
 
 def test_eval_of_a_directory_without_a_run_is_exit_2(tmp_path):
-    proc = _cli("eval", str(tmp_path))
+    proc = in_process("eval", str(tmp_path))
     assert proc.returncode == 2 and "config.json" in proc.stderr
 
 
 def test_replay_reports_what_the_run_stored(run_dir):
-    proc = _cli("replay", str(run_dir), "--json")
+    proc = in_process("replay", str(run_dir), "--json")
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
     lines = (run_dir / "metrics.jsonl").read_text().splitlines()
@@ -114,12 +116,12 @@ def test_replay_reports_what_the_run_stored(run_dir):
     assert report["policy_count_min"] == -1  # the 300 random warm-up steps carry no policy
     assert report["policy_count_max"] >= 1  # later steps came from published weights
     assert report["episodes_complete"] == final["episodes"]
-    text = _cli("replay", str(run_dir / "replay"))
+    text = in_process("replay", str(run_dir / "replay"))
     assert text.returncode == 0 and "size" in text.stdout and str(report["size"]) in text.stdout
 
 
 def test_replay_of_a_directory_without_one_is_exit_2(tmp_path):
-    proc = _cli("replay", str(tmp_path))
+    proc = in_process("replay", str(tmp_path))
     assert proc.returncode == 2 and "no replay" in proc.stderr
 
 
@@ -145,7 +147,7 @@ def test_plot_groups_seeds_and_writes_a_png(tmp_path, run_dir):
             _fake_run(tmp_path / "a1", 1, 3e-4, [-700, -300, -300], unread_discount=0.5),  # not a difference
             _fake_run(tmp_path / "b0", 0, 1e-3, [-1000, -1000, -1000])]
     out = tmp_path / "curves.png"
-    proc = _cli("plot", *map(str, runs), "--out", str(out))
+    proc = in_process("plot", *map(str, runs), "--out", str(out))
     assert proc.returncode == 0, proc.stderr
     groups = json.loads(proc.stdout)["groups"]
     assert set(groups) == {"sac.actor_lr=0.0003", "sac.actor_lr=0.001"}
@@ -157,16 +159,16 @@ def test_plot_groups_seeds_and_writes_a_png(tmp_path, run_dir):
     image = matplotlib.image.imread(out)
     assert image.ndim == 3 and image.shape[0] > 100 and image.shape[1] > 100
     assert image[..., :3].std() > 0.01  # something was drawn
-    real = _cli("plot", str(run_dir), "--out", str(tmp_path / "real.png"), "--metric", "updates")
+    real = in_process("plot", str(run_dir), "--out", str(tmp_path / "real.png"), "--metric", "updates")
     assert real.returncode == 0, real.stderr
     assert matplotlib.image.imread(tmp_path / "real.png").shape[0] > 100
 
 
 def test_plot_names_a_missing_metric_and_a_non_run(tmp_path):
     run = _fake_run(tmp_path / "a", 0, 3e-4, [-1.0])
-    proc = _cli("plot", str(run), "--metric", "nosuch", "--out", str(tmp_path / "x.png"))
+    proc = in_process("plot", str(run), "--metric", "nosuch", "--out", str(tmp_path / "x.png"))
     assert proc.returncode == 2 and "nosuch" in proc.stderr and "episode_return" in proc.stderr
-    proc = _cli("plot", str(tmp_path), "--out", str(tmp_path / "x.png"))
+    proc = in_process("plot", str(tmp_path), "--out", str(tmp_path / "x.png"))
     assert proc.returncode == 2 and "config.json" in proc.stderr
     assert not (tmp_path / "x.png").exists()
 
@@ -177,7 +179,7 @@ def test_plot_keeps_each_runs_artifacts_beside_the_png_and_redraws_from_them(tmp
     big = _fake_run(tmp_path / "long", 1, 3e-4, [-float(i) for i in range(COMPRESS_ABOVE_BYTES // 40)])
     (big / "summary.json").write_text(json.dumps({"eval_return_mean": -1.0}))
     out = tmp_path / "docs" / "fig.png"
-    proc = _cli("plot", str(run_dir), str(big), "--out", str(out), "--keep-artifacts")
+    proc = in_process("plot", str(run_dir), str(big), "--out", str(out), "--keep-artifacts")
     assert proc.returncode == 0, proc.stderr
     kept = tmp_path / "docs" / "fig"  # runs named by their paths below their common parent
     common = Path(os.path.commonpath([run_dir.parent, big.parent]))
@@ -189,7 +191,7 @@ def test_plot_keeps_each_runs_artifacts_beside_the_png_and_redraws_from_them(tmp
     assert (kept_long / "metrics.jsonl.gz").exists()  # large: compressed, and still readable
     assert learner_records(kept_long) == learner_records(big)
     assert (kept_run / "summary.json").read_text() == (run_dir / "summary.json").read_text()
-    again = _cli("plot", str(kept_run), str(kept_long), "--out", str(out), "--keep-artifacts")
+    again = in_process("plot", str(kept_run), str(kept_long), "--out", str(out), "--keep-artifacts")
     assert again.returncode == 0, again.stderr  # redrawn from the kept artifacts alone
     finals = {name: group["final_mean"] for name, group in json.loads(proc.stdout)["groups"].items()}
     assert {name: group["final_mean"] for name, group in json.loads(again.stdout)["groups"].items()} == finals
@@ -198,7 +200,7 @@ def test_plot_keeps_each_runs_artifacts_beside_the_png_and_redraws_from_them(tmp
 
 def test_plot_refuses_to_keep_a_run_without_its_summary(tmp_path):
     run = _fake_run(tmp_path / "unfinished", 0, 3e-4, [-1.0, -2.0])
-    proc = _cli("plot", str(run), "--out", str(tmp_path / "x.png"), "--keep-artifacts")
+    proc = in_process("plot", str(run), "--out", str(tmp_path / "x.png"), "--keep-artifacts")
     assert proc.returncode == 2 and "summary.json" in proc.stderr
     assert not (tmp_path / "x").exists()
 
@@ -209,7 +211,7 @@ def test_export_writes_a_numpy_policy_that_acts_as_the_trained_one(run_dir, tmp_
     from embodyrl.hal import runtime
     from embodyrl.policy import load_policy
 
-    proc = _cli("export", str(run_dir), str(tmp_path / "pendulum"))
+    proc = in_process("export", str(run_dir), str(tmp_path / "pendulum"))
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["graph"] == str(tmp_path / "pendulum.json")
     numpy_policy = runtime.load(tmp_path / "pendulum")
@@ -223,5 +225,5 @@ def test_export_writes_a_numpy_policy_that_acts_as_the_trained_one(run_dir, tmp_
             action, _ = policy.act(observation, explore=False)
             np.testing.assert_allclose(numpy_policy.mean_action(observation), action, rtol=1e-4, atol=1e-5)
             observation = device.step(action)
-    wrong = _cli("export", str(run_dir), str(tmp_path / "x"), "--device", "arm_reach")
+    wrong = in_process("export", str(run_dir), str(tmp_path / "x"), "--device", "arm_reach")
     assert wrong.returncode == 2 and "has one device" in wrong.stderr

@@ -1,12 +1,10 @@
 """Config from YAML and dotted command-line overrides: typed values, errors that name the key."""
 
-import subprocess
-import sys
-
 import pytest
 
 from embodyrl.cli.commands import _overrides
 from embodyrl.config import build_config, default_config, parse_override
+from tests.cli_helpers import in_process
 
 
 def test_override_values_take_the_field_type():
@@ -69,34 +67,29 @@ def test_override_argument_forms():
         _overrides(["stray"])
 
 
-def _cli(*args, timeout=120):
-    return subprocess.run([sys.executable, "-m", "embodyrl.cli", *args], capture_output=True,
-                          text=True, timeout=timeout)
-
-
 def test_train_rejects_bad_config_with_exit_2_before_starting(tmp_path):
     run_dir = tmp_path / "run"
-    proc = _cli("train", "pendulum", "--run-dir", str(run_dir), "--ddpg.actor_lrx", "1")
+    proc = in_process("train", "pendulum", "--run-dir", str(run_dir), "--ddpg.actor_lrx", "1")
     assert proc.returncode == 2
     assert "ddpg.actor_lrx" in proc.stderr and "actor_lr" in proc.stderr  # the known keys are listed
     bad = tmp_path / "bad.yaml"
     bad.write_text("learner:\n  updates_per_step: lots\n")
-    proc = _cli("train", "pendulum", "--run-dir", str(run_dir), "--config", str(bad))
+    proc = in_process("train", "pendulum", "--run-dir", str(run_dir), "--config", str(bad))
     assert proc.returncode == 2 and "learner.updates_per_step" in proc.stderr
-    proc = _cli("train", "pendulum", "--run-dir", str(run_dir), "--config", str(tmp_path / "none.yaml"))
+    proc = in_process("train", "pendulum", "--run-dir", str(run_dir), "--config", str(tmp_path / "none.yaml"))
     assert proc.returncode == 2 and "none.yaml" in proc.stderr
     assert not run_dir.exists()  # nothing was written for a rejected config
 
 
 def test_other_commands_reject_unknown_options():
-    proc = _cli("replay", ".", "--ddpg.actor_lr", "1")
+    proc = in_process("replay", ".", "--ddpg.actor_lr", "1")
     assert proc.returncode == 2 and "unrecognized arguments" in proc.stderr
 
 
 def test_help_lists_every_command():
-    proc = _cli("--help")
+    proc = in_process("--help")
     assert proc.returncode == 0
     for command in ("train", "eval", "replay", "plot", "bench", "keys"):
         assert command in proc.stdout
-    proc = _cli("train", "--help")
+    proc = in_process("train", "--help")
     assert "--config" in proc.stdout and "--ddpg.actor_lr" in proc.stdout and "exit codes" in proc.stdout

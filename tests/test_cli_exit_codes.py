@@ -8,6 +8,7 @@ import pytest
 
 from embodyrl.cli.commands import build_parser
 from embodyrl.replay.layout import META_FILE
+from tests.cli_helpers import in_process
 
 
 def _cli(*args, timeout=180):
@@ -36,14 +37,14 @@ def test_every_command_and_option_has_help_and_the_commands_name_their_exit_code
 
 
 def test_help_exits_0_and_no_command_exits_2():
-    assert _cli("--help").returncode == 0
-    assert _cli("train", "--help").returncode == 0
-    nothing = _cli()
+    assert in_process("--help").returncode == 0
+    assert in_process("train", "--help").returncode == 0
+    nothing = in_process()
     assert nothing.returncode == 2 and "command" in nothing.stderr
 
 
 def test_unknown_benchmark_is_2_and_names_the_known_ones():
-    out = _cli("bench", "nosuch")
+    out = in_process("bench", "nosuch")
     assert out.returncode == 2 and "unknown benchmark 'nosuch'" in out.stderr and "transport" in out.stderr
 
 
@@ -51,7 +52,7 @@ def test_a_corrupt_replay_is_1(tmp_path):
     replay = tmp_path / "replay"
     replay.mkdir()
     (replay / META_FILE).write_text('{"format": "not ours"}')
-    out = _cli("replay", str(tmp_path))
+    out = in_process("replay", str(tmp_path))
     assert out.returncode == 1, out.stderr
     assert out.stderr.startswith("embodyrl: replay: ") and META_FILE in out.stderr
 

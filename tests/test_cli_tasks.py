@@ -13,11 +13,7 @@ from gymnasium.utils.env_checker import check_env
 
 import embodyrl.hal.drivers.mujoco  # noqa: F401  (headless GL before gymnasium imports mujoco)
 from embodyrl import envs
-
-
-def _cli(*args, timeout=120):
-    return subprocess.run([sys.executable, "-m", "embodyrl.cli", *args], capture_output=True, text=True,
-                          timeout=timeout)
+from tests.cli_helpers import in_process
 
 
 def test_names_and_gym_ids_are_known_and_the_rest_is_named_in_the_error():
@@ -67,16 +63,16 @@ def test_module_colon_id_works_in_a_fresh_process():
 
 
 def test_tasks_command_lists_names_and_ids():
-    out = _cli("tasks", "--json")
+    out = in_process("tasks", "--json")
     assert out.returncode == 0, out.stderr
     listed = json.loads(out.stdout)
     assert listed["tasks"] == envs.names()
     assert listed["gymnasium_ids"]["pendulum"] == "embodyrl/Pendulum-v0"
-    assert "gym:ID" in _cli("tasks").stdout
+    assert "gym:ID" in in_process("tasks").stdout
 
 
 def test_unknown_gym_id_is_exit_2():
-    out = _cli("train", "gym:Nope-v0", "--steps", "10")
+    out = in_process("train", "gym:Nope-v0", "--steps", "10")
     assert out.returncode == 2
     assert "unknown Gymnasium id 'Nope-v0'" in out.stderr
 
@@ -103,10 +99,8 @@ def test_train_a_gymnasium_id(tmp_path):
 
 
 def test_a_camera_without_an_encoder_is_refused_before_the_run_starts(tmp_path):
-    from tests.cli_helpers import cli
-
     run = tmp_path / "run"
-    proc = cli("train", "pendulum_pixels", "--sac.encoder.image_fields", "[]", "--steps", "10", "--run-dir", str(run))
+    proc = in_process("train", "pendulum_pixels", "--sac.encoder.image_fields", "[]", "--steps", "10", "--run-dir", str(run))
     assert proc.returncode == 2, proc.stderr
     assert "'camera/front' is a camera image (84x84x3 uint8): set sac.encoder.image_fields to [auto]" in proc.stderr
     assert not run.exists()

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -18,6 +17,8 @@ pytest.importorskip("uvicorn")
 pytest.importorskip("PIL")
 
 from console_helpers import ConsoleProcess, ThreadActor, wait_for  # noqa: E402
+
+from tests.cli_helpers import in_process  # noqa: E402
 
 
 def request(url: str, body: dict | None = None, headers: dict | None = None, token: str | None = None):
@@ -192,8 +193,7 @@ def test_off_loopback_a_token_is_required(tmp_path):
 
 
 def test_plain_http_off_loopback_is_refused(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "embodyrl.cli", "console", str(tmp_path), "--bind", "0.0.0.0:8799"],
-                          capture_output=True, text=True, timeout=60)
+    done = in_process("console", tmp_path, "--bind", "0.0.0.0:8799")
     assert done.returncode == 2
     assert "refusing plain HTTP on 0.0.0.0:8799" in done.stderr and "--insecure" in done.stderr
 

@@ -7,8 +7,6 @@ from __future__ import annotations
 import json
 import select
 import socket
-import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -26,6 +24,7 @@ from console_helpers import ConsoleProcess, wait_for  # noqa: E402
 from embodyrl.console.process import LinkPeer, RawPeer  # noqa: E402
 from embodyrl.hal.wire import control  # noqa: E402
 from embodyrl.hal.wire.codec import encode  # noqa: E402
+from tests.cli_helpers import in_process  # noqa: E402
 
 REBIND = "rebind.attacker.test"
 
@@ -114,8 +113,7 @@ def test_a_token_is_required_even_on_loopback(console, tmp_path):
     assert request(console, "/api/state")[0] == 200
     with ConsoleProcess(tmp_path, "--no-token") as trusted:
         assert trusted.token is None and request(trusted, "/api/state", token=False)[0] == 200
-    off = subprocess.run([sys.executable, "-m", "embodyrl.cli", "console", str(tmp_path), "--bind", "0.0.0.0:8799",
-                          "--insecure", "--no-token"], capture_output=True, text=True, timeout=60)
+    off = in_process("console", tmp_path, "--bind", "0.0.0.0:8799", "--insecure", "--no-token")
     assert off.returncode == 2 and "--no-token: only on loopback" in off.stderr
 
 

@@ -22,6 +22,7 @@ from embodyrl.hal import runtime
 from embodyrl.hal.coupling import CouplingConfig, CouplingLink
 from embodyrl.hal.coupling.clib import CBuildError, build, compile_program
 from embodyrl.hal.wire.security import ServerKeys, generate_keys
+from tests.cli_helpers import in_process
 
 ROOT = Path(__file__).resolve().parents[1]
 LEVELS, FEATURES, CONTEXT, RADIUS, BOUND = 10, 2, 1, 1, 2.0
@@ -461,9 +462,9 @@ def test_a_hostile_learner_costs_the_rank_nothing_but_refusals(built, tmp_path):
     ("coupling: {levels: 3, features: 1}\nreplay: {}\n", "unknown sections ['replay']"),
 ])
 def test_learner_coupling_refuses_a_bad_configuration_by_name(tmp_path, text, message):
-    command = [sys.executable, "-m", "embodyrl.cli", "learner", "coupling", "--run-dir", str(tmp_path / "run")]
+    command = ["learner", "coupling", "--run-dir", tmp_path / "run"]
     if text is not None:
         (tmp_path / "c.yaml").write_text(text)
-        command += ["--config", str(tmp_path / "c.yaml")]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+        command += ["--config", tmp_path / "c.yaml"]
+    done = in_process(*command)
     assert done.returncode == 2 and message in done.stderr and not (tmp_path / "run").exists()

@@ -181,11 +181,11 @@ def test_several_device_kinds_refuse_ignore_fields():
 
 
 def test_the_cli_refuses_a_bad_name_before_the_run_starts(tmp_path):
-    from tests.cli_helpers import cli
+    from tests.cli_helpers import in_process
 
     run = tmp_path / "run"
-    proc = cli("train", "pendulum_pixels", "--sac.encoder.ignore_fields", "[camera/top]", "--steps", "10",
-               "--run-dir", str(run))
+    proc = in_process("train", "pendulum_pixels", "--sac.encoder.ignore_fields", "[camera/top]", "--steps", "10",
+                      "--run-dir", str(run))
     assert proc.returncode == 2, proc.stderr
     assert "sac.encoder.ignore_fields: 'camera/top' is not an observation field" in proc.stderr
     assert not run.exists()

@@ -6,21 +6,19 @@ import json
 import subprocess
 import sys
 
-WITHOUT_RAY = ("import sys; sys.modules['ray'] = None\n"  # an interpreter where `import ray` fails
-               "from embodyrl.cli.commands import main; sys.exit(main(sys.argv[1:]))")
+from tests.cli_helpers import in_process
 
 
-def test_launch_ray_without_ray_names_the_extra(tmp_path):
-    proc = subprocess.run([sys.executable, "-c", WITHOUT_RAY, "launch", "ray", "pendulum", "--steps", "10",
-                           "--run-dir", str(tmp_path / "r")], capture_output=True, text=True, timeout=120)
+def test_launch_ray_without_ray_names_the_extra(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)  # as in an interpreter where `import ray` fails
+    proc = in_process("launch", "ray", "pendulum", "--steps", "10", "--run-dir", tmp_path / "r")
     assert proc.returncode == 2
     assert "pip install 'embodyrl[ray]'" in proc.stderr
     assert not (tmp_path / "r").exists()
 
 
 def test_launch_refuses_a_resource_map_that_is_not_one(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "embodyrl.cli", "launch", "ray", "pendulum",
-                           "--learner-resources", "[1]"], capture_output=True, text=True, timeout=120)
+    proc = in_process("launch", "ray", "pendulum", "--learner-resources", "[1]")
     assert proc.returncode == 2 and "expected a JSON map of resource -> amount" in proc.stderr
 
 

@@ -13,6 +13,8 @@ import sys
 import numpy as np
 import pytest
 
+from tests.cli_helpers import in_process
+
 TWO_HOSTS = r"""
 import dataclasses, json, sys
 import numpy as np
@@ -140,8 +142,7 @@ def test_two_learner_hosts_train_one_model_each_from_its_own_actor(tmp_path):
     for key in first.files:  # one model: the hosts publish the same weights
         np.testing.assert_array_equal(first[key], second[key])
     for run, c in zip(runs, counters, strict=True):  # each host's replay holds its own actor's steps only
-        report = subprocess.run([sys.executable, "-m", "embodyrl.cli", "replay", str(run), "--json"],
-                                capture_output=True, text=True, timeout=60, env=_env())
+        report = in_process("replay", run, "--json")
         assert sum(json.loads(report.stdout)["rows_by_actor"].values()) == c["rows"]
     from embodyrl.learner.checkpoint import Checkpointer
 
@@ -150,10 +151,8 @@ def test_two_learner_hosts_train_one_model_each_from_its_own_actor(tmp_path):
 
 
 def test_train_refuses_several_hosts_and_a_host_needs_the_coordinator(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "embodyrl.cli", "train", "pendulum", "--learner.hosts", "2",
-                           "--learner.coordinator", "127.0.0.1:1", "--run-dir", str(tmp_path / "r")],
-                          capture_output=True, text=True, timeout=120, env=_env())
+    proc = in_process("train", "pendulum", "--learner.hosts", "2", "--learner.coordinator", "127.0.0.1:1",
+                      "--run-dir", tmp_path / "r")
     assert proc.returncode == 2 and "start one `embodyrl learner` per host" in proc.stderr
-    proc = subprocess.run([sys.executable, "-m", "embodyrl.cli", "learner", "pendulum", "--learner.hosts", "2",
-                           "--run-dir", str(tmp_path / "l")], capture_output=True, text=True, timeout=120, env=_env())
+    proc = in_process("learner", "pendulum", "--learner.hosts", "2", "--run-dir", tmp_path / "l")
     assert proc.returncode == 2 and "learner.coordinator: several hosts need host 0's HOST:PORT" in proc.stderr

@@ -9,6 +9,8 @@ import sys
 import numpy as np
 import pytest
 
+from tests.cli_helpers import in_process
+
 TINY = ["--ppo.rollout_length", "32", "--ppo.rollouts_per_iteration", "4", "--ppo.epochs", "2",
         "--ppo.minibatches", "4", "--ppo.hidden_sizes", "[16]", "--actor.send_every", "16",
         "--learner.credit_quantum", "32", "--learner.log_every_s", "0.2", "--eval_episodes", "2"]
@@ -62,9 +64,7 @@ def test_asynchronous_ppo_takes_stale_data_and_reports_staleness_and_ess(tmp_pat
 
 @pytest.mark.parametrize(("key", "value"), [("--ppo.max_staleness", "-1"), ("--ppo.minibatches", "100000")])
 def test_bad_ppo_settings_are_refused_by_name(tmp_path, key, value):
-    cmd = [sys.executable, "-m", "embodyrl.cli", "train", "pendulum", "--algorithm", "ppo",
-           "--run-dir", str(tmp_path / "bad"), key, value]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    proc = in_process("train", "pendulum", "--algorithm", "ppo", "--run-dir", tmp_path / "bad", key, value)
     assert proc.returncode == 2 and key.removeprefix("--") in proc.stderr
 
 

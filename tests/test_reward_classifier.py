@@ -10,7 +10,6 @@ for robot files (``device.factory: test_reward_classifier:scene``).
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -29,8 +28,8 @@ from embodyrl.hal.device import Device
 from embodyrl.hal.specs import ArraySpec, DictSpec
 from embodyrl.hal.steps import PolicyVersion, StepRecorder
 from embodyrl.reward.dataset import last_k_labels, load_frames, split_episodes
+from tests.cli_helpers import in_process
 
-TESTS = Path(__file__).resolve().parent
 SIDE, BLOCK, CAMERA, LAST_K, STEPS = 24, 6, "camera/front", 3, 14
 CENTRE = (SIDE - BLOCK) / 2  # the block's corner when it covers the target
 OBS = DictSpec.of(ArraySpec(CAMERA, (SIDE, SIDE, 3), np.uint8), ArraySpec("block", (2,), np.float32))
@@ -112,12 +111,6 @@ def scene(camera: bool = True, side: int = SIDE) -> Scene:
     return Scene(camera, side)
 
 
-def cli(*args, cwd=None, timeout=240) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
-    return subprocess.run([sys.executable, "-m", "embodyrl.cli", *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=cwd, env=env)
-
-
 TRAIN = ("--last-k", str(LAST_K), "--steps", "300", "--batch-size", "32", "--lr", "2e-3", "--seed", "0")
 """A tiny classifier: a few hundred steps on 24x24 frames."""
 
@@ -128,7 +121,7 @@ def trained(tmp_path_factory):
     home = tmp_path_factory.mktemp("reward")
     write_demos(home / "demos_a", [True, False] * 6, seed=1)
     write_demos(home / "demos_b", [False, True] * 6, seed=2)
-    proc = cli("reward", "train", "demos_a", "demos_b", "--out", "classifier", *TRAIN, cwd=home)
+    proc = in_process("reward", "train", "demos_a", "demos_b", "--out", "classifier", *TRAIN, cwd=home)
     assert proc.returncode == 0, proc.stderr
     return home, json.loads(proc.stdout)
 
@@ -244,7 +237,7 @@ def test_the_classifier_loads_and_runs_without_jax(trained):
 
 
 def test_reward_train_refuses_bad_input_with_exit_2_naming_it(tmp_path, capsys):
-    proc = cli("reward", "train", "nowhere", "--out", "c", cwd=tmp_path)  # as the command line sees it
+    proc = in_process("reward", "train", "nowhere", "--out", "c", cwd=tmp_path)  # as the command line sees it
     assert proc.returncode == 2 and "embodyrl reward train: nowhere: no such directory" in proc.stderr
     assert not (tmp_path / "c").exists()
     (tmp_path / "empty").mkdir()

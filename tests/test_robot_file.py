@@ -18,6 +18,7 @@ import yaml
 
 from embodyrl import robot
 from embodyrl.hal.safety import SafeDevice
+from tests.cli_helpers import in_process
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples" / "robots"
@@ -239,12 +240,12 @@ def test_reward_only_fields_set_the_encoders_ignore_fields(tmp_path):
 
 def test_the_cli_refuses_a_bad_robot_file_with_exit_2_before_anything_starts(tmp_path):
     write(tmp_path / "robot.yaml", local_arm(**{"task.reward.terms.1.weight": "x"}))
-    proc = cli("train", "robot.yaml", "--run-dir", "run", cwd=tmp_path)
+    proc = in_process("train", "robot.yaml", "--run-dir", "run", cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr
     assert "robot.yaml: task.reward.terms[1].weight: expected a number, got 'x'" in proc.stderr
     assert not (tmp_path / "run").exists()
     write(tmp_path / "robot.yaml", local_arm(**{"task.reward.terms.0.distance": ["ee", "target_pos"]}))
-    proc = cli("learner", "robot.yaml", "--run-dir", "run", cwd=tmp_path)
+    proc = in_process("learner", "robot.yaml", "--run-dir", "run", cwd=tmp_path)
     assert proc.returncode == 2 and "task.reward.terms[0].distance[0]: 'ee' is not an observation field" in proc.stderr
     assert not (tmp_path / "run").exists()
 
@@ -291,11 +292,11 @@ def test_train_a_robot_file_then_eval_and_export_rebuild_it(arm_run):
     assert json.loads((arm_run / "run" / "summary.json").read_text())["env_steps"] >= 200
     elsewhere = arm_run / "elsewhere"
     elsewhere.mkdir(exist_ok=True)  # the recorded absolute path finds the file from any directory
-    proc = cli("eval", str(arm_run / "run"), "--episodes", "1", cwd=elsewhere)
+    proc = in_process("eval", str(arm_run / "run"), "--episodes", "1", cwd=elsewhere)
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
     assert result["task"] == "arm.yaml" and "success_mean" in result
-    proc = cli("export", str(arm_run / "run"), "policy", cwd=elsewhere)
+    proc = in_process("export", str(arm_run / "run"), "policy", cwd=elsewhere)
     assert proc.returncode == 0, proc.stderr
     from embodyrl.hal import runtime
 
@@ -346,15 +347,15 @@ def test_resume_rebuilds_the_robot_from_config_json_and_refuses_a_changed_file(a
     original = (arm_run / "arm.yaml").read_text()
     write(arm_run / "arm.yaml", local_arm(**{"safety.max_delta": 10.0}))
     try:
-        proc = cli("train", "arm.yaml", "--run-dir", "run", "--resume", *TINY, cwd=arm_run)
+        proc = in_process("train", "arm.yaml", "--run-dir", "run", "--resume", *TINY, cwd=arm_run)
         assert proc.returncode == 2
         assert "arm.yaml: the robot file changed since the run started (safety.max_delta: 40.0 -> 10.0)" in proc.stderr
-        proc = cli("eval", "run", cwd=arm_run)
+        proc = in_process("eval", "run", cwd=arm_run)
         assert proc.returncode == 2 and "changed since the run started" in proc.stderr
     finally:
         (arm_run / "arm.yaml").write_text(original)
     write(elsewhere / "arm.yaml", local_arm())
-    proc = cli("train", "arm.yaml", "--run-dir", str(arm_run / "run"), "--resume", cwd=elsewhere)
+    proc = in_process("train", "arm.yaml", "--run-dir", str(arm_run / "run"), "--resume", cwd=elsewhere)
     assert proc.returncode == 2  # another file of the same name is another robot
     assert f"is a run of 'arm.yaml' ({(arm_run / 'arm.yaml').resolve()}), not 'arm.yaml'" in proc.stderr
 
@@ -412,12 +413,12 @@ def test_train_a_remote_robot_through_a_robot_server_with_keys(tmp_path):
         assert proc.returncode == 0, proc.stderr[-3000:]
         config = json.loads((tmp_path / "run" / "config.json").read_text())
         assert config["robot"]["files"]["arm.yaml"]["declaration"]["device"]["endpoint"] == endpoint
-        proc = cli("eval", "run", "--episodes", "1", cwd=tmp_path)
+        proc = in_process("eval", "run", "--episodes", "1", cwd=tmp_path)
         assert proc.returncode == 0 and "return_mean" in proc.stdout, proc.stderr
     finally:
         server.terminate()
         server.wait(30)
-    proc = cli("train", "arm.yaml", "--run-dir", "run2", *TINY, cwd=tmp_path)  # the server is gone
+    proc = in_process("train", "arm.yaml", "--run-dir", "run2", *TINY, cwd=tmp_path)  # the server is gone
     assert proc.returncode == 2 and "arm.yaml: device.endpoint: " in proc.stderr, proc.stderr
 
 
@@ -428,7 +429,7 @@ def test_demos_directories_become_learner_demos(tmp_path):
     assert config.learner.demos == (str((tmp_path / "a").resolve()), str((tmp_path / "b").resolve()))
     config = _resolved(["learner", "pendulum", "--demos", "a"], tmp_path, tmp_path / "run")
     assert config.learner.demos == (str((tmp_path / "a").resolve()),)
-    proc = cli("train", "pendulum", "--demos", "nowhere", "--run-dir", "run", cwd=tmp_path)
+    proc = in_process("train", "pendulum", "--demos", "nowhere", "--run-dir", "run", cwd=tmp_path)
     assert proc.returncode == 2 and "--demos: no directory nowhere" in proc.stderr and not (tmp_path / "run").exists()
 
 

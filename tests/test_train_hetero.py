@@ -1,4 +1,5 @@
-"""``embodyrl train a+b``: one SAC policy over the pendulum and the 7-DoF arm, end to end in subprocesses."""
+"""``embodyrl train a+b``: one SAC policy over the pendulum and the 7-DoF arm, trained end to end in
+subprocesses; eval, export, plot and the refusals through the command's ``main`` in this process."""
 
 import json
 
@@ -8,8 +9,7 @@ import pytest
 from embodyrl.config import load
 from embodyrl.hal import runtime
 from embodyrl.hal.steps import PolicyVersion
-from tests.cli_helpers import cli as _cli
-from tests.cli_helpers import cli_in_session
+from tests.cli_helpers import cli_in_session, in_process
 
 TASK = "pendulum+arm_reach"
 
@@ -38,7 +38,7 @@ def test_both_devices_stream_into_one_replay_and_are_evaluated_apart(run_dir):
     assert set(np.unique(devices).tolist()) == {0, 1}
     np.testing.assert_array_equal(rows[devices == 0]["action"][:, 1:], 0.0)  # the pendulum's one torque
     replay.close()
-    proc = _cli("eval", str(run_dir), "--episodes", "1")
+    proc = in_process("eval", str(run_dir), "--episodes", "1")
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
     for name, figures in summary["devices"].items():  # the same seeded episode, the same policy
@@ -54,7 +54,7 @@ def test_each_device_exports_its_own_numpy_policy(run_dir, tmp_path):
     with np.load(run_dir / "policy" / "weights.npz") as data:
         weights = {k: data[k] for k in data.files}
     for device_id, name in enumerate(("pendulum", "arm_reach")):
-        proc = _cli("export", str(run_dir), str(tmp_path / name), "--device", name)
+        proc = in_process("export", str(run_dir), str(tmp_path / name), "--device", name)
         assert proc.returncode == 0, proc.stderr
         numpy_policy = runtime.load(tmp_path / name)
         policy = JaxPolicy(config.algo, layout, device_id)
@@ -66,7 +66,7 @@ def test_each_device_exports_its_own_numpy_policy(run_dir, tmp_path):
             obs = {s.name: rng.normal(size=s.shape).astype(np.float32) for s in kind.observation_spec.specs}
             np.testing.assert_allclose(numpy_policy.mean_action(obs), policy.act(obs, explore=False)[0],
                                        rtol=1e-4, atol=1e-5)
-    missing = _cli("export", str(run_dir), str(tmp_path / "x"))
+    missing = in_process("export", str(run_dir), str(tmp_path / "x"))
     assert missing.returncode == 2 and "name one of pendulum, arm_reach" in missing.stderr
 
 
@@ -79,7 +79,7 @@ def test_each_device_exports_its_own_numpy_policy(run_dir, tmp_path):
 ])
 def test_what_one_layout_cannot_hold_is_refused_before_the_run_starts(tmp_path, args, reason):
     run = tmp_path / "run"
-    proc = _cli("train", *args, "--steps", "10", "--run-dir", str(run))
+    proc = in_process("train", *args, "--steps", "10", "--run-dir", str(run))
     assert proc.returncode == 2 and reason in proc.stderr, proc.stderr
     assert not (run / "config.json").exists()  # nothing written: a corrected retry needs no --resume
 
@@ -91,7 +91,7 @@ def test_metrics_and_plot_give_each_device_its_own_curve(run_dir, tmp_path):
         assert values and all(np.isfinite(values))
     pendulum = [r["episode_return/pendulum"] for r in lines if r["episode_return/pendulum"] is not None]
     assert max(pendulum) <= 0 and min(pendulum) > -200 * 16.3  # the pendulum's reward range: its own episodes
-    proc = _cli("plot", str(run_dir), "--out", str(tmp_path / "curves.png"))
+    proc = in_process("plot", str(run_dir), "--out", str(tmp_path / "curves.png"))
     assert proc.returncode == 0, proc.stderr
     drawn = json.loads(proc.stdout)["groups"]
     assert sorted(drawn) == ["pendulum+arm_reach sac · arm_reach", "pendulum+arm_reach sac · pendulum"]
