@@ -91,6 +91,9 @@ class ActorConfig:
     episodes and exploration instead of the first start's again."""
     credit_timeout_s: float = 120.0
     """Longest wait for credit before the learner is declared stuck."""
+    handshake_timeout_s: float = 60.0
+    """Longest wait for the learner's first WELCOME: a learner whose CurveZMQ does not admit this
+    actor's key says nothing, so this is how long a wrong key takes to be reported (exit 1)."""
     realtime: bool = False
     """Pace the loop with a RateClock at the control rate (real hardware); off for simulators."""
     time_scale: float = 1.0
@@ -134,6 +137,8 @@ class ActorConfig:
             raise ValueError(f"actor.spool_on_full must be 'pause' or 'drop_oldest', not {self.spool_on_full!r}")
         if self.spool_disk_mb <= 0 or self.flush_timeout_s < 0:
             raise ValueError("actor.spool_disk_mb must be positive and actor.flush_timeout_s non-negative")
+        if not self.handshake_timeout_s > 0:
+            raise ValueError(f"actor.handshake_timeout_s must be positive, not {self.handshake_timeout_s!r}")
         if not self.time_scale > 0:
             raise ValueError(f"actor.time_scale must be positive, not {self.time_scale!r}")
 

@@ -72,8 +72,10 @@ def test_actors_find_the_learner_through_the_record_and_a_stranger_is_refused(tm
         stranger = subprocess.run(
             [sys.executable, "-m", "embodyrl.cli", "actor", "pendulum", "--connect", endpoint, "--index", "5",
              "--config", str(run / "config.json"), "--secret-key", str(rogue_secret), "--server-key",
-             str(learner_key), "--learner.peer_timeout_s", "3"], capture_output=True, text=True, timeout=120)
+             str(learner_key), "--learner.peer_timeout_s", "3", "--actor.handshake_timeout_s", "5"],
+            capture_output=True, text=True, timeout=120)
         assert stranger.returncode == 1, stranger.stderr[-2000:]
+        assert "no WELCOME" in stranger.stderr and "is our key authorised there?" in stranger.stderr
         for index in (0, 1):  # each on its own "node": its own key directory
             actors.append(_start("actor", "pendulum", "--rendezvous", str(rendezvous), "--index", str(index),
                                  "--key-dir", str(tmp_path / f"node{index}"), "--config", str(run / "config.json"),
