@@ -150,3 +150,13 @@ def _unversioned_rows(run_dir) -> int:
     report = in_process("replay", run_dir, "--json")
     versions = json.loads(report.stdout)["rows_by_policy_version"]
     return sum(n for version, n in versions.items() if version.startswith("0:"))
+
+
+def test_the_children_come_from_a_fork_server_and_are_spawned_where_there_is_none(monkeypatch):
+    from embodyrl.cli import launch
+
+    with launch.children() as ctx:
+        assert ctx.get_start_method() == "forkserver"
+    monkeypatch.setattr(launch.mp, "get_all_start_methods", lambda: ["spawn"])  # as on Windows
+    with launch.children() as ctx:
+        assert ctx.get_start_method() == "spawn"

@@ -48,6 +48,9 @@ def children():
     """The multiprocessing context the run's children start from: a fork server with
     :data:`CHILD_MODULES` imported, stopped on the way out (a later run's server then starts
     from that run's environment, as a spawned child would)."""
+    if "forkserver" not in mp.get_all_start_methods():  # Windows: spawned, importing everything again
+        yield mp.get_context("spawn")
+        return
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(list(CHILD_MODULES))
     try:
