@@ -20,12 +20,14 @@ def in_process(*args, cwd=None) -> subprocess.CompletedProcess:
     the same parser, checks and messages as the command, for refusals and answers that start no
     other process (a subprocess would import JAX again for each). Returns what :func:`cli` does;
     an exception the command does not turn into an exit code propagates with its traceback.
-    ``sys.path`` is restored after it (a robot file's factory puts its directory and the working
-    directory there, as the command's own process would for itself)."""
+    The working directory comes first on ``sys.path``, as ``python -m`` puts it (scripted teleop
+    and factories import from there); ``sys.path`` is restored after it (a robot file's factory
+    adds its own directory too, as the command's own process would for itself)."""
     from embodyrl.cli.commands import main
 
     out, err, path = io.StringIO(), io.StringIO(), list(sys.path)
     with contextlib.chdir(cwd or os.getcwd()), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        sys.path.insert(0, os.getcwd())
         try:
             code = main([str(arg) for arg in args])
         except SystemExit as exit_:  # argparse's refusals

@@ -14,7 +14,7 @@ what earlier runs on the machine compiled, as a developer's second run does. An 
 the program, the compile options and the JAX version, so a changed program is compiled anew.
 Before a run, the oldest entries beyond ``CACHE_MAX_BYTES`` are deleted (JAX's own bound keeps
 per-entry access files that its processes race on when they share a directory).
-``EMBODYRL_TEST_JAX_CACHE`` names another directory (an empty one: a cold run).
+``JAX_COMPILATION_CACHE_DIR``, when set, names another directory (an empty one: a cold run).
 """
 
 from __future__ import annotations
@@ -30,16 +30,15 @@ CACHE_SETTINGS = {
 }
 
 
-def compilation_cache() -> Path:
-    """The directory every test process keeps compiled programs in (see the module's docstring)."""
-    if os.environ.get("EMBODYRL_TEST_JAX_CACHE"):
-        return Path(os.environ["EMBODYRL_TEST_JAX_CACHE"])
+def user_cache() -> Path:
+    """The cache directory in the user's cache home (see the module's docstring)."""
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "embodyrl" / "jax-tests"
 
 
 def prune(cache: Path, max_bytes: int) -> None:
     """Delete the least recently written entries until the directory holds at most ``max_bytes``."""
-    entries = sorted((p.stat().st_mtime, p.stat().st_size, p) for p in cache.iterdir() if p.is_file())
+    entries = sorted((stat.st_mtime, stat.st_size, path) for path in cache.iterdir()
+                     if path.is_file() and (stat := path.stat()))
     total = sum(size for _, size, _ in entries)
     for _, size, path in entries:
         if total <= max_bytes:
@@ -49,11 +48,10 @@ def prune(cache: Path, max_bytes: int) -> None:
 
 
 def pytest_configure(config):
-    cache = compilation_cache()
+    cache = Path(os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(user_cache())))
     cache.mkdir(parents=True, exist_ok=True)
     if not hasattr(config, "workerinput"):  # the controller, once, before any worker starts
         prune(cache, CACHE_MAX_BYTES)
-    os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(cache))
     for name, value in CACHE_SETTINGS.items():
         os.environ.setdefault(name, value)
     config._embodyrl_started = time.monotonic()

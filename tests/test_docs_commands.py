@@ -186,7 +186,7 @@ def test_the_docs_show_commands():
 
 
 @pytest.mark.parametrize(("page", "command"), COMMANDS, ids=[f"{p}: {c}" for p, c in COMMANDS])
-def test_docs_command(page, command, scratch, monkeypatch):
+def test_docs_command(page, command, scratch):
     rule = _rule(command)
     command = _replaced(command)
     _check(command, scratch)
@@ -195,7 +195,6 @@ def test_docs_command(page, command, scratch, monkeypatch):
     argv = shlex.split(command) + list(rule.append if rule else ())
     argv = [m for a in argv for m in (sorted(glob.glob(a, root_dir=scratch)) or [a] if "*" in a else [a])]
     if argv[0] == "embodyrl" and argv[1] in IN_PROCESS:
-        monkeypatch.syspath_prepend(str(scratch))  # as ``python -m`` puts the working directory first
         proc = in_process(*argv[1:], cwd=scratch)
     else:
         proc = subprocess.run([sys.executable, "-m", "embodyrl.cli", *argv[1:]], cwd=scratch, capture_output=True,

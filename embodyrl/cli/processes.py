@@ -109,8 +109,7 @@ def actor_main(config_dict: dict, endpoint: str, index: int, run_dir: str | None
         ledger.reconcile(spool)
     link = LearnerLink(endpoint, actor_name=f"actor-{index}", actor_id=index, devices=infos,
                        peer_timeout_s=config.learner.peer_timeout_s, handshake_timeout_s=ac.handshake_timeout_s,
-                       spool=spool,
-                       keys=keys, allow_insecure=allow_insecure, on_sent=ledger.record if ledger else None)
+                       spool=spool, keys=keys, allow_insecure=allow_insecure, on_sent=ledger.record if ledger else None)
     log = open(Path(run_dir) / f"actor-{index}.jsonl", "a") if run_dir else None  # noqa: SIM115
     console = dial_console(config.console, role="actor", actor_id=index, console_key=config.console_key,
                            own_secret_key=keys.secret_key_file if keys else None, allow_insecure=allow_insecure)
