@@ -7,7 +7,6 @@ flooder is a separate (spawned, niced) process sending at full speed.
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import shutil
 import threading
 import time
@@ -152,36 +151,19 @@ def test_a_clipped_float32_action_is_inside_bounds_that_float32_cannot_hold():
 
 
 # -- the watchdog under a flood ----------------------------------------------
-def test_the_watchdog_stops_the_arm_on_time_while_another_process_floods_the_socket(serve):
-    driver = TwoJoints(control_period_s=0.05)
-    server = serve(driver, watchdog_s=0.1)
-    ctx = mp.get_context("spawn")
-    stop, ready, report = ctx.Event(), ctx.Event(), ctx.Queue()
-    flooder = ctx.Process(target=chaos_robot.flood, args=(server.endpoint, stop, report, ready), daemon=True)
-    with RemoteDevice(server.endpoint, timeout_s=2.0) as arm:
-        arm.reset(seed=0)  # the session is the actor's before the flood: its requests are never limited
-        flooder.start()
-        try:
-            assert ready.wait(60), "the flooder did not start"
-            flood_start = time.monotonic()
-            for _ in range(3):
-                arm.reset(seed=0)
-                for _ in range(3):
-                    arm.step(GO)
-                time.sleep(0.3)  # the actor goes silent
-            stop.set()
-            sent, seconds = report.get(timeout=30)
-        finally:
-            stop.set()
-            flooder.join(10)
-            if flooder.is_alive():
-                flooder.kill()
-        status = arm.server_status()
-    commands = [(t, _safe(a)) for t, a in driver.commands]
-    delays = chaos_robot.watchdog_delays(commands, flood_start, float("inf"))
-    assert len(delays) == 3
-    assert max(delays) <= 0.1 + 0.05, f"safe action {max(delays):.3f} s after the last command"
-    assert status["watchdog_trips"] == 3 and status["rate_limited"] > 1000 and sent / seconds > 1000
+def test_the_watchdog_stops_the_arm_on_time_while_another_process_floods_the_socket():
+    # The server in a process of its own, as on a robot PC: in this one it would share the GIL and the
+    # garbage collector with whatever earlier tests left behind. The bench's bound is one control period
+    # past the watchdog; the test allows one more, for a scheduler shared with eight busy processes.
+    record = chaos_robot.watchdog_under_flood(quick=True)
+    delays_ms = record["watchdog_delays_ms_under_flood"]
+    slack_ms = record["bound_ms"] + 1e3 * record["control_period_s"]
+    assert len(delays_ms) == record["flooded_trips"] >= 3, record
+    assert max(delays_ms) <= slack_ms, f"safe action {max(delays_ms):.1f} ms after the last command: {record}"
+    assert min(delays_ms) >= 1e3 * record["watchdog_s"] - 10, record  # not early either
+    assert record["watchdog_trips_reported"] == record["flooded_trips"] + 3  # three quiet trips before the flood
+    assert record["flood_messages_during_trips"] >= 3000 and record["rate_limited"] > 1000, record
+    assert record["lost"] == record["duplicated"] == 0
 
 
 # -- a hung driver -----------------------------------------------------------
