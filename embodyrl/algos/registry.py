@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import ddpg, dqn, ppo, sac
+from . import ddpg, dqn, ppo, sac  # their settings and entries: no JAX until an algorithm is built
 from .interface import Algorithm, Entry
 
 ENTRIES: tuple[Entry, ...] = (*ddpg.ENTRIES, *sac.ENTRIES, *ppo.ENTRIES, *dqn.ENTRIES)

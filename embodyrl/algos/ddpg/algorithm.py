@@ -1,14 +1,11 @@
-"""DDPG and TD3 behind :class:`~embodyrl.algos.interface.Algorithm`, and their registry entries."""
+"""DDPG and TD3 behind :class:`~embodyrl.algos.interface.Algorithm` (their registry entries: :mod:`.entries`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import partial
 
 from ..actor_critic import ActorCritic
-from ..interface import Entry
 from . import learning
-from .config import SECTION, DDPGConfig, td3
 from .export import head
 from .networks import make_networks
 
@@ -33,10 +30,3 @@ class DDPG(ActorCritic):
         from ..heads import make_networks as headed
 
         return headed(layout, self.config.hidden_sizes, key, self.config.num_critics)
-
-
-ENTRIES = (
-    Entry("ddpg", SECTION, DDPGConfig, partial(DDPG, "ddpg"), heterogeneous=True),
-    Entry("td3", SECTION, DDPGConfig, lambda config: DDPG("td3", td3(config)), heterogeneous=True),
-)
-"""Plain DDPG first: :func:`embodyrl.algos.registry.as_algorithm` takes a bare config's first entry."""

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from ..encoders import EncoderConfig
+from ..encoder_config import EncoderConfig
 
 SECTION = "ddpg"
 """The TrainConfig section holding these settings (for both of the package's registry names)."""

@@ -1,4 +1,4 @@
-"""Double DQN behind :class:`~embodyrl.algos.interface.Algorithm`, and its registry entry.
+"""Double DQN behind :class:`~embodyrl.algos.interface.Algorithm` (its registry entry: :mod:`.entries`).
 
 Acting explores with ``epsilon_end``: the learner service's actors act at
 the end of the schedule (the decay from ``epsilon_start`` is the
@@ -8,15 +8,13 @@ distributed learners' own, :mod:`embodyrl.algos.dqn.distributed`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import partial
 from typing import ClassVar
 
 import jax.numpy as jnp
 
 from ...hal.steps import NO_POLICY
-from ..interface import DISCRETE, Configured, Entry
+from ..interface import DISCRETE, Configured
 from . import learning
-from .config import DQNConfig
 from .export import export_dqn
 from .networks import make_networks
 
@@ -49,6 +47,3 @@ class DQN(Configured):
 
     def export(self, networks, actor_params, version=NO_POLICY):
         return export_dqn(networks, actor_params, self._epsilon(True), version)
-
-
-ENTRIES = (Entry("dqn", "dqn", DQNConfig, partial(DQN, "dqn")),)

@@ -1,15 +1,13 @@
-"""PPO behind :class:`~embodyrl.algos.interface.Algorithm`, and its registry entry."""
+"""PPO behind :class:`~embodyrl.algos.interface.Algorithm` (its registry entry: :mod:`.entries`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import partial
 from typing import ClassVar
 
 from ...hal.steps import NO_POLICY
-from ..interface import CONTINUOUS, DISCRETE, Configured, Entry
+from ..interface import CONTINUOUS, DISCRETE, Configured
 from . import learning
-from .config import PPOConfig
 from .export import export_ppo
 from .networks import make_networks
 
@@ -49,11 +47,3 @@ class PPO(Configured):
 
     def export(self, networks, actor_params, version=NO_POLICY):
         return export_ppo(networks, actor_params, version)
-
-
-ENTRIES = (
-    Entry("ppo", "ppo", PPOConfig, partial(PPO, "ppo"), shard_by="rollouts_per_iteration",
-          # no random warm-up (rows acted without the learner's weights are discarded) and no row
-          # beyond the credit (a synchronous learner grants exactly one iteration's rows)
-          defaults={"actor": {"random_steps": 0, "act_within_credit": True}}),
-)

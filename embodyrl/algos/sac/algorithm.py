@@ -1,14 +1,11 @@
-"""SAC and RLPD behind :class:`~embodyrl.algos.interface.Algorithm`, and their registry entries."""
+"""SAC and RLPD behind :class:`~embodyrl.algos.interface.Algorithm` (their registry entries: :mod:`.entries`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import partial
 
 from ..actor_critic import ActorCritic
-from ..interface import Entry
 from . import learning
-from .config import SECTION, SACConfig, rlpd
 from .export import head
 from .networks import make_networks
 
@@ -32,13 +29,3 @@ class SAC(ActorCritic):
         from ..heads_sac import make_networks as headed
 
         return headed(layout, self.config, key)
-
-
-RLPD_MIX = {"demonstration": 0.5, "online": 0.5}
-"""RLPD's symmetric sampling: half of every batch from demonstrations and interventions, half online."""
-ENTRIES = (
-    Entry("sac", SECTION, SACConfig, partial(SAC, "sac"), heterogeneous=True),
-    Entry("rlpd", SECTION, SACConfig, lambda config: SAC("rlpd", rlpd(config)), heterogeneous=True,
-          defaults={"learner": {"mix": RLPD_MIX}}),
-)
-"""Plain SAC first: :func:`embodyrl.algos.registry.as_algorithm` takes a bare config's first entry."""
