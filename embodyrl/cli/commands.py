@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from .cluster import register_launch
+from .extras import missing_extra
 from .security import (
     SecurityOptionError,
     add_actor_options,
@@ -80,7 +81,8 @@ def _resolve_config(args, run_dir: Path | None, extra_named: dict | None = None)
     except ValueError as err:
         raise _Refused(f"config: {err}") from None
     try:
-        layout = _check_task(config, robot)
+        # the learner checks the algorithm against the task; an actor (maybe without JAX) takes its config
+        layout = robot.layout() if args.command == "actor" else _check_task(config, robot)
     except RobotFileError as err:
         raise _Refused(str(err)) from None
     except ValueError as err:
@@ -408,14 +410,11 @@ def _replay(args) -> int:
 
 
 def _plot(args) -> int:
-    try:
-        from .plot import plot_runs
+    from .plot import plot_runs
 
+    try:
         result = plot_runs([Path(r) for r in args.run_dirs], Path(args.out), args.metric, args.x,
                            keep=args.keep_artifacts)
-    except ImportError as err:
-        print(f"embodyrl: plot needs matplotlib (pip install 'embodyrl[plot]'): {err}", file=sys.stderr)
-        return 1
     except (FileNotFoundError, ValueError) as err:
         print(f"embodyrl: plot: {err}", file=sys.stderr)
         return 2
@@ -521,7 +520,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="embodyrl", description="Online RL on robots and simulators: train, run a learner or "
                                      "actors by address, evaluate, inspect replay, plot, benchmark.",
         epilog="embodyrl COMMAND --help describes each command. Exit codes: 0 done, 1 the job "
-               "failed, 2 bad arguments, configuration or directory, 130 interrupted.")
+               "failed, 2 bad arguments, configuration or directory (or an extra this install lacks: "
+               "the message names it), 130 interrupted.")
     sub = parser.add_subparsers(dest="command", required=True)
     t = sub.add_parser(
         "train", help="train a task with local learner and actor processes",
@@ -636,7 +636,7 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Plot METRIC against X from each run's metrics.jsonl. Runs whose "
                                    "config.json match apart from the seed form one group, drawn as the "
                                    "mean with the min-max spread shaded. Prints JSON of what was drawn. "
-                                   "Exit codes: 0 done, 1 matplotlib missing, 2 bad run directory or metric.")
+                                   "Exit codes: 0 done, 2 bad run directory or metric (or matplotlib missing).")
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories")
     p.add_argument("--out", default="curves.png", help="PNG to write (default curves.png)")
     p.add_argument("--metric", default="episode_return", help="y: a metrics.jsonl key (default episode_return)")
@@ -685,15 +685,25 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args, extra = parser.parse_known_args(argv)
-    if extra and args.command not in ("train", "launch", "learner", "actor"):
-        parser.error(f"unrecognized arguments: {' '.join(extra)}")
-    args.overrides = extra
+    """Run the command ``argv`` names; its exit code. A module of an extra this install lacks,
+    whether building the parser, parsing or running needed it, ends the command with one line
+    naming the extra to install and exit code 2 (:mod:`.extras`)."""
+    args = argparse.Namespace(command=None)
     try:
+        parser = build_parser()
+        args, extra = parser.parse_known_args(argv)
+        if extra and args.command not in ("train", "launch", "learner", "actor"):
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        args.overrides = extra
         return args.func(args)
     except (_Refused, SecurityOptionError) as err:
         print(f"embodyrl: {err}", file=sys.stderr)
+        return 2
+    except ModuleNotFoundError as err:
+        message = missing_extra(err, args.command)
+        if message is None:
+            raise
+        print(message, file=sys.stderr)
         return 2
 
 
