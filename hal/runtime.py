@@ -25,9 +25,11 @@ observation field to float32 and concatenates them; ``dense`` is ``x @ kernel
 half_range * x``. ``gaussian_noise`` adds ``exp(log_std) * N(0, 1)`` (a
 learned ``log_std`` array) when sampling, and ``categorical`` turns logits
 into a sampled or the most likely integer action (PPO); ``argmax`` takes
-the best of the values (DQN, explored epsilon-greedily). These three also
-give the sample's log-probability, returned as ``log_prob`` by
-:meth:`NumpyPolicy.act`. Weight names are the learner's (``actor/...``), so
+the best of the values (DQN, explored epsilon-greedily). ``gaussian_noise``,
+``categorical`` and ``gaussian_head`` (SAC's: a sample's ``tanh`` and
+``scale`` then change its density) give the action's log-probability,
+returned as ``log_prob`` by :meth:`NumpyPolicy.act` where the JAX policy
+returns one: a sample's when exploring, and PPO's mode otherwise. Weight names are the learner's (``actor/...``), so
 :meth:`NumpyPolicy.load_weights` follows the weights it publishes. A new
 network extends ``OPS`` and passes the same parity test against JAX.
 
@@ -213,6 +215,8 @@ class Graph:
             elif kind == "relu":
                 x = np.maximum(x, 0.0)
             elif kind == "tanh":
+                if log_prob is not None:  # a sample squashed: log(1 - tanh(u)^2), written stably
+                    log_prob = log_prob - np.sum(2.0 * (np.log(2.0) - x - np.logaddexp(0.0, -2.0 * x)), axis=-1)
                 x = np.tanh(x)
             elif kind == "scale":
                 x = x * arrays[op["half_range"]] + arrays[op["center"]]
@@ -242,7 +246,9 @@ class Graph:
                 x = mean
                 if sample:
                     log_std = lo + 0.5 * (hi - lo) * (np.tanh(raw) + 1.0)
-                    x = mean + np.exp(log_std) * rng.normal(size=mean.shape)
+                    z = rng.normal(size=mean.shape)
+                    x = mean + np.exp(log_std) * z
+                    log_prob = np.sum(-0.5 * z**2 - log_std - 0.5 * np.log(2 * np.pi), axis=-1)
         return x, log_prob
 
 
@@ -280,7 +286,9 @@ class NumpyPolicy:
         if explore and self.exploration_kind == "epsilon_greedy" and self.rng.random() < self.epsilon:
             spec = self.action_spec  # integers: every action equally likely, the maximum included
             return np.asarray(self.rng.integers(int(spec.minimum), int(spec.maximum) + 1), spec.dtype), {}
-        action = self.mean_action(observation)
+        action, log_prob = self._run(observation, sample=False)
+        if not explore and log_prob is not None:  # the mode's, as the JAX policy gives it (PPO)
+            return self.action_spec.clip(action), {"log_prob": float(np.sum(log_prob))}
         if explore and self.exploration_std > 0:
             half_range = (self.action_spec.maximum - self.action_spec.minimum) / 2
             action = action + self.rng.normal(0.0, self.exploration_std, action.shape) * half_range

@@ -25,3 +25,40 @@ def not_a_pair():
 def hold(observation, step):
     """A scripted teleop source for the 7-joint arm: no torque, every step."""
     return np.zeros(7, np.float32)
+
+
+def point_mass():
+    """A numpy-only ``module:factory`` robot (no MuJoCo): a point on a line pushed toward the origin.
+    What a robot PC with the base install can run."""
+    from embodyrl.hal.device import Device
+    from embodyrl.hal.specs import ArraySpec, DictSpec
+    from embodyrl.hal.task import Task
+
+    class PointMass(Device):
+        observation_spec = DictSpec.of(ArraySpec("position", (2,), np.float32),
+                                       ArraySpec("velocity", (2,), np.float32))
+        action_spec = ArraySpec("force", (2,), np.float32, -1.0, 1.0)
+        control_period_s = 0.02
+        safe_action = np.zeros(2, np.float32)
+
+        def _reset(self, seed):
+            rng = np.random.default_rng(seed)
+            self.x, self.v = rng.uniform(-1, 1, 2).astype(np.float32), np.zeros(2, np.float32)
+            return self._observe()
+
+        def _step(self, action):
+            self.v = (0.9 * self.v + 0.1 * action).astype(np.float32)
+            self.x = np.clip(self.x + self.v, -2, 2).astype(np.float32)
+            return self._observe()
+
+        def _observe(self):
+            return {"position": self.x.copy(), "velocity": self.v.copy()}
+
+    class Reach(Task):
+        name = "reach"
+        max_episode_steps = 50
+
+        def reward(self, observation, action, next_observation):
+            return -float(np.linalg.norm(next_observation["position"]))
+
+    return PointMass(), Reach()

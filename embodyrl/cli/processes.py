@@ -97,7 +97,9 @@ def actor_main(config_dict: dict, endpoint: str, index: int, run_dir: str | None
     config = from_dict(TrainConfig, config_dict)
     ac = config.actor
     actor_config = dataclasses.replace(ac, actor_id=index, seed=actor_seed(config.seed, index, ac.resumed_at_rows))
-    group, tasks, policies, infos = actor_parts(config, actor_config.seed)
+    runtime = actor_runtime()
+    print(f"embodyrl: actor {index}: acting with the {RUNTIMES[runtime]}", file=sys.stderr, flush=True)
+    group, tasks, policies, infos = actor_parts(config, actor_config.seed, runtime)
     teleop, operator = person_parts(config, group, index)
     if needs_real_pace(config):
         actor_config = dataclasses.replace(actor_config, realtime=True)
@@ -109,7 +111,8 @@ def actor_main(config_dict: dict, endpoint: str, index: int, run_dir: str | None
         ledger.reconcile(spool)
     link = LearnerLink(endpoint, actor_name=f"actor-{index}", actor_id=index, devices=infos,
                        peer_timeout_s=config.learner.peer_timeout_s, handshake_timeout_s=ac.handshake_timeout_s,
-                       spool=spool, keys=keys, allow_insecure=allow_insecure, on_sent=ledger.record if ledger else None)
+                       spool=spool, keys=keys, allow_insecure=allow_insecure, on_sent=ledger.record if ledger else None,
+                       policy_graphs=runtime == "numpy")
     log = open(Path(run_dir) / f"actor-{index}.jsonl", "a") if run_dir else None  # noqa: SIM115
     console = dial_console(config.console, role="actor", actor_id=index, console_key=config.console_key,
                            own_secret_key=keys.secret_key_file if keys else None, allow_insecure=allow_insecure)
@@ -122,6 +125,8 @@ def actor_main(config_dict: dict, endpoint: str, index: int, run_dir: str | None
 
     try:
         with group, link:
+            if runtime == "numpy":
+                policies.update(numpy_policies(link, group, actor_config.seed))
             ActorLoop(group, tasks, policies, link, actor_config, intervention=teleop, operator=operator,
                       console=console).run(max_steps=max_steps, should_stop=should_stop, report=report)
             if link.bye_reason is None:
@@ -142,14 +147,45 @@ def actor_main(config_dict: dict, endpoint: str, index: int, run_dir: str | None
                 file.close()
 
 
-def actor_parts(config, seed: int):
+RUNTIMES = {"jax": "learner's JAX policy", "numpy": "numpy runtime (the learner sends each policy's graph)"}
+
+
+def actor_runtime() -> str:
+    """How an actor computes its actions: ``jax`` where JAX is installed, else ``numpy``
+    (:class:`~embodyrl.hal.runtime.NumpyPolicy`, the same formulas, on the graphs the learner sends)."""
+    try:
+        import jax  # noqa: F401 - the JAX policy imports it next anyway
+    except ImportError:
+        return "numpy"
+    return "jax"
+
+
+def numpy_policies(link, group, seed: int) -> dict:
+    """Member name -> :class:`~embodyrl.hal.runtime.NumpyPolicy` from the exports the link's WELCOME
+    brought; a device without one stops the actor, saying why."""
+    from ..hal.runtime import ExportError, NumpyPolicy
+    from ..hal.wire.client import LinkError
+
+    policies = {}
+    for member, device_id in ((m.name, m.device_id) for m in group.members):
+        export = link.policy_exports.get(device_id, "the learner sent no policy graph for it")
+        if isinstance(export, str):
+            raise LinkError(f"no policy for device {device_id} ({member}): {export}")
+        try:
+            policies[member] = NumpyPolicy(*export, seed=seed + device_id)
+        except ExportError as err:
+            raise LinkError(f"the learner's policy for device {device_id} ({member}) is malformed: {err}") from None
+    return policies
+
+
+def actor_parts(config, seed: int, runtime: str = "jax"):
     """(group of safe devices, tasks, policies, device infos), tasks and policies keyed by member
-    name: one device of each kind of the task's layout, device id = its kind's index."""
+    name: one device of each kind of the task's layout, device id = its kind's index. With the
+    ``numpy`` runtime the policies are left empty: :func:`numpy_policies` fills them once connected."""
     from .. import envs
     from ..hal.group import DeviceGroup
     from ..hal.safety import SafeDevice, SafetyConfig
     from ..hal.wire.protocol import DeviceInfo
-    from ..policy import JaxPolicy
     from ..robot import of_config
 
     robot = of_config(config)
@@ -160,6 +196,9 @@ def actor_parts(config, seed: int):
         raw, tasks[member] = robot.make(kind.name)
         safe = raw if isinstance(raw, SafeDevice) else SafeDevice(raw, SafetyConfig())  # a robot file's limits
         devices[member], ids[member] = safe, device_id  # clipping to the spec, counted
-        policies[member] = JaxPolicy(config.algo, layout, device_id, seed=seed + device_id)
+        if runtime == "jax":
+            from ..policy import JaxPolicy
+
+            policies[member] = JaxPolicy(config.algo, layout, device_id, seed=seed + device_id)
         infos.append(DeviceInfo(device_id, kind.name, raw.observation_spec, raw.action_spec))
     return DeviceGroup(devices, ids), tasks, policies, infos

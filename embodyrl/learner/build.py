@@ -20,6 +20,7 @@ from .checkpoint import Checkpointer, record_incarnation
 from .devices import Placement, check_batch, resolve
 from .hosts import OneHost
 from .metrics import MetricsLog
+from .policy_graphs import PolicyGraphs
 from .replay_side import ReplayData
 from .rollout_side import RolloutData
 from .service import LearnerService, Training
@@ -106,6 +107,7 @@ def build_learner(config, layout: Layout, run_dir: Path, *, keys: ServerKeys | N
         metrics_sink=MetricsLog(run_dir), save_policy=save, budget=config.steps, incarnation=incarnation,
         log_every_s=lc.log_every_s, checkpoint_every_s=lc.checkpoint_every_s,
         kinds=(layout.names, layout.kind_of), hosts=hosts)
+    server.policy_graphs = PolicyGraphs(algorithm, layout, lambda: (service.version, training.actor_weights()))
     service.warm_up()
     return service
 

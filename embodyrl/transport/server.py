@@ -207,6 +207,9 @@ class LearnerServer:
         self.admit = admit
         self.committed_seq = committed_seq
         """actor id -> last seq the replay holds (durable across learner restarts)."""
+        self.policy_graphs: Callable[[int], tuple[dict, dict[str, np.ndarray]]] | None = None
+        """device id -> its policy's numpy-runtime export, for a HELLO that asks (an actor without JAX;
+        :class:`embodyrl.learner.policy_graphs.PolicyGraphs`); ValueError: none, and why."""
         self.limits = limits
         self.max_batch_rows = max_batch_rows
         self.peer_timeout_s = peer_timeout_s
@@ -334,11 +337,32 @@ class LearnerServer:
             session.committed_seq = max(session.committed_seq, self.committed_seq(actor_id))
         session.received_seq = session.committed_seq
         self.sessions[identity] = session
-        self._send(identity, P.WELCOME, {"protocol": PROTOCOL_VERSION, "run_id": self.run_id,
-                                         "incarnation": self.incarnation, "credits": 0,
-                                         "committed_seq": session.committed_seq,
-                                         "peer_timeout_s": float(self.peer_timeout_s)})
+        welcome = {"protocol": PROTOCOL_VERSION, "run_id": self.run_id, "incarnation": self.incarnation,
+                   "credits": 0, "committed_seq": session.committed_seq,
+                   "peer_timeout_s": float(self.peer_timeout_s)}
+        arrays = self._policy_graphs(welcome, devices) if f.get("policy_graphs") is True else None
+        self._send(identity, P.WELCOME, welcome, arrays=arrays)
         self._maybe_send_weights(session)
+
+    def _policy_graphs(self, welcome: dict, devices: list[P.DeviceInfo]) -> dict[str, np.ndarray]:
+        """For an actor without JAX: each device's policy export into ``welcome`` (``policies``, or
+        ``policy_errors`` saying why not), its arrays returned named ``<device id>/<name>``."""
+        policies, errors, arrays = {}, {}, {}
+        for device in devices:
+            if self.policy_graphs is None:
+                errors[str(device.device_id)] = "this learner sends no policy graphs"
+                continue
+            try:
+                meta, named = self.policy_graphs(device.device_id)
+            except ValueError as err:
+                errors[str(device.device_id)] = str(err)
+                continue
+            policies[str(device.device_id)] = meta
+            arrays.update({f"{device.device_id}/{name}": array for name, array in named.items()})
+        welcome["policies"] = policies
+        if errors:
+            welcome["policy_errors"] = errors
+        return arrays
 
     def _refuse(self, identity: bytes, tag: str, reason: str, *, retry: bool = False) -> None:
         """REFUSED naming ``reason``; ``retry``: it may pass, so the link tries again until its deadline."""
@@ -517,8 +541,8 @@ class LearnerServer:
             self.poll(20)
 
     def _send(self, identity: bytes, kind: str, fields: dict, protocol: int = PROTOCOL_VERSION, *,
-              reply: bool = True) -> None:
-        self._send_frames([identity, *encode(kind, fields, protocol=protocol)], reply=reply)
+              reply: bool = True, arrays: dict[str, np.ndarray] | None = None) -> None:
+        self._send_frames([identity, *encode(kind, fields, arrays, protocol=protocol)], reply=reply)
 
     def _send_frames(self, frames: list, copy: bool = True, *, reply: bool = True) -> None:
         """``reply``: an answer to what the peer sent (WELCOME, REFUSED, ACK), which must find its

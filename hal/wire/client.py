@@ -93,8 +93,11 @@ class LearnerLink:
                  peer_timeout_s: float = 30.0, reconnect_s: float = 0.5, reconnect_max_s: float = 10.0,
                  limits: Limits = DEFAULT_LIMITS, spool: Spool | None = None,
                  keys: ClientKeys | None = None, allow_insecure: bool = False,
-                 compression: str = "auto", on_sent: Callable[[int, Steps], None] | None = None):
-        """``on_sent(seq, steps)``: called for every batch the link takes (e.g. a batch ledger)."""
+                 compression: str = "auto", on_sent: Callable[[int, Steps], None] | None = None,
+                 policy_graphs: bool = False):
+        """``on_sent(seq, steps)``: called for every batch the link takes (e.g. a batch ledger).
+        ``policy_graphs``: ask the learner for each device's policy export (an actor without JAX acts
+        with :class:`~embodyrl.hal.runtime.NumpyPolicy`); WELCOME's answer is in :attr:`policy_exports`."""
         check_endpoint(endpoint, keys is not None, allow_insecure)
         self.endpoint = endpoint
         self.actor_name = actor_name
@@ -118,6 +121,10 @@ class LearnerLink:
         self._waiting_for: str | None = None
         """The newest refusal the learner said may pass (an index another session still holds):
         HELLO again after ``RETRY_REFUSED_S`` until the handshake deadline."""
+        self.policy_graphs = policy_graphs
+        self.policy_exports: dict[int, tuple[dict, dict[str, np.ndarray]] | str] = {}
+        """With ``policy_graphs``, from the latest WELCOME: device id -> ``(meta, arrays)`` of its policy
+        export, or the learner's reason for sending none."""
         self.connected = False
         self.held_version: PolicyVersion = NO_POLICY
         """The newest weights version this link has rebuilt (the learner's delta base)."""
@@ -297,6 +304,7 @@ class LearnerLink:
             "actor": self.actor_name, "actor_id": self.actor_id,
             "devices": [d.to_msg() for d in self.devices], "last_acked_seq": self._acked_seq,
             "held": list(self.held_version), "protocol": PROTOCOL_VERSION, "instance": self.instance,
+            **({"policy_graphs": True} if self.policy_graphs else {}),
         }, protocol=P.HELLO_PROTOCOL):  # readable by a learner of any version, which then answers
             self._next_hello = now + self.peer_timeout_s  # unanswered on a live connection: again
 
@@ -426,6 +434,8 @@ class LearnerLink:
             timeout = f.get("peer_timeout_s")
             if type(timeout) in (int, float) and timeout > 0:  # learners before it sent none: ours stands
                 self._learner_timeout_s = float(timeout)
+            if self.policy_graphs:
+                self.policy_exports = P.policy_exports(f, msg.arrays, [d.device_id for d in self.devices])
             self._acknowledge(committed)
             self._seq = max(self._seq, committed)
             self._sent_upto = committed  # everything after it is resent, in order

@@ -3,7 +3,7 @@
 ::
 
     actor -> learner   HELLO(actor name and id, devices with specs, last acked seq)
-    learner -> actor   WELCOME(run id, incarnation, credits)  or  REFUSED(reason)
+    learner -> actor   WELCOME(run id, incarnation, credits[, policy exports])  or  REFUSED(reason)
     actor -> learner   STEPS(seq, device id, steps as array frames)
     learner -> actor   ACK(seq committed, credits granted)
     learner -> actor   WEIGHTS(version, encoding, parameter frames)
@@ -14,6 +14,11 @@ protocol 1 (it has no arrays), so a learner of any version can read it and
 answer: a learner refuses an actor of another version with REFUSED (written
 in the older of the two), and an actor leaves a learner whose WELCOME names
 another, each with a reason that says which side to upgrade.
+
+An actor without JAX sets HELLO's ``policy_graphs``; its WELCOME then
+carries ``policies`` (device id -> the export's meta, :mod:`..runtime`) with
+the export's arrays named ``<device id>/<name>``, and ``policy_errors``
+(device id -> why the learner has none) where it cannot export one.
 
 Actors dial out over DEALER and the learner binds a ROUTER, so a robot
 behind NAT needs no inbound port. Credits count step rows: an actor sends
@@ -102,3 +107,22 @@ class DeviceInfo:
                        ArraySpec.from_msg(field(msg, "action_spec", dict)))
         except SpecError as err:
             raise MessageError("spec", str(err)) from None
+
+
+def policy_exports(fields: dict, arrays: dict, device_ids: list[int]) -> dict[int, tuple[dict, dict] | str]:
+    """A WELCOME's policy exports: device id -> ``(meta, arrays)`` (copies: the frames are read-only), or
+    the reason it has none (the learner's, or that it sent nothing: a learner that predates them)."""
+    policies = fields.get("policies")
+    errors = fields.get("policy_errors") if type(fields.get("policy_errors")) is dict else {}
+    if type(policies) is not dict:
+        policies = {}
+    out: dict[int, tuple[dict, dict] | str] = {}
+    for device_id in device_ids:
+        meta = policies.get(str(device_id))
+        if type(meta) is not dict:
+            out[device_id] = str(errors.get(str(device_id), "the learner sent no policy graph for it"))
+            continue
+        prefix = f"{device_id}/"
+        out[device_id] = (meta, {name[len(prefix):]: array.copy() for name, array in arrays.items()
+                                 if name.startswith(prefix)})
+    return out
