@@ -11,7 +11,8 @@ KEYS = ("jitter_p99_ms_500hz", "jitter_max_ms_500hz", "missed_deadlines_500hz", 
         "missed_deadlines_500hz_normal_priority", "arm_hal_step_us", "arm_raw_mj_step_us",
         "naive_sleep_rate_error_500hz", "naive_sleep_period_error_p99_ms_500hz",
         "naive_over_clock_period_error_p99_500hz", "realtime_priority_granted", "loop_body_us_p50",
-        "loop_body_us_p99", "loop_body_fits_1000hz")
+        "loop_body_us_p99", "loop_body_fits_1000hz", "act_us_numpy_mlp256", "act_us_jax_mlp256",
+        "numpy_over_jax_act_time")
 FAMILY = ("period_error_p99_ms", "period_error_max_ms", "missed_deadlines", "overrun_ms_p99", "achieved_rate_ratio")
 RUN = ("p50_ms", "p99_ms", "max_ms", "missed", "overruns", "overrun_p99_ms", "overrun_max_ms", "body_us_p50",
        "body_us_p99", "rate_ratio")
@@ -43,3 +44,6 @@ def test_quick_hal_bench_reports_finite_figures():
     assert result["clock_loaded_500hz_ticks"] == 150
     assert isinstance(result["loop_body_fits_1000hz"], bool)
     assert result["mujoco_overhead_ratio"] > 0.5 and result["arm_rate_limited"] > 0
+    # two 256-wide layers take some microseconds in either runtime; the ratio is of the two
+    assert 1 < result["act_us_numpy_mlp256"] < 1e5 and 1 < result["act_us_jax_mlp256"] < 1e5
+    assert result["numpy_over_jax_act_time"] == result["act_us_numpy_mlp256"] / result["act_us_jax_mlp256"]

@@ -23,6 +23,12 @@ Two measurements, each against its baseline in the same run:
   ``clock_{idle,loaded}_{R}hz_*``. Baseline: the naive loop at 500 Hz, the
   same body followed by ``time.sleep(period)``: its period error (the body
   lengthens every period) and rate error, under ``naive_*``.
+* **Act time**: one exploring action of the arm's DDPG actor (2 x 256
+  hidden) in the numpy runtime, on the export the learner sends an actor
+  without JAX, against the JAX policy an actor with JAX uses (jitted, the
+  observation padded in and the action brought back to numpy), same weights
+  and observations, blocks alternating: ``act_us_numpy_mlp256``,
+  ``act_us_jax_mlp256``, ``numpy_over_jax_act_time`` (medians of the blocks).
 * **Step cost**: ``SafeDevice(MujocoDevice).step`` (clip, rate limit,
   validation, the driver) against ``mujoco.mj_step(model, data, nstep=10)``
   with the same control written, on the same model and data, for the 7-DoF
@@ -265,8 +271,50 @@ def _step_cost(task: str, quick: bool) -> dict:
             "physics_steps": raw.control_substeps, "rate_limited": interventions["rate_limited"]}
 
 
+def _act_cost(quick: bool) -> dict:
+    """One exploring action of the arm's DDPG actor (2 x 256): the numpy runtime on the export the learner
+    sends a JAX-less actor, against the JAX policy, same weights and observations, blocks alternating."""
+    import jax
+
+    from .. import envs
+    from ..algos import registry
+    from ..algos.heads import over
+    from ..hal import params as flat_params
+    from ..hal.layout import Layout
+    from ..hal.runtime import NumpyPolicy
+    from ..hal.steps import PolicyVersion
+    from ..learner.policy_graphs import PolicyGraphs
+    from ..policy import JaxPolicy
+
+    raw, _ = envs.make("arm_reach")
+    layout = Layout.of("arm_reach", raw.observation_spec, raw.action_spec)
+    algorithm = over(registry.build("ddpg"), layout)
+    assert algorithm.config.hidden_sizes == HIDDEN
+    jax_policy = JaxPolicy(algorithm, layout, seed=0)
+    weights = flat_params.flatten({"actor": jax.device_get(jax_policy.params)})
+    export = PolicyGraphs(algorithm, layout, lambda: (PolicyVersion(1, 1), weights))(0)
+    numpy_policy = NumpyPolicy(*export, seed=0)
+    rng = np.random.default_rng(0)
+    spec = raw.observation_spec
+    observations = [{name: rng.normal(size=spec[name].shape).astype(spec[name].dtype) for name in spec}
+                    for _ in range(64)]
+    for policy in (jax_policy, numpy_policy):  # compile, caches
+        for observation in observations[:8]:
+            policy.act(observation)
+    block, blocks = (20, 20) if quick else (50, 200)
+    times: dict[str, list[float]] = {"numpy": [], "jax": []}
+    for b in range(blocks):
+        for name, policy in (("numpy", numpy_policy), ("jax", jax_policy))[:: 1 if b % 2 else -1]:
+            t0 = time.perf_counter()
+            for i in range(block):
+                policy.act(observations[i % 64])
+            times[name].append((time.perf_counter() - t0) / block)
+    numpy_us, jax_us = (1e6 * float(np.median(times[name])) for name in ("numpy", "jax"))
+    return {"act_us_numpy_mlp256": numpy_us, "act_us_jax_mlp256": jax_us, "numpy_over_jax_act_time": numpy_us / jax_us}
+
+
 def run(quick: bool = False) -> dict:
-    out: dict = {}
+    out: dict = _act_cost(quick)
     arm = _step_cost("arm_reach", quick)
     pendulum = _step_cost("pendulum", quick)
     out["mujoco_overhead_ratio"] = arm["ratio"]
