@@ -8,6 +8,7 @@ wheelhouse they install from).
 
 import argparse
 import json
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -212,3 +213,28 @@ def test_a_command_names_the_extra_it_lacks(base_install, tmp_path, name):
         assert [said for said in done.stderr.splitlines() if "pip install" in said] == \
             done.stderr.splitlines()[-1:], done.stderr
         assert not (tmp_path / "run").exists(), "a refusal writes no run directory (docs/cli.md)"
+
+
+def test_a_base_install_actor_acts_for_a_full_install_learner_and_its_rows_reach_the_replay(base_install, tmp_path):
+    """The robot PC as shipped: ``pip install embodyrl`` (no JAX, no MuJoCo) runs ``embodyrl actor`` for a
+    numpy-only robot against ``embodyrl learner`` of the full install, over loopback."""
+    from embodyrl.replay.contents import rows_added
+
+    shutil.copy(Path(__file__).parent / "robot_helpers.py", base_install.cwd)  # the robot's code, beside both
+    run_dir = tmp_path / "run"
+    learner = subprocess.Popen([sys.executable, "-m", "embodyrl.cli", "learner", "robot_helpers:point_mass",
+                                "--run-dir", str(run_dir), "--steps", "300"], cwd=base_install.cwd,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
+    try:
+        endpoint = json.loads(learner.stdout.readline())["endpoint"]
+        actor = base_install.run("actor", "robot_helpers:point_mass", "--connect", endpoint, "--index", "0",
+                                 "--config", run_dir / "config.json", "--max-steps", "400", timeout=180)
+        out, err = learner.communicate(timeout=120)
+    finally:
+        if learner.poll() is None:
+            learner.kill()
+    assert actor.returncode == 0, actor.stderr
+    assert "acting with the numpy runtime" in actor.stderr and "Traceback" not in actor.stderr
+    assert learner.returncode == 0, err
+    counters = json.loads(out.strip().splitlines()[-1])
+    assert counters["rows"] >= 300 and rows_added(run_dir / "replay") == counters["rows"]
