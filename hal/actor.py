@@ -37,6 +37,10 @@ the weights it has and spools (the random warm-up goes on: it needs none); a
 device whose policy never had weights holds its safe action (nothing
 recorded) unless the person commands it, and ``ActorStats.learner`` says
 ``gone``.
+
+The loop here is the core (act, step, record, send, wait for credit); the
+person, the console and an outage of the learner (or a full spool) are
+parts it calls at fixed points of each step (:mod:`.actor_parts`).
 """
 
 from __future__ import annotations
@@ -46,21 +50,19 @@ import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from .actor_console import ConsoleControl, device_entries
+from .actor_parts import ConsoleHolds, Lane, LearnerGone, Person, SpoolPause
 from .clock import RateClock, set_realtime_priority
 from .console import ConsoleLink
-from .device import Device, EpisodeInterrupted, EStopError, hold_safe
+from .device import Device, EpisodeInterrupted, EStopError
 from .group import DeviceGroup
-from .intervention import EpisodeAborted, InterventionSource, new_episode
+from .intervention import InterventionSource, new_episode
 from .link import Link
-from .operator import Answer, FirstAnswer, Operator, apply_label, task_success, wait_for_answer
+from .operator import FirstAnswer, Operator
 from .policy import Policy, UniformRandomPolicy
-from .steps import NO_POLICY, Source, StepRecorder, Steps
+from .steps import StepRecorder, Steps
 from .task import Task
 from .wire.client import LinkError
-from .wire.spool import SpoolFull
 
 
 def _members(device, task, policy, device_id, intervention) -> list[tuple]:
@@ -197,26 +199,7 @@ class ActorStats:
                 "last_return": self.returns[-1] if self.returns else None}
 
 
-@dataclass
-class _Lane:
-    """One device stream: its device, task, policy, recorder and episode state."""
-
-    device_id: int
-    device: Device
-    task: Task
-    policy: Policy
-    warmup: UniformRandomPolicy
-    recorder: StepRecorder
-    intervention: InterventionSource | None = None
-    observation: dict[str, np.ndarray] | None = None
-    episode_return: float = 0.0
-    t: int = 0
-    holding: bool = False
-    """Holding the safe action (no weights, learner gone); the next acted step starts an episode."""
-    paused: bool = False
-    """Paused from the operator console: held in its safe state until resumed."""
-    takeover: bool = False
-    """Taken over from the operator console: every step is the teleop source's."""
+_Lane = Lane  # the name :mod:`.actor_console` annotates with
 
 
 class ActorLoop:
@@ -227,6 +210,9 @@ class ActorLoop:
     ``operator``: a person resets the scene and labels each episode (``reset: operator``); while
     one device waits for the answer the others are not stepped. ``console``: the operator
     console's link (:mod:`.actor_console`: e-stop, pause, take over, answer, status, frames).
+
+    The core here acts, steps, records and sends; the person, the console and an outage of the
+    learner are parts (:mod:`.actor_parts`) that it calls at fixed points of each step.
     """
 
     def __init__(self, device: Device, task: Task | Mapping[str, Task], policy: Policy | Mapping[str, Policy],
@@ -238,7 +224,6 @@ class ActorLoop:
         self._clock: RateClock | None = None
         self._should_stop = lambda: False  # run()'s, so a wait for credit ends on a stop signal
         self._credit_pause_started: float | None = None  # when act_within_credit stopped the loop
-        self._held: list[tuple[int, Steps]] = []  # batches the full spool refused, oldest first
         self.link = link
         self.config = config
         self.stats = ActorStats()
@@ -254,14 +239,19 @@ class ActorLoop:
                 self.operator = FirstAnswer(operator, self.console.answers)
             names = {m.device_id: m.name for m in device.members} if isinstance(device, DeviceGroup) else {}
             console.start(device_entries(self.lanes, names))
+        self.person = Person(self.operator, self.stats, config.actor_id, keep_alive=self._keep_alive,
+                             should_stop=lambda: self._should_stop(), waited=self._waited)
+        self.console_holds = ConsoleHolds(self.console, self.stats)
+        self.learner_gone = LearnerGone(link, self.stats)
+        self.spool_pause = SpoolPause(link, self.lanes, self.stats, config.actor_id, self._sent)
 
-    def _lane(self, device_id, device, task, policy, intervention) -> _Lane:
+    def _lane(self, device_id, device, task, policy, intervention) -> Lane:
         cfg = self.config
-        return _Lane(device_id, device, task, policy,
-                     UniformRandomPolicy(device.action_spec, seed=cfg.seed + device_id),
-                     StepRecorder(device.observation_spec, device.action_spec, actor_id=cfg.actor_id,
-                                  device_id=device_id, capacity=cfg.send_every + 2),
-                     intervention)
+        return Lane(device_id, device, task, policy,
+                    UniformRandomPolicy(device.action_spec, seed=cfg.seed + device_id),
+                    StepRecorder(device.observation_spec, device.action_spec, actor_id=cfg.actor_id,
+                                 device_id=device_id, capacity=cfg.send_every + 2),
+                    intervention)
 
     def run(self, max_steps: int | None = None, should_stop=lambda: False,
             report: Callable[[dict], None] | None = None, report_every_s: float = 1.0) -> ActorStats:
@@ -284,21 +274,17 @@ class ActorLoop:
         next_report = time.monotonic() + report_every_s
         steps = 0
         while link.bye_reason is None and not should_stop() and (max_steps is None or steps < max_steps):
-            link.poll(0)
-            if self.console is not None:
-                self.console.tick()
+            self._keep_alive(0)
             self._refresh_weights()
-            self.stats.learner = "connected" if getattr(link, "connected", True) else "gone"
-            if self._held:  # the spool is full: devices stay in their safe state until it drains
-                self._retry_held()
-                if self._held:
-                    self.stats.paused_steps += 1
-                    steps += 1  # a control period passes, paused
-                    if clock is not None:
-                        clock.tick()
-                    else:
-                        link.poll(int(period * 1000))
-                    continue
+            self.learner_gone.observe()
+            if self.spool_pause.paused():  # the spool is full: devices stay in their safe state until it drains
+                self.stats.paused_steps += 1
+                steps += 1  # a control period passes, paused
+                if clock is not None:
+                    clock.tick()
+                else:
+                    link.poll(int(period * 1000))
+                continue
             if cfg.act_within_credit and self._short_of_credit():
                 self._stop_for_credit(clock)
                 continue
@@ -306,7 +292,7 @@ class ActorLoop:
                 self.stats.credit_wait_s += time.monotonic() - self._credit_pause_started
                 self._credit_pause_started = None
                 self._refresh_weights()  # what came with the credit (a synchronous learner's new weights)
-            warm = steps < cfg.random_steps
+            warm = steps < cfg.random_steps  # uniform random actions: the off-policy warm-up
             for lane in self.lanes:
                 self._step(lane, warm)
             steps += 1
@@ -318,7 +304,7 @@ class ActorLoop:
         if link.bye_reason is None:  # into the spool now: the final flush waits for credit to send it
             for lane in self.lanes:
                 if len(lane.recorder):
-                    self._hand_over(lane.device_id, lane.recorder.flush())
+                    self.spool_pause.hand_over(lane.device_id, lane.recorder.flush())
         self._collect(clock)
         if self.console is not None:
             self.console.link.publish_status(self.console.status())
@@ -326,49 +312,32 @@ class ActorLoop:
             report(self.stats.snapshot())
         return self.stats
 
-    def _step(self, lane: _Lane, warm: bool) -> None:
+    def _step(self, lane: Lane, warm: bool) -> None:
+        """One control period of one device: act, step, record, each part called at its point."""
+        if self.console_holds.holds(lane):  # held until the console says
+            return
         policy = lane.warmup if warm else lane.policy
         observation, device, task = lane.observation, lane.device, lane.task
-        if self.console is not None and (device.estopped or lane.paused):  # held until the console says
-            self.stats.console_held_steps += 1
-            if not device.estopped:
-                hold_safe(device)
-            return
         proposed, extras = policy.act(observation, explore=True)
-        command, source = proposed, Source.ONLINE
-        if lane.intervention is not None:
-            try:
-                human = lane.intervention.poll(observation)
-            except EpisodeAborted:
-                self.stats.aborted += 1
-                self._restart(lane)
-                return
-            if human is None and lane.takeover:  # the person has the device: no command holds it
-                human = device.safe_action
-                if human is None:
-                    return
-            if human is not None:
-                command, source = human, Source.INTERVENTION
-                self.stats.interventions += 1
-        if source == Source.ONLINE and not warm and policy.version == NO_POLICY and self.stats.learner == "gone":
-            self._hold(lane)  # a policy that never had weights, and no learner to send them: stay safe
+        acted = self.person.command(lane, observation, proposed)
+        if acted is None:
             return
-        lane.holding = False
+        command, source = acted
+        if self.learner_gone.holds(lane, policy, source, warm):  # no weights, no learner to send them: safe
+            return
         try:
             next_observation = device.step(command)
         except EpisodeInterrupted as err:
             warnings.warn(f"device {lane.device_id}: {err}; the episode ends without a final row, the device resets",
                           stacklevel=2)
             self.stats.interrupted += 1
-            self._restart(lane)
+            lane.restart()
             return
         except EStopError:
-            if self.console is None:  # no one to clear it: the actor stops, naming the e-stop
+            if not self.console_holds.latched(lane):  # no one to clear it: the actor stops, naming the e-stop
                 raise
-            self._stop_episode(lane)  # the safety layer latched it: held until the console clears it
             return
-        if self.console is not None:
-            self.console.link.offer(lane.device_id, next_observation)
+        self.console_holds.offer(lane, next_observation)
         applied = device.last_applied
         if applied is None:  # a bare device: the loop clips, as the device's own driver would
             applied = device.action_spec.clip(command)
@@ -378,20 +347,15 @@ class ActorLoop:
         truncated = not terminated and (
             (task.max_episode_steps is not None and lane.t >= task.max_episode_steps)
             or task.truncated(next_observation))  # e.g. a wrapped Gymnasium env's
-        answer = None
-        if (terminated or truncated) and self.operator is not None:
-            answer = self._ask(lane, reward, terminated)
-            if answer is not None:
-                self.stats.labels[answer.name.lower()] = self.stats.labels.get(answer.name.lower(), 0) + 1
-                reward, terminated, truncated = apply_label(task, answer.success, reward, terminated, truncated)
-        if (terminated or truncated) and self.console is not None:
-            label = answer.success if answer is not None else None
-            self.console.episode_ended(label if label is not None else task_success(task, [next_observation]))
+        ended = terminated or truncated
+        if ended:
+            reward, terminated, truncated, label = self.person.label(lane, reward, terminated, truncated)
+            self.console_holds.episode_ended(lane, label, next_observation)
         lane.recorder.add(observation, applied, proposed, reward, terminated, truncated,
                           policy.version, log_prob=extras.get("log_prob", 0.0), source=source)
         self.stats.env_steps += 1
         lane.episode_return += reward
-        if terminated or truncated:
+        if ended:
             lane.recorder.add_final(next_observation)
             self.stats.episodes += 1
             self.stats.returns.append(lane.episode_return)
@@ -402,48 +366,25 @@ class ActorLoop:
         if len(lane.recorder) >= self.config.send_every:
             self._send(lane)
 
-    def _restart(self, lane: _Lane) -> None:
-        """The episode ends without a final row (thrown away or interrupted); a new one starts."""
-        self._stop_episode(lane)
-        lane.observation = lane.device.reset()
+    # -- what the console's commands call (:mod:`.actor_console`) ---------------------------
+    def _restart(self, lane: Lane) -> None:
+        lane.restart()
 
-    def _stop_episode(self, lane: _Lane) -> None:
-        """The episode in progress ends without a final row (its rows are not sent)."""
-        lane.recorder.abandon_episode()
-        lane.episode_return, lane.t = 0.0, 0
-        new_episode(lane.intervention)
+    def _stop_episode(self, lane: Lane) -> None:
+        lane.stop_episode()
 
-    def _hold(self, lane: _Lane) -> None:
-        """One control period of the safe action, unrecorded; the episode in progress is abandoned
-        (the next acted step starts one from where the device is)."""
-        if not lane.holding:
-            lane.holding = True
-            self._stop_episode(lane)
-        self.stats.held_steps += 1
-        observation = hold_safe(lane.device)
-        if observation is not None:
-            lane.observation = observation
+    # -- the loop's upkeep, its waits, its sends ---------------------------------------------
+    def _keep_alive(self, timeout_ms: int) -> None:
+        """The link's due work (waiting at most ``timeout_ms``) and the console's commands: every
+        control period, and in every wait."""
+        self.link.poll(timeout_ms)
+        if self.console is not None:
+            self.console.tick()
 
-    def _ask(self, lane: _Lane, reward: float, terminated: bool) -> Answer | None:
-        """Hold the device safe (the link kept alive) until the operator answers; None on a stop."""
-        device = lane.device
-
-        def hold() -> None:
-            hold_safe(device)
-            self.link.poll(0)
-            if self.console is not None:
-                self.console.tick()
-
-        started = time.monotonic()
-        summary = (f"actor {self.config.actor_id}, device {lane.device_id}: episode {self.stats.episodes + 1} "
-                   f"ended after {lane.t} steps, return {lane.episode_return + reward:.2f}"
-                   + (" (the task ended it)" if terminated else ""))
-        answer = wait_for_answer(self.operator, summary, every=hold, period_s=device.control_period_s,
-                                 should_stop=self._should_stop, device_id=lane.device_id)
-        self.stats.operator_wait_s += time.monotonic() - started
+    def _waited(self) -> None:
+        """A wait (for the operator) is over: it is not a missed deadline of the clock."""
         if self._clock is not None:
-            self._clock.restart()  # the wait is not a missed deadline
-        return answer
+            self._clock.restart()
 
     def _short_of_credit(self) -> bool:
         """Whether acting one more step on every device could exceed the credit: each needs a row,
@@ -463,13 +404,35 @@ class ActorLoop:
             self.stats.credit_paused_steps += 1
             clock.tick()
             return
-        deadline = self._credit_pause_started + self.config.credit_timeout_s
-        while self._short_of_credit() and not self._should_stop() and self.link.bye_reason is None:
+        self._wait_for_credit(lambda: not self._short_of_credit(), self._credit_pause_started)
+
+    def _wait_for_credit(self, enough: Callable[[], bool], since: float) -> bool:
+        """Keep the link going until ``enough()`` or a stop (True) or the learner's goodbye (False);
+        :class:`LinkError` once ``credit_timeout_s`` have passed since ``since``."""
+        deadline = since + self.config.credit_timeout_s
+        while not enough() and not self._should_stop():
+            if self.link.bye_reason is not None:
+                return False
             if time.monotonic() > deadline:
                 raise LinkError(f"no credit from the learner for {self.config.credit_timeout_s} s")
-            self.link.poll(20)
-            if self.console is not None:
-                self.console.tick()
+            self._keep_alive(20)
+        return True
+
+    def _send(self, lane: Lane) -> None:
+        """Hand over a device's recorded rows; a simulator first waits for the credit to send them
+        (stopping: they go into the spool now), hardware never blocks."""
+        rows = len(lane.recorder)
+        if rows == 0:
+            return
+        if not self.config.realtime and not self._wait_for_credit(lambda: self.link.credits >= rows,
+                                                                  time.monotonic()):
+            return  # the learner said goodbye
+        self.spool_pause.hand_over(lane.device_id, lane.recorder.flush())
+
+    def _sent(self, device_id: int, steps: Steps) -> None:
+        if self.tap is not None:
+            self.tap(device_id, steps)
+        self.stats.batches_sent += 1
 
     def _collect(self, clock: RateClock | None) -> ActorStats:
         safety: dict[str, int] = {}
@@ -489,52 +452,3 @@ class ActorLoop:
         for policy in {id(lane.policy): lane.policy for lane in self.lanes}.values():
             policy.load_weights(*weights)
         self.stats.weight_updates += 1
-
-    def _send(self, lane: _Lane) -> None:
-        rows = len(lane.recorder)
-        if rows == 0:
-            return
-        if not self.config.realtime:  # a simulator waits for credit; hardware never blocks
-            deadline = time.monotonic() + self.config.credit_timeout_s
-            while self.link.credits < rows and not self._should_stop():  # stopping: spool it now
-                if self.link.bye_reason is not None:
-                    return
-                if time.monotonic() > deadline:
-                    raise LinkError(f"no credit from the learner for {self.config.credit_timeout_s} s")
-                self.link.poll(20)
-                if self.console is not None:
-                    self.console.tick()
-        self._hand_over(lane.device_id, lane.recorder.flush())
-
-    def _hand_over(self, device_id: int, steps: Steps) -> None:
-        """Spool a batch; if the spool is full (and set to pause), hold it and pause the devices."""
-        try:
-            self.link.send_steps(device_id, steps)
-        except SpoolFull as err:
-            if not self._held:
-                warnings.warn(f"actor {self.config.actor_id}: {err}; devices paused in their safe state "
-                              "until the learner acknowledges what the spool holds", stacklevel=2)
-                self.stats.pauses += 1
-                for lane in self.lanes:  # command the safe state once; the watchdog holds it
-                    if lane.device.safe_action is not None and not lane.device.estopped:
-                        lane.device.step(lane.device.safe_action)
-            self._held.append((device_id, steps))
-            return
-        if self.tap is not None:
-            self.tap(device_id, steps)
-        self.stats.batches_sent += 1
-
-    def _retry_held(self) -> None:
-        while self._held:
-            device_id, steps = self._held[0]
-            try:
-                self.link.send_steps(device_id, steps)
-            except SpoolFull:
-                return
-            self._held.pop(0)
-            if self.tap is not None:
-                self.tap(device_id, steps)
-            self.stats.batches_sent += 1
-        for lane in self.lanes:  # resume: the interrupted episodes end where the pause began
-            lane.recorder.abandon_episode()
-            lane.observation, lane.episode_return, lane.t = lane.device.reset(), 0.0, 0

@@ -4,6 +4,7 @@ that speaks the wire; tests and single-process tools may bring their own).
 The loop it expects::
 
     link.poll(0)                                    # heartbeats, acks, credits, weights
+    if not link.connected: ...                      # the learner is gone: act on, spool
     weights = link.take_weights()                   # (version, arrays) newly arrived, or None
     if link.credits >= rows: link.send_steps(device_id, steps)
     ... until link.bye_reason is not None           # the learner said goodbye
@@ -22,6 +23,9 @@ from .steps import PolicyVersion, Steps
 class Link(Protocol):
     bye_reason: str | None
     """Why the learner ended the session (None while it lasts)."""
+    connected: bool
+    """Whether the learner is reachable now (False while the link is down: the actor goes on and
+    spools, and a device whose policy never had weights holds its safe action)."""
 
     @property
     def credits(self) -> int:
@@ -46,6 +50,7 @@ class NullLink:
     goodbye. For a loop run without a learner: tests, benchmarks, watching a robot in the console."""
 
     bye_reason: str | None = None
+    connected = True
     credits = 1 << 40
 
     def __init__(self):

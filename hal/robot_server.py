@@ -4,20 +4,9 @@ A robot's controller box runs this server around a :class:`RobotDriver` (the
 small class a user writes against the vendor SDK); the actor drives it as a
 normal device through :class:`~embodyrl.hal.drivers.remote.RemoteDevice`.
 
-Protocol (ROUTER here, DEALER on the actor; every message is the HAL wire
-codec's ``[msgpack header, raw array frames]``). Every request carries a
-``seq`` in its fields; every reply echoes it::
-
-    HELLO  {seq}                 -> SPECS {seq, observation_spec, action_spec,
-                                           control_period_s, watchdog_s}
-                                  | REFUSED {seq, reason}   (another actor is in control)
-    RESET  {seq, seed}           -> OBS {seq, health, reason} + observation arrays
-    STEP   {seq} + action        -> OBS ...                  | ERROR {seq, reason, detail}
-    ESTOP  {seq, reason}         -> OK {seq}   (safe action now; latches until CLEARed by one who may)
-    CLEAR  {seq}                 -> OK {seq}   | ERROR {seq, reason: estop_by_admin | estop_by_owner
-                                                                      | driver_hung, detail}
-    STATUS {seq}                 -> OK {seq, counters...}    (anyone may ask; monitoring)
-    BYE    {seq}                 -> OK {seq}   (safe action, session released)
+The conversation (ROUTER here, DEALER on the actor) is :mod:`.wire.robot`'s:
+HELLO, RESET, STEP, ESTOP, CLEAR, STATUS and BYE, each with a ``seq`` that
+its reply echoes.
 
 An admin key (``admin_keys``) may send ESTOP and CLEAR from outside the
 session (:func:`~.drivers.remote.admin_request`, what a console holding an
@@ -72,6 +61,7 @@ import abc
 import contextlib
 import logging
 import signal
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -87,26 +77,43 @@ from .estop import ADMIN, DRIVER, OWNER, WATCHDOG, Latches, refusal
 from .specs import ArraySpec, DictSpec, SpecError
 from .watchdog import DriverHung, DriverWorker
 from .wire.codec import Limits, MessageError, decode, encode
+from .wire.robot import (
+    BAD_ACTION,
+    BYE,
+    CLEAR,
+    ERROR,
+    ESTOP,
+    ESTOPPED,
+    HELLO,
+    NO_SESSION,
+    OBS,
+    OK,
+    OUT_OF_BOUNDS,
+    REFUSED,
+    RESET,
+    ROBOT_LIMITS,
+    SPECS,
+    STATUS,
+    STEP,
+    WATCHDOG_TRIPPED,
+    specs_fields,
+)
 from .wire.security import (
     RateLimiter,
     RateLimits,
     SecurityError,
+    SecurityOptionError,
     ServerKeys,
     ServerSocket,
+    check_address,
     check_endpoint,
     peer_key,
     public_keys,
+    server_keys,
 )
 
 log = logging.getLogger(__name__)
 
-HELLO, SPECS, REFUSED = "HELLO", "SPECS", "REFUSED"
-RESET, STEP, OBS = "RESET", "STEP", "OBS"
-ESTOP, CLEAR, STATUS, BYE, OK, ERROR = "ESTOP", "CLEAR", "STATUS", "BYE", "OK", "ERROR"
-
-ROBOT_LIMITS = Limits(max_header_bytes=16 * 1024, max_arrays=8, max_ndim=4,
-                      max_frame_bytes=1 << 20, max_message_bytes=1 << 20)
-"""What the server decodes: requests carry one small action, nothing larger."""
 DEFAULT_RATE_LIMITS = RateLimits()
 _HELLO_BYTES = msgpack.packb("k") + msgpack.packb(HELLO)
 """How a HELLO's header names its kind; looked for in small single-frame messages before decoding."""
@@ -427,7 +434,7 @@ class RobotServer:
             if key in self._admins and msg.kind in (CLEAR, ESTOP):
                 self._send(identity, self._admin(key, msg.kind, seq, msg))
             else:
-                self._reject(identity, seq, "no_session", f"{msg.kind}: send HELLO first (or the session expired)")
+                self._reject(identity, seq, NO_SESSION, f"{msg.kind}: send HELLO first (or the session expired)")
             return
         if seq == session.last_seq:
             self._replay(session)
@@ -554,8 +561,8 @@ class RobotServer:
             with self._lock:  # checked and queued at once: the watchdog's safe action never precedes it
                 self._check_ready()
                 if self.latches.has(WATCHDOG):
-                    raise _Refusal("watchdog", f"the watchdog stopped the robot after {self.watchdog_s} s "
-                                               "without a command; reset() (or CLEAR) to continue")
+                    raise _Refusal(WATCHDOG_TRIPPED, f"the watchdog stopped the robot after {self.watchdog_s} s "
+                                                     "without a command; reset() (or CLEAR) to continue")
                 started = time.monotonic()
                 run = self._command if self.driver.realtime else self._command_and_read
                 call = self._worker.submit("command", run, action, deadline_s=self.deadlines.command_s)
@@ -577,7 +584,7 @@ class RobotServer:
         try:
             action = np.array(spec.validate(msg.arrays.get("action")))
         except SpecError as err:
-            raise _Refusal("bad_action", str(err)) from None
+            raise _Refusal(BAD_ACTION, str(err)) from None
         outside = _outside(spec, action)
         if outside is None:
             return action
@@ -589,14 +596,14 @@ class RobotServer:
             session.armed = False
             call = self._submit_safe()
         self._wait(call, quiet=True)
-        raise _Refusal("out_of_bounds", f"{outside}; refused, the safe action was commanded")
+        raise _Refusal(OUT_OF_BOUNDS, f"{outside}; refused, the safe action was commanded")
 
     def _check_ready(self) -> None:
         if self.hung is not None:
             raise self._hung_refusal()
         blocking = self.latches.blocking()
         if blocking:
-            raise _Refusal("estopped", "robot is e-stopped: " + "; ".join(latch.describe() for latch in blocking))
+            raise _Refusal(ESTOPPED, "robot is e-stopped: " + "; ".join(latch.describe() for latch in blocking))
 
     def _key_name(self, key: str | None) -> str | None:
         """An authorised key's name (its file's name; the directory is read again for a key added since)."""
@@ -623,9 +630,8 @@ class RobotServer:
             raise _Refusal("driver_fault", f"{call.name}: {type(err).__name__}: {err}") from None
 
     def _specs(self) -> dict:
-        return {"observation_spec": self.driver.observation_spec.to_msg(),
-                "action_spec": self.driver.action_spec.to_msg(),
-                "control_period_s": float(self.driver.control_period_s), "watchdog_s": self.watchdog_s}
+        driver = self.driver
+        return specs_fields(driver.observation_spec, driver.action_spec, driver.control_period_s, self.watchdog_s)
 
     def status(self) -> dict:
         s, hung = self.stats, self.hung
@@ -812,8 +818,6 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m embodyrl.hal.robot_server FACTORY [options]``; exit code 2 on a bad option."""
     import argparse
 
-    from ..cli.security import SecurityOptionError, check_address, server_keys
-
     parser = argparse.ArgumentParser(description="Serve a robot driver to a remote actor.")
     parser.add_argument("factory", help="package.module:callable returning a RobotDriver or a Device, "
                                         "e.g. embodyrl.envs.arm:make_device (the simulated arm)")
@@ -844,7 +848,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.admin_keys is not None and (keys is None or not Path(args.admin_keys).is_dir()):
             raise SecurityOptionError("--admin-keys: needs --secret-key and --authorized-keys, and a directory")
     except SecurityOptionError as err:
-        print(f"robot server: {err}", file=__import__("sys").stderr)
+        print(f"robot server: {err}", file=sys.stderr)
         return 2
     deadlines = DriverDeadlines(args.command_deadline_s, args.command_deadline_s, args.command_deadline_s,
                                 args.reset_deadline_s)

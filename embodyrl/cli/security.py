@@ -2,9 +2,10 @@
 
 The rule the wire enforces (:mod:`embodyrl.hal.wire.security`): plain TCP
 only on loopback. Leaving the machine takes keys (``embodyrl keys``) or an
-explicit ``--insecure``. The checks here run before any process starts or
-any JAX import, so a mistake costs a second and exits with code 2, naming
-the option at fault.
+explicit ``--insecure``. The checks (``server_keys``, ``client_keys``,
+``check_address``: the edge's own, which the robot server uses too) run
+before any process starts or any JAX import, so a mistake costs a second
+and exits with code 2, naming the option at fault.
 """
 
 from __future__ import annotations
@@ -13,21 +14,18 @@ import argparse
 import shutil
 from pathlib import Path
 
-from ..hal.wire.security import (
+from ..hal.wire.security import (  # noqa: F401 - the option checks are the edge's, named here too
     ClientKeys,
-    SecurityError,
+    SecurityOptionError,
     ServerKeys,
-    check_endpoint,
+    check_address,
+    client_keys,
     generate_keys,
-    load_keys,
+    server_keys,
 )
 
 INSECURE_HELP = ("allow plain TCP on a non-loopback address: anyone who reaches the port can send "
                  "experience and read the weights (default: refused without keys)")
-
-
-class SecurityOptionError(ValueError):
-    """A security option is missing, contradicts another, or names a bad key file."""
 
 
 def add_learner_options(parser: argparse.ArgumentParser) -> None:
@@ -53,52 +51,6 @@ def add_train_options(parser: argparse.ArgumentParser) -> None:
                        help="secure the learner-actor link with CurveZMQ: fresh key pairs in RUN_DIR/keys")
     group.add_argument("--insecure", action="store_true",
                        help="allow a non-loopback --learner.bind without --curve")
-
-
-def _key_file(path: str, option: str, secret: bool) -> Path:
-    try:
-        _, secret_key = load_keys(path)
-    except SecurityError as err:
-        raise SecurityOptionError(f"{option}: {err}") from None
-    if secret and secret_key is None:
-        raise SecurityOptionError(f"{option}: {path} holds no secret key (give NAME.key_secret, not NAME.key)")
-    return Path(path)
-
-
-def server_keys(args) -> ServerKeys | None:
-    """The learner's keys from ``--secret-key``/``--authorized-keys`` (both or neither)."""
-    if args.secret_key is None and args.authorized_keys is None:
-        return None
-    if args.secret_key is None or args.authorized_keys is None:
-        given, missing = (("--secret-key", "--authorized-keys") if args.secret_key
-                          else ("--authorized-keys", "--secret-key"))
-        raise SecurityOptionError(f"{given} needs {missing} too")
-    directory = Path(args.authorized_keys)
-    if not directory.is_dir():
-        raise SecurityOptionError(f"--authorized-keys: no directory {directory}")
-    if not any(directory.glob("*.key")):
-        raise SecurityOptionError(f"--authorized-keys: {directory} holds no public .key file")
-    return ServerKeys(_key_file(args.secret_key, "--secret-key", secret=True), directory)
-
-
-def client_keys(args) -> ClientKeys | None:
-    """The actor's keys from ``--secret-key``/``--server-key`` (both or neither)."""
-    if args.secret_key is None and args.server_key is None:
-        return None
-    if args.secret_key is None or args.server_key is None:
-        given, missing = (("--secret-key", "--server-key") if args.secret_key
-                          else ("--server-key", "--secret-key"))
-        raise SecurityOptionError(f"{given} needs {missing} too")
-    return ClientKeys(_key_file(args.secret_key, "--secret-key", secret=True),
-                      _key_file(args.server_key, "--server-key", secret=False))
-
-
-def check_address(endpoint: str, keys, insecure: bool, option: str) -> None:
-    """Refuse plain TCP off this machine unless ``--insecure``, naming the option."""
-    try:
-        check_endpoint(endpoint, keys is not None, insecure)
-    except SecurityError as err:
-        raise SecurityOptionError(f"{option}: {err} (--insecure)") from None
 
 
 def local_key_pairs(directory: Path) -> tuple[ServerKeys, ClientKeys]:

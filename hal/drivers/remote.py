@@ -1,8 +1,9 @@
 """A robot on another machine, driven as a normal device over ZeroMQ.
 
 ``RemoteDevice(endpoint)`` talks to a :class:`~embodyrl.hal.robot_server.RobotServer`
-running on the robot's controller box (protocol documented there). The specs
-come from the server in the ``connect()`` handshake. Every request has a
+running on the robot's controller box (their conversation is
+:mod:`embodyrl.hal.wire.robot`). The specs come from the server in the
+``connect()`` handshake. Every request has a
 deadline (``timeout_s`` per attempt) and is retried up to ``retries`` times
 under the same sequence number, which the server answers from its cache, so
 a lost reply neither wedges the socket (DEALER, not REQ) nor steps the robot
@@ -35,8 +36,8 @@ import numpy as np
 import zmq
 
 from ..device import Device, EpisodeInterrupted, EStopError, Health
-from ..robot_server import BYE, CLEAR, ERROR, ESTOP, HELLO, OBS, REFUSED, RESET, SPECS, STATUS, STEP
-from ..specs import ArraySpec, DictSpec, SpecError
+from ..specs import SpecError
+from ..wire import robot as R
 from ..wire.codec import DEFAULT_LIMITS, Limits, Message, decode, encode
 from ..wire.security import ClientKeys, check_endpoint, secure_client
 
@@ -99,11 +100,9 @@ class RemoteDevice(Device):
             secure_client(self._socket, self.keys)
         self._socket.connect(self.endpoint)
         try:
-            reply = self._request(HELLO, expect=SPECS)
-            self.observation_spec = DictSpec.from_msg(reply.fields["observation_spec"])
-            self.action_spec = ArraySpec.from_msg(reply.fields["action_spec"])
-            self.control_period_s = float(reply.fields["control_period_s"])
-            self.watchdog_s = float(reply.fields["watchdog_s"])
+            reply = self._request(R.HELLO, expect=R.SPECS)
+            (self.observation_spec, self.action_spec, self.control_period_s,
+             self.watchdog_s) = R.read_specs(reply.fields)
         except (KeyError, TypeError, ValueError) as err:
             self._drop_socket()
             raise RemoteError("handshake", f"{self.endpoint} sent malformed specs: {err!r}") from err
@@ -113,7 +112,7 @@ class RemoteDevice(Device):
 
     def _close(self) -> None:
         try:
-            self._request(BYE, attempts=1)
+            self._request(R.BYE, attempts=1)
         except RemoteError:
             pass  # the server releases a silent session after its watchdog period anyway
         finally:
@@ -128,21 +127,21 @@ class RemoteDevice(Device):
     def _reset(self, seed: int | None) -> dict[str, np.ndarray]:
         fields = {"seed": None if seed is None else int(seed)}
         try:
-            return self._observation(self._request(RESET, fields))
+            return self._observation(self._request(R.RESET, fields))
         except RemoteError as err:
-            if err.reason != "no_session":
+            if err.reason != R.NO_SESSION:
                 raise
-        self._request(HELLO, expect=SPECS)  # the link was down past the watchdog: rejoin
-        return self._observation(self._request(RESET, fields))
+        self._request(R.HELLO, expect=R.SPECS)  # the link was down past the watchdog: rejoin
+        return self._observation(self._request(R.RESET, fields))
 
     def _step(self, action: np.ndarray) -> dict[str, np.ndarray]:
-        return self._observation(self._request(STEP, arrays={"action": action}))
+        return self._observation(self._request(R.STEP, arrays={"action": action}))
 
     def _on_estop(self) -> None:
         if self._socket is not None:
             try:
                 # two quick tries: the caller is stopping; the server's watchdog is the backstop
-                self._request(ESTOP, {"reason": self._estop_reason or "e-stop"}, attempts=min(2, 1 + self.retries))
+                self._request(R.ESTOP, {"reason": self._estop_reason or "e-stop"}, attempts=min(2, 1 + self.retries))
             except RemoteError:
                 self._last_health = Health("faulted", "e-stop not confirmed by the robot server")
 
@@ -153,7 +152,7 @@ class RemoteDevice(Device):
     def clear_estop(self) -> None:
         """Clear the e-stop here and on the server (which latches its own)."""
         if self._socket is not None:
-            self._request(CLEAR)
+            self._request(R.CLEAR)
             self.server_estop = None
         super().clear_estop()
 
@@ -164,7 +163,7 @@ class RemoteDevice(Device):
 
     def server_status(self) -> dict:
         """The server's counters (requests, replays, watchdog trips, ...)."""
-        return dict(self._request(STATUS).fields)
+        return dict(self._request(R.STATUS).fields)
 
     def _observation(self, reply: Message) -> dict[str, np.ndarray]:
         self.server_estop = None  # the server took a RESET or STEP: it holds no e-stop
@@ -205,18 +204,18 @@ class RemoteDevice(Device):
         return None
 
     def _check(self, kind: str, reply: Message, expect: str | None) -> Message:
-        if reply.kind == ERROR:
+        if reply.kind == R.ERROR:
             reason, detail = str(reply.fields.get("reason")), str(reply.fields.get("detail"))
-            if reason == "estopped":
+            if reason == R.ESTOPPED:
                 self.server_estop = f"robot server: {detail}"
                 raise EStopError(self.server_estop)
-            if reason in ("bad_action", "out_of_bounds"):
+            if reason in (R.BAD_ACTION, R.OUT_OF_BOUNDS):
                 raise SpecError(f"robot server refused the action ({reason}): {detail}")
-            error = WatchdogStopped if reason == "watchdog" else RemoteError
+            error = WatchdogStopped if reason == R.WATCHDOG_TRIPPED else RemoteError
             raise error(reason, f"{kind} refused by {self.endpoint}: {detail}")
-        if reply.kind == REFUSED:
+        if reply.kind == R.REFUSED:
             raise RemoteError("refused", f"{self.endpoint}: {reply.fields.get('reason')}")
-        wanted = expect or (OBS if kind in (RESET, STEP) else "OK")
+        wanted = expect or (R.OBS if kind in (R.RESET, R.STEP) else R.OK)
         if reply.kind != wanted:
             raise RemoteError("protocol", f"{kind}: expected {wanted}, got {reply.kind}")
         return reply
@@ -235,22 +234,22 @@ def admin_request(endpoint: str, keys: ClientKeys, kind: str, *, reason: str = "
     :class:`RemoteError` on a refusal (``driver_hung``; ``no_session`` for a key that is no admin's)
     and :class:`RemoteTimeout` when no reply comes.
     """
-    if kind not in (ESTOP, CLEAR):
+    if kind not in (R.ESTOP, R.CLEAR):
         raise ValueError(f"an admin sends ESTOP or CLEAR, not {kind!r}")
     socket = (context or zmq.Context.instance()).socket(zmq.DEALER)
     socket.linger = 0
     try:
         secure_client(socket, keys)
         socket.connect(endpoint)
-        fields = {"seq": 1, "reason": reason} if kind == ESTOP else {"seq": 1, "release": bool(release)}
+        fields = {"seq": 1, "reason": reason} if kind == R.ESTOP else {"seq": 1, "release": bool(release)}
         for attempt in range(1 + retries):
             socket.send_multipart(encode(kind, fields))
             if socket.poll(timeout_s * 1000 * 2**attempt):
                 reply = decode(socket.recv_multipart(copy=False))
-                if reply.kind == ERROR:
+                if reply.kind == R.ERROR:
                     raise RemoteError(str(reply.fields.get("reason")), f"{kind} refused by {endpoint}: "
                                                                        f"{reply.fields.get('detail')}")
-                if reply.kind != "OK":
+                if reply.kind != R.OK:
                     raise RemoteError("protocol", f"{kind}: expected OK, got {reply.kind}")
                 return dict(reply.fields)
     finally:

@@ -10,6 +10,10 @@ unless explicitly allowed.
 :class:`RateLimiter` caps what peers without a session may cost a server:
 token buckets per peer (key or connection), one for everyone, and a small
 reserve for HELLOs, checked before a message is decoded.
+
+:func:`server_keys`, :func:`client_keys` and :func:`check_address` read and
+check the key options of a command (the robot server's, ``embodyrl``'s),
+raising :class:`SecurityOptionError` that names the option at fault.
 """
 
 from __future__ import annotations
@@ -84,6 +88,59 @@ def check_endpoint(endpoint: str, secured: bool, allow_insecure: bool) -> None:
     if not secured and not allow_insecure and not is_loopback(endpoint):
         raise SecurityError(
             f"refusing plain TCP on {endpoint}: give CurveZMQ keys (embodyrl keys) or allow insecure links explicitly")
+
+
+class SecurityOptionError(ValueError):
+    """A security option is missing, contradicts another, or names a bad key file (a command exits 2)."""
+
+
+def key_file(path: str, option: str, secret: bool) -> Path:
+    """``path`` once checked to hold a CurveZMQ key (a secret one where ``secret``), errors naming ``option``."""
+    try:
+        _, secret_key = load_keys(path)
+    except SecurityError as err:
+        raise SecurityOptionError(f"{option}: {err}") from None
+    if secret and secret_key is None:
+        raise SecurityOptionError(f"{option}: {path} holds no secret key (give NAME.key_secret, not NAME.key)")
+    return Path(path)
+
+
+def _both(first, second, options: tuple[str, str]) -> bool:
+    """Whether a pair of options that go together is given (both: True, neither: False)."""
+    if first is None and second is None:
+        return False
+    if first is None or second is None:
+        given, missing = options if first else options[::-1]
+        raise SecurityOptionError(f"{given} needs {missing} too")
+    return True
+
+
+def server_keys(args) -> ServerKeys | None:
+    """A server's keys from the options ``--secret-key``/``--authorized-keys`` (both or neither)."""
+    if not _both(args.secret_key, args.authorized_keys, ("--secret-key", "--authorized-keys")):
+        return None
+    directory = Path(args.authorized_keys)
+    if not directory.is_dir():
+        raise SecurityOptionError(f"--authorized-keys: no directory {directory}")
+    if not any(directory.glob("*.key")):
+        raise SecurityOptionError(f"--authorized-keys: {directory} holds no public .key file")
+    return ServerKeys(key_file(args.secret_key, "--secret-key", secret=True), directory)
+
+
+def client_keys(args) -> ClientKeys | None:
+    """A client's keys from the options ``--secret-key``/``--server-key`` (both or neither)."""
+    if not _both(args.secret_key, args.server_key, ("--secret-key", "--server-key")):
+        return None
+    return ClientKeys(key_file(args.secret_key, "--secret-key", secret=True),
+                      key_file(args.server_key, "--server-key", secret=False))
+
+
+def check_address(endpoint: str, keys, insecure: bool, option: str) -> None:
+    """:func:`check_endpoint` for a command's option: plain TCP off this machine only with ``--insecure``."""
+    try:
+        check_endpoint(endpoint, keys is not None, insecure)
+    except SecurityError as err:
+        raise SecurityOptionError(f"{option}: {err} (--insecure)") from None
 
 
 def public_keys(directory: str | Path) -> dict[str, str]:
