@@ -28,11 +28,15 @@ def hold(observation, step):
 
 
 def point_mass():
-    """A numpy-only ``module:factory`` robot (no MuJoCo): a point on a line pushed toward the origin.
+    """A numpy-only ``module:factory`` robot (no MuJoCo): a point on a plane pushed toward the origin.
     What a robot PC with the base install can run."""
+    return point_mass_device(), point_mass_task()
+
+
+def point_mass_device():
+    """The point mass alone: what a robot server serves (``robot_helpers:point_mass_device``)."""
     from embodyrl.hal.device import Device
     from embodyrl.hal.specs import ArraySpec, DictSpec
-    from embodyrl.hal.task import Task
 
     class PointMass(Device):
         observation_spec = DictSpec.of(ArraySpec("position", (2,), np.float32),
@@ -54,6 +58,13 @@ def point_mass():
         def _observe(self):
             return {"position": self.x.copy(), "velocity": self.v.copy()}
 
+    return PointMass()
+
+
+def point_mass_task():
+    """Reach the origin, in 50-step episodes (a robot file's ``task.factory``)."""
+    from embodyrl.hal.task import Task
+
     class Reach(Task):
         name = "reach"
         max_episode_steps = 50
@@ -61,4 +72,4 @@ def point_mass():
         def reward(self, observation, action, next_observation):
             return -float(np.linalg.norm(next_observation["position"]))
 
-    return PointMass(), Reach()
+    return Reach()
