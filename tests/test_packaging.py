@@ -230,3 +230,50 @@ def test_a_base_install_actor_acts_for_a_full_install_learner_and_its_rows_reach
     assert learner.returncode == 0, err
     counters = json.loads(out.strip().splitlines()[-1])
     assert counters["rows"] >= 300 and rows_added(run_dir / "replay") == counters["rows"]
+
+
+def test_the_robot_guides_robot_pc_steps_run_on_the_base_install(base_install, tmp_path):
+    """docs/robots.md's robot-PC side on ``pip install embodyrl`` alone: key pairs, the robot server holding
+    them, and ``embodyrl actor`` driving the robot through it for a learner of the full install."""
+    import yaml
+
+    cwd = base_install.cwd / "robot-pc"
+    cwd.mkdir()
+    shutil.copy(Path(__file__).parent / "robot_helpers.py", cwd)  # the robot's driver, a numpy stand-in
+    for name in ("robot", "actor"):
+        made = base_install.run("keys", f"keys/{name}", name, cwd=cwd)
+        assert made.returncode == 0, made.stderr
+    (cwd / "keys" / "authorized").mkdir()
+    shutil.copy(cwd / "keys" / "actor" / "actor.key", cwd / "keys" / "authorized")
+    server = subprocess.Popen(
+        [str(base_install.python), "-m", "embodyrl.hal.robot_server", "robot_helpers:point_mass_device",
+         "--bind", "tcp://127.0.0.1:*", "--watchdog-s", "60", "--secret-key", "keys/robot/robot.key_secret",
+         "--authorized-keys", "keys/authorized"], cwd=cwd, env=base_install.env(), stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
+    learner = None
+    try:
+        line = server.stdout.readline()
+        assert line.startswith("robot server on tcp://"), (line, server.stderr.read() if server.poll() else "")
+        (cwd / "point.yaml").write_text(yaml.safe_dump({
+            "name": "point",
+            "device": {"endpoint": line.split()[-1], "timeout_s": 1.0, "retries": 1,
+                       "keys": {"secret_key": "keys/actor/actor.key_secret", "server_key": "keys/robot/robot.key"}},
+            "task": {"factory": "robot_helpers:point_mass_task"},
+            "control": {"rate_hz": 50, "episode_steps": 50, "realtime": False}}, sort_keys=False))
+        learner = subprocess.Popen([sys.executable, "-m", "embodyrl.cli", "learner", "point.yaml", "--run-dir", "run",
+                                    "--steps", "300"], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                   stdin=subprocess.DEVNULL, text=True)
+        endpoint = json.loads(learner.stdout.readline() or "{}").get("endpoint")
+        assert endpoint, learner.stderr.read() if learner.poll() is not None else "no endpoint"
+        actor = base_install.run("actor", "point.yaml", "--connect", endpoint, "--index", "0", "--config",
+                                 "run/config.json", "--max-steps", "400", cwd=cwd, timeout=180)
+        assert actor.returncode == 0, actor.stderr
+        assert "acting with the numpy runtime" in actor.stderr
+        out, err = learner.communicate(timeout=120)
+        assert learner.returncode == 0, err
+        assert json.loads(out.strip().splitlines()[-1])["rows"] >= 300
+    finally:
+        for process in (learner, server):
+            if process is not None and process.poll() is None:
+                process.terminate()
+                process.wait(30)
