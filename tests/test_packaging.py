@@ -169,6 +169,8 @@ ON_THE_BASE_INSTALL = {
     "export": ("export {run} {tmp}/policy", 2, _extra("learner")),
     "plot": ("plot {run} --out {tmp}/curves.png", 2, _extra("plot")),
     "bench": ("bench algos --quick", 2, _extra("learner")),
+    "bench-console": ("bench console --quick", 2, _extra("console")),
+    "bench-scale": ("bench scale --quick", 2, _extra("ray")),
     "record": ("record pendulum --teleop keyboard --episodes 1 --out {tmp}/demos", 2, _extra("mujoco")),
     "console": ("console {run}", 2, _extra("console")),
     "reward": ("reward train {demos} --out {tmp}/classifier --held-out 0", 2, _extra("learner")),

@@ -142,6 +142,9 @@ def _stream_timing(actor: LoopThread, blocks: int) -> dict:
 def run(quick: bool = False) -> dict:
     import os
 
+    import starlette  # noqa: F401 - here, not in the console's own process: a missing extra is named
+    import uvicorn  # noqa: F401
+
     from ..console.process import ConsoleProcess
 
     with tempfile.TemporaryDirectory() as run_dir, ConsoleProcess(run_dir) as console, _actor(console.control) as actor:

@@ -73,17 +73,14 @@ def _resource_maps(text: str) -> list[dict]:
 
 
 def _launch(args) -> int:
-    from .commands import _demos, _keep_yaml, _Refused, _resolve_config, _run_dir, _train
+    from .commands import _demos, _keep_yaml, _resolve_config, _run_dir, _train
 
     if args.backend == "local":
         return _train(args)
-    if args.backend == "ray":
+    if args.backend == "ray":  # before anything is written: without the extra, the command names it
         from ..cluster.ray_backend import import_ray
 
-        try:
-            import_ray()
-        except RuntimeError as err:
-            raise _Refused(str(err)) from None
+        import_ray()
     run_dir = _run_dir(args)
     config = _resolve_config(args, run_dir, {"actors": args.actors, "algorithm": args.algorithm, **_demos(args)})
     _keep_yaml(args, run_dir)

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import secrets
-import sys
 from pathlib import Path
 
 from ..hal.wire.security import is_loopback
@@ -92,12 +91,6 @@ def _admin(args):
 
 
 def _console(args) -> int:
-    try:
-        import starlette  # noqa: F401
-        import uvicorn  # noqa: F401
-    except ImportError:
-        print("embodyrl: the console needs its extra: pip install 'embodyrl[console]'", file=sys.stderr)
-        return 2
     from ..console.server import serve
 
     options = options_of(args)

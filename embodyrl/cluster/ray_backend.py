@@ -19,14 +19,11 @@ from pathlib import Path
 
 from ..config import TrainConfig, save, to_dict
 
-EXTRA = "embodyrl[ray]"
-
 
 def import_ray():
-    try:
-        import ray
-    except ImportError:
-        raise RuntimeError(f"embodyrl launch ray needs Ray: pip install '{EXTRA}'") from None
+    """Ray, or ModuleNotFoundError for ``ray`` (the command line names the extra: :mod:`embodyrl.cli.extras`)."""
+    import ray
+
     return ray
 
 
