@@ -193,3 +193,19 @@ def test_the_link_asks_for_graphs_and_a_learner_without_them_says_why(served, tm
         group = DeviceGroup({"point": robot_helpers.point_mass()[0]}, {"point": 0})
         with pytest.raises(LinkError, match="no policy for device 0 .point.: this learner sends no policy graphs"):
             processes.numpy_policies(link, group, seed=0)
+
+
+def test_an_export_that_fails_answers_the_actor_and_leaves_the_learner_serving(monkeypatch):
+    from embodyrl.learner import policy_graphs
+
+    def broken(*args):
+        raise KeyError("conv9")
+
+    monkeypatch.setattr(policy_graphs, "export_device", broken)
+    layout = Layout.of("point", DEVICE.observation_spec, DEVICE.action_spec)
+    graphs = PolicyGraphs(registry.build("ddpg"), layout, lambda: (VERSION, {}))
+    for _ in range(2):  # asked again, the same answer (kept, not rebuilt)
+        with pytest.raises(ValueError, match=r"cannot export 'point'.*conv9.*pip install 'embodyrl\[learner\]'"):
+            graphs(0)
+    with pytest.raises(ValueError, match="device 3 is not in this learner's layout"):
+        PolicyGraphs(registry.build("ddpg"), robots.load("pendulum+arm_reach").layout(), lambda: (VERSION, {}))(3)
