@@ -250,7 +250,6 @@ class SpoolPause:
                 return True
             self.held.pop(0)
             self.sent(device_id, steps)
-        for lane in self.lanes:
-            lane.recorder.abandon_episode()
-            lane.observation, lane.episode_return, lane.t = lane.device.reset(), 0.0, 0
+        for lane in self.lanes:  # as every other restart: a teleop source hears of the new episode too
+            lane.restart()
         return False
