@@ -34,8 +34,8 @@ from pathlib import Path
 import zmq
 
 from ..hal.drivers.remote import RemoteError, admin_request
-from ..hal.robot_server import CLEAR, ESTOP
 from ..hal.wire.control import is_id
+from ..hal.wire.robot import CLEAR, ESTOP
 from ..hal.wire.security import ClientKeys, SecurityError, load_keys
 
 ADMIN_ACTIONS = ("estop", "clear_estop")

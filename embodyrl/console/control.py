@@ -28,10 +28,10 @@ from pathlib import Path
 
 import zmq
 
-from ..hal.robot_server import CLEAR, ESTOP
 from ..hal.wire import control
 from ..hal.wire.codec import MessageError, decode_arrays, encode, parse_header
 from ..hal.wire.control import Command
+from ..hal.wire.robot import CLEAR, ESTOP
 from ..hal.wire.security import ServerKeys, ServerSocket, peer_key
 from ..runlog import CONSOLE
 from .admin import ADMIN_ACTIONS, NEEDS_ADMIN_KEY, AdminKey
