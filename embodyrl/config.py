@@ -382,6 +382,13 @@ def build_config(base: TrainConfig, yaml_path: Path | None = None,
                  overrides: list[tuple[str, str]] = ()) -> TrainConfig:
     """``base`` with the YAML file merged over it, then the dotted overrides, then what the algorithm
     implies for every key neither set (:func:`apply_algorithm_defaults`), validated."""
+    return build_given(base, yaml_path, overrides)[0]
+
+
+def build_given(base: TrainConfig, yaml_path: Path | None = None,
+                overrides: list[tuple[str, str]] = ()) -> tuple[TrainConfig, dict]:
+    """:func:`build_config`, and what the YAML file and the overrides set: a mapping shaped as a
+    config of the keys the user gave, whatever their values (a default given is given)."""
     data, explicit = to_dict(base), {}
     changes = []
     if yaml_path is not None:
@@ -393,4 +400,39 @@ def build_config(base: TrainConfig, yaml_path: Path | None = None,
     for change in changes:
         _merge(data, copy.deepcopy(change))
         _merge(explicit, copy.deepcopy(change))
-    return from_dict(TrainConfig, apply_algorithm_defaults(data, explicit))
+    return from_dict(TrainConfig, apply_algorithm_defaults(data, explicit)), explicit
+
+
+def warm_up_refusal(config: TrainConfig, *given: dict) -> str | None:
+    """Why ``config``'s budget ends before it learns anything, unless the user set the warm-up
+    (``given``: mappings of the keys set, as :func:`build_given` returns them, a robot file's
+    :meth:`~embodyrl.robot.Robot.config_defaults`); None when it does not.
+
+    ``steps`` counts the actors' steps only (loaded demonstrations are not in it), and so do both
+    warm-ups. Each actor acts uniformly at random for its first ``actor.random_steps``: with
+    ``steps <= actors * random_steps`` no step of the run is acted by a learned policy. An
+    off-policy learner's first update waits until the replay holds ``learner.min_replay`` steps
+    from actors, and the run ends once it has taken ``steps``: with ``steps <= min_replay`` no
+    update happens at all. PPO keeps no replay (its ``min_replay`` is never read) and takes no
+    random warm-up unless set.
+    """
+    random_steps, min_replay = config.actor.random_steps, config.learner.min_replay
+    def unset(section: str, key: str) -> bool:
+        return not any(key in (mapping.get(section) or {}) for mapping in given)
+
+    all_random = config.steps <= config.actors * random_steps and unset("actor", "random_steps")
+    no_update = (not config.algo.on_policy and config.steps <= min_replay and unset("learner", "min_replay"))
+    if not (all_random or no_update):
+        return None
+    why = []
+    if no_update:
+        why.append(f"updates start once the replay holds learner.min_replay = {min_replay} steps from "
+                   "actors, so no update would happen")
+    if all_random:
+        actors = f"each of {config.actors} actors" if config.actors > 1 else "the actor"
+        why.append(f"{actors} acts at random for its first actor.random_steps = {random_steps} steps, "
+                   "so no step would be acted by a learned policy")
+    quarter = max(1, config.steps // 4)
+    return (f"--steps {config.steps} ends within the warm-up: " + "; ".join(why) + ". Set both below "
+            f"the budget, e.g. --actor.random_steps {max(1, quarter // config.actors)} --learner.min_replay "
+            f"{quarter} (or in the --config file); values given explicitly run as set (docs/robots.md#warm-up)")

@@ -224,7 +224,8 @@ def train_to(out: Path, plan: Plan, variant: str, seed: int, steps: int) -> None
     if (run / "config.json").exists():
         args.append("--resume")  # no second warm-up: a resumed run with rows records random_steps 0
     else:
-        args += ["--actor.random_steps", str(min(1000, plan.steps // 10))]
+        args += ["--actor.random_steps", str(min(1000, plan.steps // 10)),
+                 "--learner.min_replay", "1000"]  # the default, given: --quick's 300 steps check the keys, not learning
     cli(*args, cwd=out, log=out / "commands.log")
 
 

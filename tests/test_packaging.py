@@ -217,7 +217,8 @@ def test_a_base_install_actor_acts_for_a_full_install_learner_and_its_rows_reach
     shutil.copy(Path(__file__).parent / "robot_helpers.py", base_install.cwd)  # the robot's code, beside both
     run_dir = tmp_path / "run"
     learner = subprocess.Popen([sys.executable, "-m", "embodyrl.cli", "learner", "robot_helpers:point_mass",
-                                "--run-dir", str(run_dir), "--steps", "300"], cwd=base_install.cwd,
+                                "--run-dir", str(run_dir), "--steps", "300", "--actor.random_steps", "1000",
+                                "--learner.min_replay", "1000"], cwd=base_install.cwd,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
     try:
         endpoint = json.loads(learner.stdout.readline())["endpoint"]
@@ -263,7 +264,8 @@ def test_the_robot_guides_robot_pc_steps_run_on_the_base_install(base_install, t
             "task": {"factory": "robot_helpers:point_mass_task"},
             "control": {"rate_hz": 50, "episode_steps": 50, "realtime": False}}, sort_keys=False))
         learner = subprocess.Popen([sys.executable, "-m", "embodyrl.cli", "learner", "point.yaml", "--run-dir", "run",
-                                    "--steps", "300"], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    "--steps", "300", "--actor.random_steps", "1000", "--learner.min_replay", "1000"],
+                                   cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                    stdin=subprocess.DEVNULL, text=True)
         endpoint = json.loads(learner.stdout.readline() or "{}").get("endpoint")
         assert endpoint, learner.stderr.read() if learner.poll() is not None else "no endpoint"

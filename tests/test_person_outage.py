@@ -135,7 +135,7 @@ def test_the_intervention_rate_of_a_real_run_reaches_metrics(tmp_path, expert):
     done = subprocess.run(
         [sys.executable, "-m", "embodyrl.cli", "train", "pendulum", "--steps", "600", "--run-dir", str(run_dir),
          "--teleop", "script:expert_out:every_other", "--actor.time_scale", "20", "--eval_episodes", "1",
-         "--learner.min_replay", "200", "--quiet"],
+         "--learner.min_replay", "200", "--actor.random_steps", "1000", "--quiet"],
         capture_output=True, text=True, timeout=600, env=expert)
     assert done.returncode == 0, done.stderr[-3000:]
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]

@@ -47,7 +47,15 @@ class _Refused(Exception):
 def _resolve_config(args, run_dir: Path | None, extra_named: dict | None = None):
     """The robot, then its defaults (or the run's config.json with --resume), the YAML file, then
     overrides; the robot's specs checked (a remote robot is reached for them) and recorded."""
-    from ..config import TrainConfig, build_config, default_config, from_dict, load, to_dict
+    from ..config import (
+        TrainConfig,
+        build_given,
+        default_config,
+        from_dict,
+        load,
+        to_dict,
+        warm_up_refusal,
+    )
     from ..robot import RobotFileError, of_config
     from ..robot import load as load_robot
 
@@ -61,6 +69,7 @@ def _resolve_config(args, run_dir: Path | None, extra_named: dict | None = None)
         raise _Refused(f"--config: no file {args.config}")
     named = {"steps": args.steps, "seed": args.seed, **(extra_named or {})}
     named = [(k, str(v)) for k, v in named.items() if v is not None]
+    implied: dict = {}  # what the robot file sets: given, as the YAML file's keys are
     try:
         if run_dir is not None and args.resume:
             base = load(run_dir / "config.json")
@@ -73,9 +82,10 @@ def _resolve_config(args, run_dir: Path | None, extra_named: dict | None = None)
         else:
             robot = load_robot(args.task)
             data = to_dict(default_config(args.task))
-            _merge_into(data, robot.config_defaults())  # what the robot file implies; --config and overrides win
+            implied = robot.config_defaults()
+            _merge_into(data, implied)  # what the robot file implies; --config and overrides win
             base = from_dict(TrainConfig, data)
-        config = build_config(base, args.config, _overrides(args.overrides) + named)
+        config, given = build_given(base, args.config, _overrides(args.overrides) + named)
     except RobotFileError as err:
         raise _Refused(str(err)) from None
     except ValueError as err:
@@ -87,6 +97,11 @@ def _resolve_config(args, run_dir: Path | None, extra_named: dict | None = None)
         raise _Refused(str(err)) from None
     except ValueError as err:
         raise _Refused(f"task {config.task!r}: {err}") from None
+    # a budget that ends within the warm-up is refused unless the user set it so (a resumed run was not)
+    if args.command in ("train", "learner", "launch") and not (run_dir is not None and args.resume):
+        reason = warm_up_refusal(config, given, implied)
+        if reason is not None:
+            raise _Refused(reason)
     if not (run_dir is not None and args.resume):  # where this robot came from, for --resume, eval, export
         config = dataclasses.replace(config, robot=dataclasses.replace(robot, recorded_layout=layout).record())
     return config
@@ -298,7 +313,8 @@ def _rendezvous(args, keys):
 
 
 def _actor(args) -> int:
-    from ..hal.wire.client import LinkError
+    from ..hal.wire.client import HandshakeFailed, LinkError
+    from ..robot import RobotFileError
     from .processes import actor_main, stop_on_signals
     from .security import check_address, client_keys
 
@@ -329,9 +345,11 @@ def _actor(args) -> int:
     try:
         actor_main(dataclasses.asdict(config), args.connect, args.index, args.log_dir, args.max_steps,
                    keys=keys, allow_insecure=args.insecure)
-    except LinkError as err:
+    except (LinkError, RobotFileError) as err:
         print(f"embodyrl: actor: {err}", file=sys.stderr)
-        return 1
+        # a certain cause (refused, a failed CurveZMQ handshake, a robot not reached) is 2: trying again will not help
+        certain = isinstance(err, (HandshakeFailed, RobotFileError)) or isinstance(err.__cause__, HandshakeFailed)
+        return 2 if certain else 1
     return 0
 
 

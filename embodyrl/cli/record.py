@@ -15,6 +15,12 @@ right button) drops it and records it again. Files are written under a
 temporary name and renamed, so DIR never holds a partial one. Running the
 same command again continues the numbering after the files DIR holds, until
 it holds N. No JAX is imported: this runs on a robot PC's edge install.
+
+A robot server that cannot be reached is never waited on in silence: a cause that is certain (a
+refusal, our key not authorised there, the wrong server key, keys on one side only) ends the
+command at once with exit 2 and one line; silence is named in one line while the device keeps
+trying (:class:`~embodyrl.hal.drivers.remote.RemoteDevice`). A robot server lost mid-recording
+exits 1, the episode in progress discarded.
 """
 
 from __future__ import annotations
@@ -62,6 +68,7 @@ def record(args) -> int:
     from ..hal.clock import RateClock
     from ..hal.demos import DemoWriter, read_specs
     from ..hal.device import hold_safe
+    from ..hal.drivers.remote import RemoteError
     from ..hal.intervention import EpisodeAborted, KeyboardTeleop
     from ..hal.operator import OperatorGone, TerminalOperator, wait_for_answer
     from ..hal.recording import Interrupted, record_episode
@@ -148,6 +155,9 @@ def record(args) -> int:
                 number += 1
     except OperatorGone as err:
         _say(f"{err}; the episode in progress is discarded")
+        return 1
+    except RemoteError as err:  # the robot server stopped answering, or refused us, mid-recording
+        _say(f"robot server: {err}; the episode in progress is discarded")
         return 1
     finally:
         close_source(source)

@@ -104,7 +104,8 @@ def build_learner(config, layout: Layout, run_dir: Path, *, keys: ServerKeys | N
     service = LearnerService(
         server, data, training, console=console.start() if console else None,
         checkpointer=Checkpointer(run_dir / "checkpoints", own_process=hosts.index if hosts.count > 1 else None),
-        metrics_sink=MetricsLog(run_dir), save_policy=save, budget=config.steps, incarnation=incarnation,
+        metrics_sink=MetricsLog(run_dir), save_policy=save, budget=config.steps,
+        batch_rows=config.actor.send_every, incarnation=incarnation,
         log_every_s=lc.log_every_s, checkpoint_every_s=lc.checkpoint_every_s,
         kinds=(layout.names, layout.kind_of), hosts=hosts)
     server.policy_graphs = PolicyGraphs(algorithm, layout, lambda: (service.version, training.actor_weights()))

@@ -4,7 +4,8 @@
 
     poll the server         -> new step batches -> data.add  (a resend of rows taken is dropped)
     data.commit()           -> ACK what it made durable: one cumulative ACK per actor
-    data.grant_credits()    -> actors may send as fast as training allows
+    data.grant_credits()    -> actors may send as fast as training allows (never past the step budget
+                               by more than one batch per actor: :class:`WithinBudget`)
     if data.trainable():    -> data.batch() -> training.update (jitted) -> publish every few updates
                                (batches with importance weights: data.reprioritise(TD errors);
                                a step whose loss is not finite is skipped inside the update, and counted)
@@ -113,6 +114,27 @@ class DataSide(Protocol):
         """Release files and threads (``failed``: the final commit failed; keep the last good one)."""
 
 
+class WithinBudget:
+    """The server as a data side grants through it while a step budget runs: each grant is cut so
+    that the credit outstanding never exceeds ``room`` rows.
+
+    The service makes ``room`` the steps still to take plus ``batch_rows`` (``actor.send_every``)
+    per session. Credit is what lets an actor send, so the rows stored end within one batch per
+    actor of the budget, however long a training call keeps the service from polling (granted
+    quanta would otherwise arrive together past it). It never strands the run short of it: while
+    steps remain, the room exceeds what every actor could hold without being able to send a batch.
+    """
+
+    def __init__(self, server: LearnerServer, room: int):
+        self._server, self.room = server, room
+        self.credits, self.sessions = server.credits, server.sessions
+
+    def grant(self, session, credits: int) -> None:
+        credits = min(credits, self.room - self.credits.outstanding())
+        if credits > 0:
+            self._server.grant(session, credits)
+
+
 class Training:
     """An algorithm's half of the service: its state pytree, jitted update and published weights.
 
@@ -174,13 +196,15 @@ class LearnerService:
     ``checkpointer``, ``metrics_sink`` and ``save_policy`` may be None (a coupling learner keeps
     no run directory). ``kinds``: (the device kinds' names, device id -> kind index); the metrics
     carry a return per kind (``episode_return/<name>``). ``budget``: env steps to run for (None:
-    until stopped). ``console``: the operator console's link (:class:`~embodyrl.hal.console.ConsoleLink`):
+    until stopped); no credit is granted past it but ``batch_rows`` (the actors' ``send_every``)
+    per session (:class:`WithinBudget`). ``console``: the operator console's link (:class:`~embodyrl.hal.console.ConsoleLink`):
     it shows the learner's figures and may pause training (ingest, acks and credit go on).
     """
 
     def __init__(self, server: LearnerServer, data: DataSide, training: Training, *,
                  checkpointer=None, metrics_sink=None, save_policy: Callable | None = None,
-                 budget: int | None = None, incarnation: int | None = None, log_every_s: float = 1.0,
+                 budget: int | None = None, batch_rows: int = 64, incarnation: int | None = None,
+                 log_every_s: float = 1.0,
                  checkpoint_every_s: float = 60.0,
                  kinds: tuple[tuple[str, ...], Callable[[int], int]] = ((), int), console=None, hosts=None):
         self.server, self.data, self.training = server, data, training
@@ -190,7 +214,8 @@ class LearnerService:
         self._next_status = 0.0
         self._last_record: dict = {}
         self.checkpointer, self.metrics_sink, self.save_policy = checkpointer, metrics_sink, save_policy
-        self.budget = budget
+        self.budget, self.batch_rows = budget, batch_rows
+        self._elsewhere = 0  # env steps the other hosts had taken at the last turn
         self.incarnation = incarnation if incarnation is not None else new_incarnation()
         self.log_every_s, self.checkpoint_every_s = log_every_s, checkpoint_every_s
         self.kind_names, self.kind_of = kinds
@@ -255,6 +280,7 @@ class LearnerService:
             self.poll(wait_ms)
             turn = self.hosts.agree(ready=self._may_train(), env_steps=self.counters.env_steps,
                                     stop=should_stop(), checkpoint=self._checkpoint_due())
+            self._elsewhere = turn.env_steps - self.counters.env_steps
             if turn.stop or (self.budget is not None and turn.env_steps >= self.budget):
                 return
             if turn.checkpoint:
@@ -273,9 +299,20 @@ class LearnerService:
             taken += self._take(batch)
         if self.data.commit():
             self._ack(self.data.durable())
-        self.data.grant_credits(self.server)
+        self.data.grant_credits(self._granting())
         self._keep_time()
         return taken
+
+    def _granting(self):
+        """The server, or with a budget the server within it (:class:`WithinBudget`): this host's share
+        of the steps still to take (the hosts' last agreed count), plus a batch per session; nothing
+        once none are left (the loop ends at its next turn)."""
+        if self.budget is None:
+            return self.server
+        left = self.budget - self._elsewhere - self.counters.env_steps
+        if left <= 0:
+            return WithinBudget(self.server, 0)
+        return WithinBudget(self.server, -(-left // self.hosts.count) + self.batch_rows * len(self.server.sessions))
 
     def train(self) -> bool:
         """One training call when the data side has one (and training is not paused); publish when due.

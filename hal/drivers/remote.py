@@ -10,6 +10,13 @@ a lost reply neither wedges the socket (DEALER, not REQ) nor steps the robot
 twice. When every attempt fails the call raises :class:`RemoteTimeout`; by
 then the server's watchdog has stopped the robot on its own.
 
+``connect()`` never waits in silence: while it waits for the server's SPECS it reads the
+socket's monitor (:class:`~embodyrl.hal.wire.security.HandshakeWatch`) and raises
+:class:`RemoteError` (``handshake``) at once when ZeroMQ makes the cause certain (our key not
+authorised there, the wrong server key, keys on one side only); otherwise it says, once, after
+``hint_after_s``, what is likely wrong, and keeps trying until its last attempt's deadline. No
+send blocks: a socket the server shut out loses the attempt, which then times out.
+
 Off this machine the link takes CurveZMQ keys (``keys=ClientKeys(own secret
 key, the server's public key)``, made with ``embodyrl keys DIR NAME``); plain
 TCP to a non-loopback address is refused unless ``allow_insecure``. With
@@ -30,7 +37,9 @@ admin key sends).
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Callable
 
 import numpy as np
 import zmq
@@ -39,7 +48,14 @@ from ..device import Device, EpisodeInterrupted, EStopError, Health
 from ..specs import SpecError
 from ..wire import robot as R
 from ..wire.codec import DEFAULT_LIMITS, Limits, Message, decode, encode
-from ..wire.security import ClientKeys, check_endpoint, secure_client
+from ..wire.security import (
+    HANDSHAKE_EVENTS,
+    HINT_AFTER_S,
+    ClientKeys,
+    HandshakeWatch,
+    check_endpoint,
+    secure_client,
+)
 
 
 class RemoteError(RuntimeError):
@@ -64,10 +80,13 @@ class RemoteDevice(Device):
 
     def __init__(self, endpoint: str, *, timeout_s: float = 0.5, retries: int = 3, backoff: float = 2.0,
                  limits: Limits = DEFAULT_LIMITS, keys: ClientKeys | None = None, allow_insecure: bool = False,
-                 context: zmq.Context | None = None):
+                 context: zmq.Context | None = None, hint_after_s: float = HINT_AFTER_S,
+                 on_hint: Callable[[str], None] | None = None):
         """``timeout_s``: deadline of the first attempt; each retry (same seq) waits
         ``backoff`` times longer than the one before, so a slow link is not flooded.
-        ``keys``: this actor's CurveZMQ keys (needed off loopback unless ``allow_insecure``)."""
+        ``keys``: this actor's CurveZMQ keys (needed off loopback unless ``allow_insecure``).
+        ``on_hint(line)``: how ``connect()`` says what is likely wrong after ``hint_after_s`` without
+        an answer (default: a line on stderr)."""
         super().__init__()
         if not timeout_s > 0 or retries < 0 or backoff < 1:
             raise ValueError(f"need timeout_s > 0, retries >= 0, backoff >= 1; got {timeout_s}, {retries}, {backoff}")
@@ -78,8 +97,12 @@ class RemoteDevice(Device):
         self.timeout_s = timeout_s
         self.retries = retries
         self.limits = limits
+        self.hint_after_s = hint_after_s
+        self.on_hint = on_hint
         self._context = context or zmq.Context.instance()
         self._socket: zmq.Socket | None = None
+        self._monitor: zmq.Socket | None = None  # while connecting: why no answer comes
+        self._watch: HandshakeWatch | None = None
         self._seq = 0
         self._last_health = Health()
         self.server_estop: str | None = None
@@ -98,6 +121,9 @@ class RemoteDevice(Device):
         self._socket.linger = 0
         if self.keys is not None:
             secure_client(self._socket, self.keys)
+        self._monitor = self._socket.get_monitor_socket(HANDSHAKE_EVENTS)
+        self._watch = HandshakeWatch(self.endpoint, self.keys, self._waited(1 + self.retries),
+                                     hint_after_s=self.hint_after_s, say=self.on_hint, server="the robot server")
         self._socket.connect(self.endpoint)
         try:
             reply = self._request(R.HELLO, expect=R.SPECS)
@@ -109,6 +135,14 @@ class RemoteDevice(Device):
         except BaseException:
             self._drop_socket()
             raise
+        finally:
+            self._unwatch()
+
+    def _unwatch(self) -> None:
+        if self._monitor is not None:
+            self._socket.disable_monitor()
+            self._monitor.close(linger=0)
+            self._monitor = self._watch = None
 
     def _close(self) -> None:
         try:
@@ -120,6 +154,7 @@ class RemoteDevice(Device):
 
     def _drop_socket(self) -> None:
         if self._socket is not None:
+            self._unwatch()
             self._socket.close()
             self._socket = None
 
@@ -182,20 +217,45 @@ class RemoteDevice(Device):
         for attempt in range(attempts):
             if attempt:
                 self.attempts_retried += 1
-            self._socket.send_multipart(frames)
+            with contextlib.suppress(zmq.Again):  # no connection to queue it on (the server shut us out)
+                self._socket.send_multipart(frames, zmq.NOBLOCK)  # the attempt then times out
             reply = self._await(seq, self.timeout_s * self.backoff**attempt)
             if reply is not None:
                 return self._check(kind, reply, expect)
         self._last_health = Health("degraded", f"{kind}: no reply from {self.endpoint}")
-        waited = sum(self.timeout_s * self.backoff**a for a in range(attempts))
-        hint = " (is this actor's key authorised there?)" if self.keys is not None else ""
+        if self._watch is not None:
+            hint = f": {self._watch.causes()}"
+        else:
+            hint = " (is this actor's key authorised there?)" if self.keys is not None else ""
         raise RemoteTimeout("timeout", f"{kind} seq {seq}: no reply from {self.endpoint} "
-                                       f"in {attempts} attempts ({waited:.3g} s){hint}")
+                                       f"in {attempts} attempts ({self._waited(attempts):.3g} s){hint}")
+
+    def _waited(self, attempts: int) -> float:
+        """How long ``attempts`` attempts wait in all."""
+        return sum(self.timeout_s * self.backoff**a for a in range(attempts))
+
+    def _ready(self, timeout_s: float) -> bool:
+        """Whether a reply arrived within ``timeout_s``. While connecting, the monitor is read too: a
+        certain cause raises ``handshake`` at once, and silence past ``hint_after_s`` is said once."""
+        if self._watch is None:
+            return bool(self._socket.poll(timeout_s * 1000))
+        deadline = time.monotonic() + timeout_s
+        while True:
+            left = deadline - time.monotonic()
+            readable = self._socket.poll(max(min(left, 0.05), 0) * 1000)  # 20 Hz: the monitor is read between
+            self._watch.read(self._monitor)
+            if self._watch.failure is not None:
+                raise RemoteError("handshake", f"{self.endpoint}: {self._watch.failure}")
+            if readable:
+                return True
+            self._watch.waiting()
+            if left <= 0:
+                return False
 
     def _await(self, seq: int, timeout_s: float) -> Message | None:
         deadline = time.monotonic() + timeout_s
         while (left := deadline - time.monotonic()) > 0:
-            if not self._socket.poll(left * 1000):
+            if not self._ready(left):
                 return None
             reply = decode(self._socket.recv_multipart(copy=False), self.limits)
             if reply.fields.get("seq") == seq:
@@ -243,7 +303,8 @@ def admin_request(endpoint: str, keys: ClientKeys, kind: str, *, reason: str = "
         socket.connect(endpoint)
         fields = {"seq": 1, "reason": reason} if kind == R.ESTOP else {"seq": 1, "release": bool(release)}
         for attempt in range(1 + retries):
-            socket.send_multipart(encode(kind, fields))
+            with contextlib.suppress(zmq.Again):  # shut out (a key the server does not know): times out
+                socket.send_multipart(encode(kind, fields), zmq.NOBLOCK)
             if socket.poll(timeout_s * 1000 * 2**attempt):
                 reply = decode(socket.recv_multipart(copy=False))
                 if reply.kind == R.ERROR:

@@ -22,6 +22,12 @@ learner keeps a silent session (WELCOME's ``peer_timeout_s``: an actor, or a
 model's rank, busy elsewhere for minutes) has lost its session and says
 HELLO again before anything else; the spool resends what was not committed.
 :meth:`LearnerLink.drain` is an actor's final flush.
+
+The first handshake never waits in silence: the same monitor that reports lost connections
+tells :class:`~.security.HandshakeWatch` how the handshake went, so a cause ZeroMQ makes certain
+(our key not authorised, the wrong learner key, keys on one side only) raises
+:class:`HandshakeFailed` at once, as a refusal does; silence is named in one line (``on_hint``)
+after ``hint_after_s``, and the link keeps trying until ``handshake_timeout_s``.
 """
 
 from __future__ import annotations
@@ -35,7 +41,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import zmq
-from zmq.utils.monitor import recv_monitor_message
 
 from ..dtypes import dtype_from_name
 from ..steps import NO_POLICY, PolicyVersion, Steps
@@ -43,7 +48,14 @@ from . import protocol as P
 from . import weights as W
 from .codec import DEFAULT_LIMITS, PROTOCOL_VERSION, Limits, MessageError, decode, encode
 from .compression import AdaptiveCompression
-from .security import ClientKeys, check_endpoint, secure_client
+from .security import (
+    HANDSHAKE_EVENTS,
+    HINT_AFTER_S,
+    ClientKeys,
+    HandshakeWatch,
+    check_endpoint,
+    secure_client,
+)
 from .spool import Spool
 
 BYE_LINGER_MS = 200
@@ -58,6 +70,11 @@ learner counts a session silent for a few of these as gone (the index may then b
 
 class LinkError(RuntimeError):
     """The learner refused us, or never answered the first handshake."""
+
+
+class HandshakeFailed(LinkError):
+    """The first handshake failed for a certain cause: the learner refused us (REFUSED, BYE), or
+    ZeroMQ saw the CurveZMQ handshake fail. Trying longer would not help."""
 
 
 class Undelivered(LinkError):
@@ -94,8 +111,11 @@ class LearnerLink:
                  limits: Limits = DEFAULT_LIMITS, spool: Spool | None = None,
                  keys: ClientKeys | None = None, allow_insecure: bool = False,
                  compression: str = "auto", on_sent: Callable[[int, Steps], None] | None = None,
-                 policy_graphs: bool = False):
+                 policy_graphs: bool = False, hint_after_s: float = HINT_AFTER_S,
+                 on_hint: Callable[[str], None] | None = None):
         """``on_sent(seq, steps)``: called for every batch the link takes (e.g. a batch ledger).
+        ``on_hint(line)``: how ``connect()`` says what is likely wrong after ``hint_after_s`` without
+        a WELCOME (default: a line on stderr).
         ``policy_graphs``: ask the learner for each device's policy export (an actor without JAX acts
         with :class:`~embodyrl.hal.runtime.NumpyPolicy`); WELCOME's answer is in :attr:`policy_exports`."""
         check_endpoint(endpoint, keys is not None, allow_insecure)
@@ -122,6 +142,9 @@ class LearnerLink:
         """The newest refusal the learner said may pass (an index another session still holds):
         HELLO again after ``RETRY_REFUSED_S`` until the handshake deadline."""
         self.policy_graphs = policy_graphs
+        self.hint_after_s = hint_after_s
+        self.on_hint = on_hint
+        self._handshake: HandshakeWatch | None = None
         self.policy_exports: dict[int, tuple[dict, dict[str, np.ndarray]] | str] = {}
         """With ``policy_graphs``, from the latest WELCOME: device id -> ``(meta, arrays)`` of its policy
         export, or the learner's reason for sending none."""
@@ -148,7 +171,11 @@ class LearnerLink:
 
     # -- lifecycle -------------------------------------------------------
     def connect(self) -> None:
-        """Dial the learner and complete the first handshake, or raise LinkError."""
+        """Dial the learner and complete the first handshake, or raise LinkError
+        (:class:`HandshakeFailed` when the cause is certain)."""
+        self._handshake = watch = HandshakeWatch(self.endpoint, self.keys, self.handshake_timeout_s,
+                                                 hint_after_s=self.hint_after_s, say=self.on_hint,
+                                                 server="the learner")
         self._dial()
         deadline = time.monotonic() + self.handshake_timeout_s
         while not self.connected:
@@ -157,14 +184,18 @@ class LearnerLink:
                 self.close(send_bye=False)
                 if self._waiting_for is not None:  # refused for now, every time: say why
                     raise LinkError(f"learner at {self.endpoint} refused us: {self._waiting_for}")
-                hint = " (is our key authorised there?)" if self.keys is not None else ""
-                raise LinkError(f"no WELCOME from {self.endpoint} within {self.handshake_timeout_s} s{hint}")
+                raise LinkError(f"no WELCOME from {self.endpoint} within {self.handshake_timeout_s} s: "
+                                f"{watch.causes()}")
             self._hello()
             due = time.monotonic() >= self._next_hello  # HELLO not out yet: the transport is still connecting
             self._receive(timeout_ms=1 if due else int(min(remaining, 0.02) * 1000))
             if self.bye_reason is not None:
                 self.close(send_bye=False)
-                raise LinkError(f"learner at {self.endpoint} refused us: {self.bye_reason}")
+                raise HandshakeFailed(f"learner at {self.endpoint} refused us: {self.bye_reason}")
+            if watch.failure is not None:
+                self.close(send_bye=False)
+                raise HandshakeFailed(f"no WELCOME from {self.endpoint}: {watch.failure}")
+            watch.waiting()
 
     def close(self, reason: str = "done", *, send_bye: bool = True) -> None:
         if self._socket is None:
@@ -287,7 +318,7 @@ class LearnerLink:
         sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, max(int(self.peer_timeout_s * 1000), 1))  # learner's I/O thread
         if self.keys is not None:
             secure_client(sock, self.keys)
-        self._monitor = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+        self._monitor = sock.get_monitor_socket(HANDSHAKE_EVENTS)
         sock.connect(self.endpoint)
         self._socket = sock
         self._credits = 0
@@ -317,14 +348,10 @@ class LearnerLink:
         self._next_hello = 0.0
 
     def _watch(self) -> None:
-        """A dropped connection ends the session: the next one is a new identity at the learner."""
-        while True:
-            try:
-                event = recv_monitor_message(self._monitor, zmq.NOBLOCK)["event"]
-            except zmq.Again:
-                return
-            if event == zmq.EVENT_DISCONNECTED:
-                self._disconnect()
+        """A dropped connection ends the session: the next one is a new identity at the learner.
+        The handshake's events go to the watch (``connect()`` reads its verdict)."""
+        if zmq.EVENT_DISCONNECTED in self._handshake.read(self._monitor):
+            self._disconnect()
 
     def _pump(self) -> None:
         """Send spooled batches in seq order while credits last."""

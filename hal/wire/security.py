@@ -14,19 +14,26 @@ reserve for HELLOs, checked before a message is decoded.
 :func:`server_keys`, :func:`client_keys` and :func:`check_address` read and
 check the key options of a command (the robot server's, ``embodyrl``'s),
 raising :class:`SecurityOptionError` that names the option at fault.
+
+:class:`HandshakeWatch` reads a client socket's monitor while it waits for its first answer:
+the causes ZeroMQ makes certain end the wait at once, the others are named in one line
+after :data:`HINT_AFTER_S` of silence.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ipaddress
+import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import zmq
 import zmq.auth
 from zmq.auth.thread import ThreadAuthenticator
+from zmq.utils.monitor import recv_monitor_message
 
 
 class SecurityError(RuntimeError):
@@ -277,6 +284,107 @@ def secure_client(socket: zmq.Socket, keys: ClientKeys) -> None:
     socket.curve_secretkey = secret
     socket.curve_publickey = public
     socket.curve_serverkey = server_public
+
+
+HINT_AFTER_S = 5.0
+"""How long a client waits for its first answer before it says, once, what is likely wrong."""
+HANDSHAKE_EVENTS = (zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED | zmq.EVENT_HANDSHAKE_SUCCEEDED
+                    | zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+                    | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL)
+"""The monitor events :meth:`HandshakeWatch.read` wants (``socket.get_monitor_socket(HANDSHAKE_EVENTS)``)."""
+
+
+def say_on_stderr(line: str) -> None:
+    print(f"embodyrl: {line}", file=sys.stderr, flush=True)
+
+
+class HandshakeWatch:
+    """Why a client's first answer does not come, from its socket's monitor (:data:`HANDSHAKE_EVENTS`).
+
+    What libzmq 4.3 tells the client, by experiment (``tests/test_no_silent_hang.py``):
+
+    * our key not authorised (the server's ZAP handler says 400): ``HANDSHAKE_FAILED_AUTH``, and
+      ZeroMQ does not dial again;
+    * no keys against a keyed server, or keys against a plain one: ``HANDSHAKE_FAILED_PROTOCOL``
+      (mechanism mismatch);
+    * a server key that is not the server's: the server drops the handshake without a word,
+      ``HANDSHAKE_FAILED_NO_DETAIL`` on each of ZeroMQ's reconnects;
+    * nothing listening: no ``CONNECTED`` at all, only retries.
+
+    The first two are certain at once, the third once two handshakes in a row are dropped
+    (:attr:`failure`). Nothing listening (a server may start yet) and a server that takes the
+    connection but never answers are known only by silence: :meth:`waiting` says, once, after
+    ``hint_after_s``, one line naming the likely causes, through ``say``.
+    """
+
+    def __init__(self, endpoint: str, keys: ClientKeys | None, deadline_s: float, *,
+                 hint_after_s: float = HINT_AFTER_S, say: Callable[[str], None] | None = None,
+                 server: str = "the server"):
+        self.endpoint, self.keys, self.server = endpoint, keys, server
+        self.deadline_s, self.hint_after_s = deadline_s, hint_after_s
+        self.say = say or say_on_stderr
+        self.started = time.monotonic()
+        self.reached = False
+        """Whether a TCP connection was made at all (nothing listening: never)."""
+        self.dropped = 0
+        """Handshakes in a row the server dropped without a word."""
+        self.failure: str | None = None
+        """The certain cause, once there is one."""
+        self.hinted = False
+
+    def read(self, monitor: zmq.Socket) -> list[int]:
+        """Note every event waiting on ``monitor``; return them (the caller may want more of them)."""
+        events = []
+        while True:
+            try:
+                message = recv_monitor_message(monitor, zmq.NOBLOCK)
+            except zmq.Again:
+                return events
+            events.append(message["event"])
+            self.note(message["event"], int(message["value"]))
+
+    def note(self, event: int, value: int) -> None:
+        if event == zmq.EVENT_CONNECTED:
+            self.reached = True
+        elif event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+            self.dropped = 0
+        elif event == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
+            self.failure = (f"{self.server} refused our CurveZMQ key (ZAP status {value}): our key is not "
+                            f"authorised there; add our public key {self._public()} to its authorised keys")
+        elif event == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL:
+            if value != zmq.PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH:
+                self.failure = f"the handshake with {self.server} failed (ZeroMQ protocol error {value:#x})"
+            elif self.keys is not None:
+                self.failure = (f"{self.server} speaks plain TCP and we dialled with CurveZMQ keys: "
+                                "give it keys too, or drop ours")
+            else:
+                self.failure = (f"{self.server} wants CurveZMQ keys and we dialled without: give us our "
+                                "secret key and its public key")
+        elif event == zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL:
+            self.dropped += 1
+            if self.dropped >= 2:
+                self.failure = (f"{self.server} dropped the CurveZMQ handshake twice: the server key we hold "
+                                f"({self.keys.server_key_file}) is not its key" if self.keys is not None else
+                                f"{self.server} dropped the handshake twice (not a server of ours?)")
+
+    def waiting(self) -> None:
+        """Say the likely causes, once, when nothing answered for ``hint_after_s``."""
+        waited = time.monotonic() - self.started
+        if not self.hinted and waited >= self.hint_after_s:
+            self.hinted = True
+            self.say(f"no answer from {self.endpoint} after {waited:.0f} s (still trying for "
+                     f"{max(self.deadline_s - waited, 0):.0f} s): {self.causes()}")
+
+    def causes(self) -> str:
+        """The likely causes of silence, in one phrase."""
+        seen = "no connection was ever made" if not self.reached else "connected, but no answer"
+        keyed = ("our key not authorised there, the wrong server key, keys against a plain server"
+                 if self.keys is not None else "plain TCP against a server that wants keys")
+        return f"{seen}; likely nothing listening at that address (is {self.server} running?), or {keyed}"
+
+    def _public(self) -> str:
+        secret = self.keys.secret_key_file if self.keys is not None else None
+        return str(secret.with_suffix(".key")) if secret is not None and secret.suffix == ".key_secret" else "NAME.key"
 
 
 @dataclass(frozen=True)
