@@ -17,7 +17,7 @@ def keys(tmp_path_factory):
     directory = tmp_path_factory.mktemp("keys")
     generate_keys(directory / "learner", "learner")
     generate_keys(directory / "actors", "robot")
-    (directory / "tiny.yaml").write_text("steps: 100\n")
+    (directory / "tiny.yaml").write_text("steps: 100\nlearner: {min_replay: 50}\nactor: {random_steps: 50}\n")
     return directory
 
 
