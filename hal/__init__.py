@@ -15,7 +15,6 @@ from .intervention import HeldCommand, InterventionSource, KeyboardTeleop, Scrip
 from .ledger import BatchLedger
 from .policy import Policy, UniformRandomPolicy
 from .rewards import LearnedReward, RewardTask, Shaped, Success, Term
-from .robot_server import RobotDriver, RobotServer
 from .runtime import NumpyPolicy
 from .safety import BoxLimit, SafeDevice, SafetyConfig
 from .specs import ArraySpec, DictSpec, SpecError, bounded
@@ -34,3 +33,13 @@ __all__ = [
     "Success", "Task", "Term", "UniformRandomPolicy", "bounded", "level_inputs", "load_demonstrations",
     "rows_digest", "send_demonstrations",
 ]
+
+
+def __getattr__(name: str):
+    """The robot server's classes, imported on first use: ``python -m embodyrl.hal.robot_server`` then
+    runs a module the package has not imported yet (runpy warns otherwise, on every start)."""
+    if name in ("RobotDriver", "RobotServer"):
+        from . import robot_server
+
+        return getattr(robot_server, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

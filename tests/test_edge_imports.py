@@ -183,3 +183,10 @@ def test_every_hal_module_imports_without_jax_or_mujoco():
     assert not outside, f"importing the edge pulled in {outside}"
     heavy = [m for m in result["real"] if m.partition(".")[0] in {*BLOCKED, "torch", "starlette", "uvicorn"}]
     assert not heavy, f"importing the edge pulled in {heavy}"
+
+
+def test_the_robot_server_starts_without_a_runpy_warning():
+    """``python -m embodyrl.hal.robot_server`` runs a module the package did not import first."""
+    out = subprocess.run([sys.executable, "-W", "error::RuntimeWarning", "-m", "embodyrl.hal.robot_server", "--help"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and "RuntimeWarning" not in out.stderr, out.stderr
