@@ -135,3 +135,18 @@ def test_a_slow_learner_grants_no_credit_past_the_budget_and_stops_within_a_batc
     assert budget <= counters.env_steps <= budget + actors * send_every
     episodes_ended = counters.rows - counters.env_steps  # a final row each
     assert sum(granted) <= budget + actors * send_every + episodes_ended
+
+
+def test_the_goodbye_says_plainly_whether_untaken_rows_are_kept_or_dropped():
+    from embodyrl.cli.processes import goodbye_note
+
+    class Held:  # what the note reads of a spool
+        rows = 2624
+
+        def __len__(self):
+            return 41
+
+    kept = goodbye_note("budget reached", Held(), "/data/spool")
+    assert "2624 rows in 41 batches" in kept and "/data/spool" in kept and "nothing is lost" in kept
+    dropped = goodbye_note("budget reached", Held(), None)
+    assert "are dropped" in dropped and "actor.spool_dir" in dropped and "unacknowledged" not in dropped

@@ -62,6 +62,16 @@ def learner_main(config_dict: dict, run_dir: str, conn, security: dict | None = 
         conn.close()
 
 
+def goodbye_note(reason: str, spool, spool_dir: str | None) -> str:
+    """What the rows the learner did not take when it said goodbye become: kept for the next start, or not."""
+    rows = f"{spool.rows} rows in {len(spool)} batch{'es' if len(spool) != 1 else ''}"
+    if spool_dir:
+        return (f"the learner said goodbye ({reason}); {rows} it did not take wait in the spool at {spool_dir} "
+                "and go to it when this actor starts again: nothing is lost")
+    return (f"the learner said goodbye ({reason}); {rows} it did not take are dropped with this actor "
+            "(its spool is in memory only: set actor.spool_dir to keep them for a resumed run)")
+
+
 def actor_seed(run_seed: int, index: int, resumed_at_rows: int = 0) -> int:
     """Actor ``index``'s seed: ``run_seed * 1000 + index`` in a new run. A resumed start's is drawn from
     the rows the run held, so its scenes and exploration are new, not the first start's once more
@@ -132,8 +142,8 @@ def actor_main(config_dict: dict, endpoint: str, index: int, run_dir: str | None
             if link.bye_reason is None:
                 link.drain(ac.flush_timeout_s, should_stop=should_stop.insisted)
             elif len(spool):
-                print(f"embodyrl: actor {index}: the learner said goodbye ({link.bye_reason}) with "
-                      f"{spool.rows} rows in {len(spool)} batches unacknowledged", file=sys.stderr)
+                print(f"embodyrl: actor {index}: {goodbye_note(link.bye_reason, spool, ac.spool_dir)}",
+                      file=sys.stderr)
     except LinkError as err:
         if isinstance(err, Undelivered) or not len(spool):
             raise
