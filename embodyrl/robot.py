@@ -41,11 +41,9 @@ from __future__ import annotations
 import hashlib
 import math
 import re
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import reduce
-from importlib import import_module
 from pathlib import Path
 
 import numpy as np
@@ -55,6 +53,7 @@ from .hal.classifier import FILES as CLASSIFIER_FILES
 from .hal.classifier import ClassifierError, SuccessClassifier, load_classifier
 from .hal.device import Device
 from .hal.layout import DeviceKind, Layout
+from .hal.plugins import import_here
 from .hal.rewards import LearnedReward, RewardTask, Shaped, Success, Term, distance, within_distance
 from .hal.safety import BoxLimit, SafeDevice, SafetyConfig
 from .hal.specs import ArraySpec, DictSpec
@@ -234,7 +233,7 @@ def _load_part(source: str, recorded: dict[str, dict]) -> _Part:
     if is_file(source):
         return _load_file(source, recorded.get(source))
     if _FACTORY.match(source) and not source.startswith(envs.GYM_PREFIX):
-        factory = _import(source, source, cwd=True)
+        factory = _import(source, source)
         return _Part(source, source, lambda: _checked_pair(factory(), source))
     if source.startswith(envs.GYM_PREFIX) or envs.SEPARATOR in source:
         raise RobotFileError(envs.unknown_reason(source))
@@ -250,15 +249,12 @@ def _checked_pair(made, source: str) -> tuple[Device, Task]:
     return made
 
 
-def _import(spec: str, where: str, cwd: bool = False, directory: Path | None = None):
+def _import(spec: str, where: str, directory: Path | None = None):
     """``module:attr`` -> the callable, with ``directory`` (a robot file's) and the working directory
-    importable, as ``python -m`` makes the latter."""
-    for extra in (directory, Path.cwd() if cwd or directory is not None else None):
-        if extra is not None and str(extra) not in sys.path:
-            sys.path.append(str(extra))
+    importable (:func:`~embodyrl.hal.plugins.import_here`)."""
     module, _, attr = spec.partition(":")
     try:
-        found = reduce(getattr, attr.split("."), import_module(module))
+        found = reduce(getattr, attr.split("."), import_here(module, directory))
     except ImportError as err:
         raise RobotFileError(f"{where}: cannot import {module!r} ({err})") from None
     except AttributeError:

@@ -20,7 +20,8 @@
   away.
 * ``script:module:function``: ``function(observation, step) -> action or
   None`` (``step`` counts from 0 in each episode); for scripted experts and
-  tests. It may raise :class:`~.intervention.EpisodeAborted`.
+  tests. It may raise :class:`~.intervention.EpisodeAborted`. The module is
+  found in the working directory too, as a robot file's factories are.
 
 Gamepads and spacemice decode events in one place, :class:`EventTeleop`,
 fed either by a device (``pip install 'embodyrl[teleop]'`` brings evdev,
@@ -35,7 +36,6 @@ decoding anywhere.
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import select
@@ -50,6 +50,7 @@ from pathlib import Path
 import numpy as np
 
 from .intervention import EpisodeAborted, KeyboardTeleop
+from .plugins import import_here
 from .specs import ArraySpec, SpecError
 
 # Linux input event types and codes (linux/input-event-codes.h; evdev.ecodes has the same).
@@ -413,7 +414,7 @@ def make_source(spec: str, action_spec: ArraySpec, *, fd: int | None = None):
     if kind == "script":
         module, _, function = rest.rpartition(":")
         try:
-            fn = getattr(importlib.import_module(module), function)
+            fn = getattr(import_here(module), function)  # from the working directory too, as a robot file's
         except (ImportError, AttributeError) as err:
             raise TeleopError(f"teleop {spec!r}: {err}") from None
         if not callable(fn):

@@ -200,3 +200,20 @@ def test_a_person_sets_the_real_pace_a_script_does_not():
     for source in ("keyboard", "gamepad", "spacemouse:/dev/input/event3"):
         assert needs_real_pace(config(teleop=source))
     assert needs_real_pace(config(reset="operator"))
+
+
+def test_a_scripted_source_imports_from_the_working_directory(tmp_path, monkeypatch):
+    """As a robot file's factories do: no PYTHONPATH=. needed for the expert beside the command."""
+    import sys
+
+    (tmp_path / "bench_expert.py").write_text("import numpy as np\n\ndef push(observation, step):\n"
+                                              "    return np.full(2, 0.5, np.float32)\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", ".", str(tmp_path))])
+    monkeypatch.delitem(sys.modules, "bench_expert", raising=False)
+    source = teleop.make_source("script:bench_expert:push", ArraySpec("a", (2,), np.float32, -1, 1))
+    try:
+        assert sys.modules["bench_expert"].__file__ == str(tmp_path / "bench_expert.py")
+    finally:
+        sys.modules.pop("bench_expert", None)
+    assert source is not None
