@@ -298,3 +298,12 @@ def test_a_finished_run_is_shown_from_its_metrics(tmp_path):
     assert shown["curves"]["episode_return"] == [-5.0, -3.0]
     assert shown["losses"]["critic_loss"] == [2.0, 1.0]
     assert [a["action"] for a in shown["actions"]] == ["estop"]
+
+
+def test_the_console_guide_names_every_action_the_api_takes():
+    from pathlib import Path
+
+    from embodyrl.hal.wire.control import ACTIONS
+
+    guide = (Path(__file__).resolve().parents[1] / "docs" / "console.md").read_text()
+    assert [action for action in ACTIONS if f"`{action}`" not in guide] == []
