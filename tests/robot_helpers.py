@@ -73,3 +73,17 @@ def point_mass_task():
             return -float(np.linalg.norm(next_observation["position"]))
 
     return Reach()
+
+
+def point_mass_off_its_spec():
+    """The point mass with a driver fault: after the first step its position comes back as float64."""
+    device, task = point_mass()
+    step = device._step
+
+    def off_spec(action):
+        observation = step(action)
+        observation["position"] = observation["position"].astype(np.float64)
+        return observation
+
+    device._step = off_spec
+    return device, task

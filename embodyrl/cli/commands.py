@@ -13,6 +13,7 @@ from pathlib import Path
 
 from .cluster import register_launch
 from .extras import missing_extra
+from .processes import DEBUG_ENV
 from .security import (
     SecurityOptionError,
     add_actor_options,
@@ -540,6 +541,8 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="embodyrl COMMAND --help describes each command. Exit codes: 0 done, 1 the job "
                "failed, 2 bad arguments, configuration or directory (or an extra this install lacks: "
                "the message names it), 130 interrupted.")
+    parser.add_argument("--debug", action="store_true",
+                        help="a failing device or driver shows its traceback (default: one line naming the cause)")
     sub = parser.add_subparsers(dest="command", required=True)
     t = sub.add_parser(
         "train", help="train a task with local learner and actor processes",
@@ -713,6 +716,8 @@ def main(argv: list[str] | None = None) -> int:
         if extra and args.command not in ("train", "launch", "learner", "actor"):
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
         args.overrides = extra
+        if args.debug:  # for this process and the learner and actors it starts
+            os.environ[DEBUG_ENV] = "1"
         return args.func(args)
     except (_Refused, SecurityOptionError) as err:
         print(f"embodyrl: {err}", file=sys.stderr)

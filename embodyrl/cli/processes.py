@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import signal
 import sys
 import time
@@ -15,6 +16,19 @@ import traceback
 from pathlib import Path
 
 import numpy as np
+
+DEBUG_ENV = "EMBODYRL_DEBUG"
+"""Set (``embodyrl --debug``): a failing device or driver raises with its traceback instead of one line."""
+
+
+def device_failed(who: str, err: BaseException) -> SystemExit:
+    """One line naming what failed (a driver's fault, an observation off its spec) and exit code 1; with
+    ``embodyrl --debug`` the error itself, traceback and all (re-raise what this returns, or ``err``)."""
+    if os.environ.get(DEBUG_ENV) == "1":
+        raise err
+    print(f"embodyrl: {who}: the device failed: {type(err).__name__}: {err} "
+          "(embodyrl --debug COMMAND ... shows the traceback)", file=sys.stderr, flush=True)
+    return SystemExit(1)
 
 
 class StopFlag:
@@ -148,6 +162,8 @@ def actor_main(config_dict: dict, endpoint: str, index: int, run_dir: str | None
         if isinstance(err, Undelivered) or not len(spool):
             raise
         raise Undelivered(str(err), spool) from err
+    except Exception as err:  # noqa: BLE001 - a driver's fault or a spec mismatch: one line, not a traceback
+        raise device_failed(f"actor {index}", err) from None
     finally:
         close_parts(teleop, operator)
         if console is not None:
