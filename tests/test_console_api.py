@@ -307,3 +307,18 @@ def test_the_console_guide_names_every_action_the_api_takes():
 
     guide = (Path(__file__).resolve().parents[1] / "docs" / "console.md").read_text()
     assert [action for action in ACTIONS if f"`{action}`" not in guide] == []
+
+
+def test_a_learner_no_longer_heard_is_finished_or_gone_never_still_running(tmp_path, monkeypatch):
+    from embodyrl.console import state as console_state
+
+    state = console_state.ConsoleState(tmp_path)
+    learner = state.hello(b"learner", "learner", -1, [])
+    state.status(learner, {"training": "running", "env_steps": 400, "budget": 1000})
+    assert state.snapshot()["learner"]["training"] == "running"
+    learner.last_seen -= 2 * console_state.CONNECTED_WITHIN_S  # silent: crashed, or restarting
+    assert state.snapshot()["learner"]["training"] == "gone"
+    state.status(learner, {"training": "running", "env_steps": 1000, "budget": 1000})
+    learner.last_seen -= 2 * console_state.CONNECTED_WITHIN_S  # silent after its budget: done
+    view = state.snapshot()
+    assert view["learner"]["training"] == "finished" and not view["learner"]["connected"]

@@ -112,6 +112,14 @@ def test_the_console_in_a_browser(browser, live_run, tmp_path):
     shot = Path(os.environ.get("EMBODYRL_SCREENSHOT", tmp_path / "console.png"))
     browser.save_screenshot(str(shot))
     assert shot.stat().st_size > 10_000
+    # the run stops short of its budget: the page says the learner is gone, and no control is left live
+    train.terminate()
+    train.wait(timeout=60)
+    wait.until(lambda d: text(d, "#learner-training") == "gone")
+    wait.until(lambda d: d.find_element(By.ID, "estop-all").get_property("disabled"))
+    for button in ("button.estop", "button.clear-estop", "button.pause-toggle"):
+        assert device.find_element(By.CSS_SELECTOR, button).get_property("disabled"), button
+    assert all(browser.find_element(By.ID, b).get_property("disabled") for b in ("pause-training", "resume-training"))
 
 
 def test_off_loopback_the_page_needs_the_token(browser, tmp_path):

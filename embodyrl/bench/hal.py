@@ -288,7 +288,7 @@ def _act_cost(quick: bool) -> dict:
 
     raw, _ = envs.make("arm_reach")
     layout = Layout.of("arm_reach", raw.observation_spec, raw.action_spec)
-    algorithm = over(registry.build("ddpg"), layout)
+    algorithm = over(registry.build(registry.DEFAULT), layout)  # DDPG's deterministic actor
     assert algorithm.config.hidden_sizes == HIDDEN
     jax_policy = JaxPolicy(algorithm, layout, seed=0)
     weights = flat_params.flatten({"actor": jax.device_get(jax_policy.params)})

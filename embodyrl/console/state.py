@@ -311,7 +311,7 @@ class ConsoleState:
                 "budget": status.get("budget"), "updates": status.get("updates", record.get("updates")),
                 "updates_per_s": status.get("updates_per_s", record.get("updates_per_s")),
                 "policy_version": status.get("policy_version", record.get("policy_version")),
-                "training": status.get("training", "finished" if self.learner is None else "running"),
+                "training": self._training(status),
                 "replay": status.get("replay") or {"size": record.get("replay_size"),
                                                    "by_source": record.get("replay_by_source") or {}},
                 "losses": status.get("losses") or {k: v for k, v in record.items()
@@ -325,6 +325,16 @@ class ConsoleState:
                 "finished": not live and bool(self.points),
                 "learner": learner, "actors": actors, "admin_robots": self.admin_robots, **self._curves(),
                 "actions": [a.entry() for a in self.actions]}
+
+    def _training(self, status: dict) -> str:
+        """running or paused while the learner is heard; once it is not, finished (its budget reached, or a
+        finished run read from disk) or gone: never the last word of a learner that no longer speaks."""
+        if self.learner is not None and self.learner.connected:
+            return status.get("training", "running")
+        budget, steps = status.get("budget"), status.get("env_steps")
+        if self.learner is None or (_number(budget) and _number(steps) is not None and steps >= budget):
+            return "finished"
+        return "gone"
 
     def _actor_view(self, peer: Peer, now: float) -> dict:
         status = peer.status

@@ -308,7 +308,8 @@ class HandshakeWatch:
     * no keys against a keyed server, or keys against a plain one: ``HANDSHAKE_FAILED_PROTOCOL``
       (mechanism mismatch);
     * a server key that is not the server's: the server drops the handshake without a word,
-      ``HANDSHAKE_FAILED_NO_DETAIL`` on each of ZeroMQ's reconnects;
+      ``HANDSHAKE_FAILED_NO_DETAIL`` on each of ZeroMQ's reconnects (so, on a busy machine, may
+      no keys against a keyed server: the drop can come before the mechanism's mismatch is read);
     * nothing listening: no ``CONNECTED`` at all, only retries.
 
     The first two are certain at once, the third once two handshakes in a row are dropped
@@ -365,7 +366,9 @@ class HandshakeWatch:
             if self.dropped >= 2:
                 self.failure = (f"{self.server} dropped the CurveZMQ handshake twice: the server key we hold "
                                 f"({self.keys.server_key_file}) is not its key" if self.keys is not None else
-                                f"{self.server} dropped the handshake twice (not a server of ours?)")
+                                f"{self.server} dropped our handshake twice: it likely wants CurveZMQ keys and we "
+                                "dialled without (give us our secret key and its public key), or it is not a server "
+                                "of ours")
 
     def waiting(self) -> None:
         """Say the likely causes, once, when nothing answered for ``hint_after_s``."""

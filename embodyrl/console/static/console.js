@@ -242,10 +242,11 @@ function renderLearner(L) {
   setText($('#learner-updates'), L.updates ?? '–');
   const tr = $('#learner-training');
   setText(tr, L.training ?? '–');
-  tr.className = 'num ' + (L.training === 'paused' ? 'warn' : 'good');
-  // Only the button that changes something is enabled; both stay usable when the state is unknown.
-  $('#pause-training').disabled = L.training === 'paused';
-  $('#resume-training').disabled = L.training === 'running';
+  tr.className = 'num ' + (L.training === 'paused' || L.training === 'gone' ? 'warn' : 'good');
+  // Only the button that changes something is enabled; neither once the learner is finished or gone.
+  const training = L.training === 'running' || L.training === 'paused';
+  $('#pause-training').disabled = !training || L.training === 'paused';
+  $('#resume-training').disabled = !training || L.training === 'running';
 
   const replay = L.replay || {};
   setText($('#learner-replay-size'), replay.size ?? '–');
@@ -535,6 +536,11 @@ function updateDevice(r, a, d) {
   // Without a teleop source takeover can only fail; a takeover already on can still be released.
   r.take.disabled = !a.teleop && !d.takeover;
   r.take.title = a.teleop ? '' : 'this actor has no teleop source';
+  if (a.connected === false) {  // a finished or gone actor takes no command: its controls are off
+    for (const b of [r.estop, r.clear, r.pause, r.take]) b.disabled = true;
+  } else {
+    r.estop.disabled = r.pause.disabled = false;
+  }
 
   const p = d.prompt;
   r.prompt.hidden = !p;
@@ -636,6 +642,9 @@ function render(s) {
   if (conn.finished !== !!s.finished) {
     conn.finished = !!s.finished;
     showStatus();
+  }
+  for (const id of Object.keys(GLOBAL)) {  // a finished run takes no command
+    if (!id.endsWith('-training')) document.getElementById(id).disabled = conn.finished;
   }
   renderLearner(s.learner);
   renderCharts(s);
