@@ -112,6 +112,7 @@ def test_an_actor_whose_key_is_not_in_the_record_is_refused(cluster, tmp_path):
             [sys.executable, "-m", "embodyrl.cli", "actor", "pendulum", "--connect", entry.endpoint, "--index", "9",
              "--config", str(tmp_path / "run" / "config.json"), "--secret-key", str(secret), "--server-key",
              str(server_key), "--learner.peer_timeout_s", "3"], capture_output=True, text=True, timeout=120)
-        assert proc.returncode == 1, proc.stderr[-2000:]
+        assert proc.returncode == 2, proc.stderr[-2000:]  # refused at once: the handshake's failure is certain
+        assert "not authorised there" in proc.stderr and "Traceback" not in proc.stderr
     finally:
         launch.stop()
