@@ -130,13 +130,22 @@ def watchdog_delays(commands: list[tuple[float, bool]], since: float, until: flo
 
 
 def _trips(device, n: int, steps: int, silence_s: float) -> int:
+    """``n`` trips of ``steps`` commands then a silence; the commands the server took. A trip this actor
+    itself paused past the watchdog (a busy machine) ends there: that pause was its silence, and its trip."""
+    from embodyrl.hal.drivers.remote import WatchdogStopped
+
     action = np.full(device.action_spec.shape, 1.0, np.float32)
+    produced = 0
     for _ in range(n):
         device.reset(seed=0)
-        for _ in range(steps):
-            device.step(action)
+        try:
+            for _ in range(steps):
+                device.step(action)
+                produced += 1
+        except WatchdogStopped:
+            continue
         time.sleep(silence_s)  # silent: the watchdog must stop the arm
-    return n * steps
+    return produced
 
 
 def _stop(process) -> None:
