@@ -46,6 +46,7 @@ def _feeder_class(ray):
 
             obs_spec, action_spec = DictSpec.from_msg(obs_msg), ArraySpec.from_msg(action_msg)
             steps = _premade(obs_spec, action_spec, ROWS_PER_BATCH)
+            steps.actor_id[:] = index  # each feeder's own rows: the learner refuses rows of another actor's id
             link = LearnerLink(endpoint, actor_name=f"feeder-{index}", actor_id=index, handshake_timeout_s=300,
                                devices=[DeviceInfo(0, device, obs_spec, action_spec)],
                                keys=ClientKeys(Path(secret), Path(server)))
