@@ -87,3 +87,19 @@ def point_mass_off_its_spec():
 
     device._step = off_spec
     return device, task
+
+
+class Alternating:
+    """A policy proposing +2, -2, +2, ... (a jump of 4 N m each step on the pendulum); it acts without weights."""
+
+    def __init__(self):
+        from embodyrl.hal.steps import NO_POLICY
+
+        self.version, self.sign = NO_POLICY, 1.0
+
+    def act(self, observation, *, explore):
+        self.sign = -self.sign
+        return np.array([2.0 * self.sign], np.float32), {}
+
+    def load_weights(self, version, arrays):
+        raise AssertionError("no weights in this test")

@@ -18,21 +18,7 @@ from embodyrl.hal.wire.client import LearnerLink
 from embodyrl.hal.wire.protocol import DeviceInfo
 from embodyrl.learner.testing import ServedLearner
 from embodyrl.transport import LearnerServer
-
-
-class Alternating:
-    """Proposes +2, -2, +2, ...: every step asks for a jump of 4 N m."""
-
-    def __init__(self):
-        from embodyrl.hal.steps import NO_POLICY
-        self.version, self.sign = NO_POLICY, 1.0
-
-    def act(self, observation, *, explore):
-        self.sign = -self.sign
-        return np.array([2.0 * self.sign], np.float32), {}
-
-    def load_weights(self, version, arrays):
-        raise AssertionError("no weights in this test")
+from tests.robot_helpers import Alternating
 
 
 @pytest.fixture

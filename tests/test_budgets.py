@@ -3,17 +3,16 @@ within one batch per actor of the steps asked."""
 
 import threading
 
-import numpy as np
 import pytest
 
 from embodyrl import envs
 from embodyrl.config import build_given, default_config, warm_up_refusal
 from embodyrl.hal.actor import ActorConfig, ActorLoop
-from embodyrl.hal.steps import NO_POLICY
 from embodyrl.hal.wire.client import LearnerLink
 from embodyrl.hal.wire.protocol import DeviceInfo
 from embodyrl.learner.testing import ServedLearner
 from tests.cli_helpers import in_process
+from tests.robot_helpers import Alternating
 
 
 def refusal(*overrides, yaml=None, task="pendulum", implied=None):
@@ -71,20 +70,6 @@ def test_train_learner_and_launch_refuse_before_writing_anything(tmp_path, comma
 
 
 # -- stopped within a batch per actor -------------------------------------------------------------
-
-class Alternating:
-    """+2, -2, ...: acts without weights (the served learner publishes none)."""
-
-    def __init__(self):
-        self.version, self.sign = NO_POLICY, 1.0
-
-    def act(self, observation, *, explore):
-        self.sign = -self.sign
-        return np.array([2.0 * self.sign], np.float32), {}
-
-    def load_weights(self, version, arrays):
-        raise AssertionError("no weights in this test")
-
 
 def act_until_goodbye(endpoint, actor_id, send_every, results):
     device, task = envs.make("pendulum")
