@@ -28,6 +28,7 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 import time
 import tomllib
 from dataclasses import dataclass
@@ -162,3 +163,23 @@ def base_install(built_wheel, tmp_path_factory) -> BaseInstall:
     python = venv / "bin" / "python"
     _pip("--python", str(python), "install", "-q", str(built_wheel))
     return BaseInstall(python=python, embodyrl=venv / "bin" / "embodyrl", cwd=tmp_path_factory.mktemp("base-cwd"))
+
+
+@pytest.fixture
+def served():
+    """``served(server, serve)``: ``serve(stop)`` runs on a thread of this process until the test ends;
+    then ``server`` is closed."""
+    running = []
+
+    def start(server, serve):
+        stop = threading.Event()
+        thread = threading.Thread(target=serve, args=(stop,), daemon=True)
+        thread.start()
+        running.append((server, stop, thread))
+        return server
+
+    yield start
+    for server, stop, thread in running:
+        stop.set()
+        thread.join(5)
+        server.close()

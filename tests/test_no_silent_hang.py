@@ -73,26 +73,6 @@ def _free_port() -> int:
 
 
 @pytest.fixture
-def served():
-    """``served(server, serve)``: ``serve(stop)`` runs on a thread of this process until the test ends;
-    then ``server`` is closed."""
-    running = []
-
-    def start(server, serve):
-        stop = threading.Event()
-        thread = threading.Thread(target=serve, args=(stop,), daemon=True)
-        thread.start()
-        running.append((server, stop, thread))
-        return server
-
-    yield start
-    for server, stop, thread in running:
-        stop.set()
-        thread.join(5)
-        server.close()
-
-
-@pytest.fixture
 def robot_server(served):
     """A pendulum behind a robot server (keyed with ``keys``)."""
 

@@ -163,24 +163,14 @@ def test_watchdog_stops_the_arm_when_the_actor_dies(server_factory):
 
 
 @pytest.fixture
-def serve_pendulum():
+def serve_pendulum(served):
     """Start RobotServers on threads in this process (fast): the pendulum by default."""
-    running = []
 
     def start(watchdog_s: float = 2.0, driver=None) -> RobotServer:
-        driver = driver or DeviceDriver(pendulum.make_device())
-        server = RobotServer(driver, watchdog_s=watchdog_s)
-        stop = threading.Event()
-        thread = threading.Thread(target=server.serve, args=(stop,), daemon=True)
-        thread.start()
-        running.append((server, stop, thread))
-        return server
+        server = RobotServer(driver or DeviceDriver(pendulum.make_device()), watchdog_s=watchdog_s)
+        return served(server, server.serve)
 
-    yield start
-    for server, stop, thread in running:
-        stop.set()
-        thread.join(5)
-        server.close()
+    return start
 
 
 @pytest.fixture

@@ -67,24 +67,18 @@ class TwoJoints(RobotDriver):
 
 
 @pytest.fixture
-def serve():
-    """Start RobotServers on threads of this process; stop them (and unblock their drivers) after."""
-    running = []
+def serve(served):
+    """Start RobotServers on threads of this process; unblock their drivers, then stop them, after."""
+    started = []
 
     def start(driver: TwoJoints | None = None, **options) -> RobotServer:
         server = RobotServer(driver or TwoJoints(), **options)
-        stop = threading.Event()
-        thread = threading.Thread(target=server.serve, args=(stop,), daemon=True)
-        thread.start()
-        running.append((server, stop, thread))
-        return server
+        started.append(server)
+        return served(server, server.serve)
 
     yield start
-    for server, stop, thread in running:
+    for server in started:  # before ``served`` stops them: a hung driver call returns first
         server.driver.release.set()
-        stop.set()
-        thread.join(5)
-        server.close()
 
 
 class Raw:
