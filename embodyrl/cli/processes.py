@@ -14,6 +14,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
+from typing import NoReturn
 
 import numpy as np
 
@@ -21,14 +22,14 @@ DEBUG_ENV = "EMBODYRL_DEBUG"
 """Set (``embodyrl --debug``): a failing device or driver raises with its traceback instead of one line."""
 
 
-def device_failed(who: str, err: BaseException) -> SystemExit:
-    """One line naming what failed (a driver's fault, an observation off its spec) and exit code 1; with
-    ``embodyrl --debug`` the error itself, traceback and all (re-raise what this returns, or ``err``)."""
+def device_failed(who: str, err: BaseException) -> NoReturn:
+    """Raise ``SystemExit(1)`` after one line naming what failed (a driver's fault, an observation off its
+    spec); with ``embodyrl --debug``, ``err`` itself, traceback and all."""
     if os.environ.get(DEBUG_ENV) == "1":
         raise err
     print(f"embodyrl: {who}: the device failed: {type(err).__name__}: {err} "
           "(embodyrl --debug COMMAND ... shows the traceback)", file=sys.stderr, flush=True)
-    return SystemExit(1)
+    raise SystemExit(1) from None
 
 
 class StopFlag:
@@ -163,7 +164,7 @@ def actor_main(config_dict: dict, endpoint: str, index: int, run_dir: str | None
             raise
         raise Undelivered(str(err), spool) from err
     except Exception as err:  # noqa: BLE001 - a driver's fault or a spec mismatch: one line, not a traceback
-        raise device_failed(f"actor {index}", err) from None
+        device_failed(f"actor {index}", err)
     finally:
         close_parts(teleop, operator)
         if console is not None:
