@@ -105,3 +105,49 @@ def test_actor_killed_and_restarted_resends_its_spool(tmp_path, ctx):
     assert len(rows) == len(set(rows)), "duplicates reached the learner"
     assert (len(rows), digest) == ledger_totals(log)
     assert max(lost_in_transit) <= max(t.seq for t in learner.taken)
+
+
+def test_a_spool_of_one_run_is_kept_when_its_address_now_serves_another(tmp_path):
+    """Another run's learner on the old address has acknowledged higher seqs of the same actor id:
+    its WELCOME must not delete, as acknowledged, batches it never took."""
+    from embodyrl.hal.actor import ActorConfig, ActorLoop
+    from embodyrl.hal.policy import UniformRandomPolicy
+    from embodyrl.hal.wire.client import HandshakeFailed, LearnerLink
+    from embodyrl.hal.wire.protocol import DeviceInfo
+    from embodyrl.hal.wire.spool import Spool
+
+    device, task = envs.make("pendulum")
+    info = DeviceInfo(0, "pendulum", device.observation_spec, device.action_spec)
+
+    def link(endpoint, spool, taken=None):
+        return LearnerLink(endpoint, actor_name="a7", actor_id=7, devices=[info], handshake_timeout_s=20,
+                           spool=spool, on_sent=None if taken is None else lambda seq, steps: taken.append(steps))
+
+    def act(link, steps):
+        ActorLoop(device, task, UniformRandomPolicy(device.action_spec, seed=0), link,
+                  ActorConfig(actor_id=7, send_every=16, random_steps=10**9, seed=0)).run(max_steps=steps)
+        assert link.flush(30)
+
+    port = free_port()
+    with device, ServedLearner(tmp_path / "b", envs.layout("pendulum"), run_id="run-b", incarnation=2) as b:
+        first = link(b.endpoint, Spool())
+        first.connect()
+        act(first, 80)  # run b holds actor 7's seqs 1..5
+        first.close()
+        a = ServedLearner(tmp_path / "a", envs.layout("pendulum"), endpoint=f"tcp://127.0.0.1:{port}",
+                          run_id="run-a", incarnation=1)
+        taken, spool = [], Spool(tmp_path / "spool")
+        ours = link(a.endpoint, spool, taken)
+        ours.connect()
+        act(ours, 32)  # seqs 1, 2: acknowledged by run a
+        a.kill()
+        for steps in list(taken):  # seqs 3, 4: in the spool only
+            ours.send_steps(0, steps)
+        ours.close(send_bye=False)
+        assert Spool(tmp_path / "spool").seqs() == [3, 4]
+        again = link(b.endpoint, Spool(tmp_path / "spool"))
+        with pytest.raises(HandshakeFailed, match="run 'run-b'.*32 rows for run 'run-a'"):
+            again.connect()
+        kept_spool = Spool(tmp_path / "spool")
+        assert kept_spool.seqs() == [3, 4] and kept_spool.rows == 32 and kept_spool.run == "run-a"
+        assert b.read(lambda service: service.data.committed_seq(7)) == 5 and b.rows == 80

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
 import os
 import shutil
 import socket
@@ -163,6 +164,7 @@ def exact_once(ledgers: dict[int, Path], directory) -> dict:
 
 
 CREDIT_QUANTUM = 256
+_RUNS = itertools.count()
 
 
 class LearnerSide:
@@ -187,6 +189,9 @@ class LearnerSide:
         self.publish_every_s, self.weights_bytes, self.capacity = publish_every_s, weights_bytes, capacity
         self.peer_timeout_s, self.commit_interval_s = peer_timeout_s, commit_interval_s
         self.server = self.replay = None
+        self.run_id = f"chaos-{os.getpid()}-{next(_RUNS)}"
+        """Kept across :meth:`crash` and :meth:`start` (one run, restarted); no two sides share it, so an
+        actor left dialling one port that another scenario reuses is refused, not mixed in."""
         self.taken: dict[int, int] = {}
         """actor id -> rows taken into the replay by this object (committed or not; lost in a crash)."""
         self.max_backlog = self.resends_dropped = self.publications = 0
@@ -208,7 +213,7 @@ class LearnerSide:
                                        write_behind_bytes=256 << 10)
         self.incarnation = time.time_ns() // 1_000_000 % (1 << 40)  # each start is a new learner
         kind = DeviceInfo(0, "pendulum", *self.specs)  # the socket's cap from the specs, as the learner's
-        self.server = LearnerServer(self.endpoint, run_id="chaos", incarnation=self.incarnation,
+        self.server = LearnerServer(self.endpoint, run_id=self.run_id, incarnation=self.incarnation,
                                     limits=session_limits([kind], MAX_BATCH_ROWS),
                                     committed_seq=lambda actor: self.replay.committed_seqs.get(actor, 0),
                                     peer_timeout_s=self.peer_timeout_s, keys=self.keys)

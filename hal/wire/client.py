@@ -444,8 +444,9 @@ class LearnerLink:
     def _dispatch(self, msg) -> None:
         f = msg.fields
         if msg.kind == P.ACK:
-            self._acknowledge(P.field(f, "seq", int))
-            self._credits += P.field(f, "credits", int)
+            if self.connected:  # only a WELCOME's run numbers our batches (the next WELCOME repeats a missed ACK)
+                self._acknowledge(P.field(f, "seq", int))
+                self._credits += P.field(f, "credits", int)
         elif msg.kind == P.WEIGHTS:
             self._receive_weights(f, msg.arrays)
         elif msg.kind == P.WELCOME:
@@ -455,7 +456,15 @@ class LearnerLink:
                 self.stats.rejected["protocol"] = self.stats.rejected.get("protocol", 0) + 1
                 return
             committed = P.field(f, "committed_seq", int)
-            self.run_id = P.field(f, "run_id", str)
+            run_id = P.field(f, "run_id", str)
+            if len(self.spool) and self.spool.run not in (None, run_id):
+                # its acknowledgements number another run's batches: they would delete ours unsent
+                self.bye_reason = (f"the learner at {self.endpoint} serves run {run_id!r}; this actor's spool "
+                                   f"holds {self.spool.rows} rows for run {self.spool.run!r}, kept unsent "
+                                   f"(start that run's learner, or move the spool away to join this one)")
+                self.stats.rejected["run"] = self.stats.rejected.get("run", 0) + 1
+                return
+            self.run_id = self.spool.run = run_id
             self.incarnation = P.field(f, "incarnation", int)
             self._credits = P.field(f, "credits", int)
             timeout = f.get("peer_timeout_s")

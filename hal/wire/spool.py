@@ -13,12 +13,14 @@ puts its devices in their safe state) or drops the oldest and counts them
 
 from __future__ import annotations
 
+import contextlib
 import os
 import struct
 from collections import OrderedDict
 from pathlib import Path
 
 _SUFFIX = ".batch"
+_RUN_FILE = "run"
 _COUNT = struct.Struct("<I")
 _LENGTH = struct.Struct("<Q")
 
@@ -45,9 +47,12 @@ class Spool:
         self.bytes_total = 0
         self.dropped_batches = 0
         self.dropped_rows = 0
+        self._run: str | None = None
         if self.directory is not None:
             self.directory.mkdir(parents=True, exist_ok=True)
             self._recover()
+            with contextlib.suppress(FileNotFoundError):
+                self._run = (self.directory / _RUN_FILE).read_text() or None
 
     # -- queries ---------------------------------------------------------
     def __len__(self) -> int:
@@ -97,6 +102,20 @@ class Spool:
     def frames(self, seq: int) -> list[bytes]:
         rows, frames = self._batches[seq]
         return frames if frames is not None else self._read(seq)[1]
+
+    @property
+    def run(self) -> str | None:
+        """The run whose learner numbered these batches (its WELCOME's ``run_id``; kept beside the
+        batches): another run's acknowledgements say nothing about them."""
+        return self._run
+
+    @run.setter
+    def run(self, run_id: str) -> None:
+        if run_id != self._run and self.directory is not None:
+            tmp = self.directory / f".{_RUN_FILE}.tmp"
+            tmp.write_text(run_id)
+            os.replace(tmp, self.directory / _RUN_FILE)
+        self._run = run_id
 
     # -- changes ---------------------------------------------------------
     def push(self, seq: int, rows: int, frames: list) -> None:
