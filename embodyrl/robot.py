@@ -12,7 +12,9 @@ train``, ``learner``, ``actor``, ``eval``, ``export``, ``record``) into a
   with its CurveZMQ keys), the task (a factory, or a reward of
   :class:`~embodyrl.hal.rewards.Shaped` terms and
   :class:`~embodyrl.hal.rewards.Success` conditions), the control rate and
-  episode length, the reset mode, the safety limits and the camera fields
+  episode length, the reset mode, the safety limits, the camera fields and,
+  for a joint-space arm, end-effector actions (``end_effector:``, through
+  :class:`~embodyrl.hal.end_effector.EndEffectorDevice`)
   (docs/robots.md shows a complete one, ``examples/robots/arm.yaml``), or a
   learnt success classifier of camera frames (``task.reward: classifier:DIR``,
   written by ``embodyrl reward train``; :class:`ClassifierTask`);
@@ -362,7 +364,7 @@ def _shown(value) -> str:
     return "nothing" if value is None else repr(value)
 
 
-TOP = ("name", "device", "task", "control", "reset", "safety", "cameras", "reward_only")
+TOP = ("name", "device", "end_effector", "task", "control", "reset", "safety", "cameras", "reward_only")
 
 
 def _load_file(source: str, file: dict | None = None) -> _Part:
@@ -395,6 +397,7 @@ def _load_file(source: str, file: dict | None = None) -> _Part:
             r.fail(f"reward_only[{i}]", f"{field_name!r} is in cameras too: the policy reads a camera field, so "
                                         "it is not reward-only")
     make_device = _device(r, data["device"])
+    end_effector = _end_effector(r, data["end_effector"]) if "end_effector" in data else None
     make_task = _task(r, data["task"], name, steps)
     reward_bound = REWARD_BOUND
     if isinstance(data["task"], dict) and "reward_bound" in data["task"]:
@@ -408,10 +411,18 @@ def _load_file(source: str, file: dict | None = None) -> _Part:
 
     def build() -> tuple[Device, Task]:
         device = make_device()
+        if end_effector is not None:
+            from .hal.end_effector import EndEffectorConfig, EndEffectorDevice
+
+            try:
+                device = EndEffectorDevice(device, EndEffectorConfig(**end_effector))
+            except (ValueError, FileNotFoundError) as err:
+                _release(device)
+                r.fail("end_effector", str(err))
         try:
             safe = SafeDevice(device, safety)
         except ValueError as err:
-            device.close()
+            _release(device)
             r.fail("safety", str(err))
         if rate_hz is not None:
             safe.control_period_s = 1.0 / rate_hz
@@ -483,6 +494,82 @@ def _device(r: _Reader, value) -> Callable[[], Device]:
             r.fail(where, f"{err} (is the robot server running there, with this actor's key authorised?)")
         return device
     return made
+
+
+def _end_effector(r: _Reader, value) -> dict:
+    """``end_effector:``, the arguments of :class:`~embodyrl.hal.end_effector.EndEffectorConfig`: the
+    device's joints driven by end-effector moves through IK (MuJoCo is imported only to build it)."""
+    at = "end_effector"
+    data = r.mapping(value, at, ("model", "site", "joints", "joint_positions", "joint_velocities", "workspace",
+                                 "max_step_m", "max_turn_rad", "command", "pd", "gripper", "rest", "joint_limits"),
+                     ("model", "site", "workspace"))
+    box = r.mapping(data["workspace"], f"{at}.workspace", ("low", "high"), ("low", "high"))
+    low, high = (r.numbers(box[k], f"{at}.workspace.{k}") for k in ("low", "high"))
+    if not (isinstance(low, tuple) and isinstance(high, tuple) and len(low) == len(high) == 3):
+        r.fail(f"{at}.workspace", f"low and high are three numbers each (x, y, z in metres), got {low} and {high}")
+    if np.any(np.asarray(low) > np.asarray(high)):
+        r.fail(f"{at}.workspace", f"low {low} is above high {high}")
+    config = {"model": str(_model_path(r, data["model"], f"{at}.model")), "site": r.text(data["site"], f"{at}.site"),
+              "workspace_low": low, "workspace_high": high}
+    if "joints" in data:
+        config["joints"] = tuple(r.names(data["joints"], f"{at}.joints"))
+    for key in ("joint_positions", "joint_velocities"):
+        if key in data:
+            config[key] = r.observed(r.text(data[key], f"{at}.{key}"), f"{at}.{key}")
+    for key in ("max_step_m", "max_turn_rad"):
+        if key in data:
+            config[key] = r.number(data[key], f"{at}.{key}", positive=True)
+    if "command" in data:
+        config["command"] = data["command"]
+        if data["command"] not in ("torque", "position"):
+            r.fail(f"{at}.command", f"expected torque (a joint PD here) or position (the arm's own), got "
+                                    f"{_shown(data['command'])}")
+    if "pd" in data:
+        if config.get("command") == "position":
+            r.fail(f"{at}.pd", "gains belong to command: torque (with position the arm runs its own controller)")
+        pd = r.mapping(data["pd"], f"{at}.pd", ("kp", "kd", "substeps", "gravity_compensation"))
+        for key in ("kp", "kd"):
+            if key in pd:
+                config[key] = r.numbers(pd[key], f"{at}.pd.{key}")
+        if "substeps" in pd:
+            config["substeps"] = r.integer(pd["substeps"], f"{at}.pd.substeps", 1)
+        if "gravity_compensation" in pd:
+            config["gravity_compensation"] = r.boolean(pd["gravity_compensation"], f"{at}.pd.gravity_compensation")
+    if "gripper" in data:
+        config["gripper"] = r.integer(data["gripper"], f"{at}.gripper")
+    if "rest" in data:
+        rest = r.numbers(data["rest"], f"{at}.rest")
+        config["rest"] = rest if isinstance(rest, tuple) else (rest,)
+    if "joint_limits" in data:
+        limits = r.mapping(data["joint_limits"], f"{at}.joint_limits", tuple(data["joint_limits"] or ()))
+        config["joint_limits"] = tuple((name, *_pair(r, bounds, f"{at}.joint_limits.{name}"))
+                                       for name, bounds in limits.items())
+    return config
+
+
+def _model_path(r: _Reader, value, where: str) -> Path:
+    """A file path (relative to the robot file), or ``package:relative/path`` inside an installed
+    package (``embodyrl.envs:assets/arm7.xml``), so a copied robot file still finds a shipped model."""
+    text = r.text(value, where)
+    found = re.match(r"^([A-Za-z_][\w.]*):(?!//)(.+)$", text)
+    if found is None or Path(text).expanduser().exists():
+        return r.path(text, where)
+    from importlib import resources
+
+    try:
+        path = Path(str(resources.files(found.group(1)).joinpath(found.group(2))))
+    except ModuleNotFoundError:
+        r.fail(where, f"no package {found.group(1)!r} (package:relative/path) and no file {text!r}")
+    if not path.is_file():
+        r.fail(where, f"no file {found.group(2)!r} in package {found.group(1)}")
+    return path
+
+
+def _pair(r: _Reader, value, where: str) -> tuple[float, float]:
+    bounds = r.numbers(value, where)
+    if not isinstance(bounds, tuple) or len(bounds) != 2 or bounds[0] > bounds[1]:
+        r.fail(where, f"expected [low, high], got {_shown(value)}")
+    return bounds
 
 
 _TERMS = ("distance", "norm", "squared", "value", "function")

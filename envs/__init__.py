@@ -2,7 +2,8 @@
 
 ``make(name)`` returns a ``(device, task)`` pair for a task name:
 
-* a registered task (``names()``: pendulum, arm_reach, arm_push, pendulum_pixels,
+* a registered task (``names()``: pendulum, arm_reach, arm_reach_ee (the same reach in end-effector
+  moves), arm_push, pendulum_pixels,
   pendulum_pixels_stacked, halfcheetah);
 * ``gym:ID``, any Gymnasium id with a ``Box`` action space, driven through
   :mod:`embodyrl.hal.drivers.gymnasium` (``gym:Pendulum-v1``,
@@ -34,6 +35,7 @@ from importlib import import_module
 _REGISTRY: dict[str, str] = {
     "pendulum": "embodyrl.envs.pendulum:make",
     "arm_reach": "embodyrl.envs.arm:make",
+    "arm_reach_ee": "embodyrl.envs.arm:make_ee",
     "arm_push": "embodyrl.envs.arm_push:make",
     "pendulum_pixels": "embodyrl.envs.pixels:make",
     "pendulum_pixels_stacked": "embodyrl.envs.pixels:make_stacked",
@@ -46,6 +48,7 @@ GYM_PREFIX = "gym:"
 GYMNASIUM_IDS: dict[str, tuple[str, int]] = {
     "pendulum": ("embodyrl/Pendulum-v0", 200),
     "arm_reach": ("embodyrl/ArmReach-v0", 250),
+    "arm_reach_ee": ("embodyrl/ArmReachEE-v0", 250),
     "arm_push": ("embodyrl/ArmPush-v0", 50),
     "pendulum_pixels": ("embodyrl/PendulumPixels-v0", 200),
     "pendulum_pixels_stacked": ("embodyrl/PendulumPixelsStacked-v0", 200),

@@ -64,16 +64,52 @@ class Reach(Task):
                 "success": self.success(last, None, last)}
 
 
-def make_device(config: ArmConfig = ArmConfig()):
+def make_device(config: ArmConfig = ArmConfig(), *, control_substeps: int | None = None):
+    """The simulated arm, driven by joint torques; ``control_substeps`` physics steps per control
+    period (default: the config's)."""
     from ..hal.drivers.mujoco import MujocoDevice
 
     def reset(model, data, rng):
         data.qpos[:] = rng.uniform(-config.joint_noise_rad, config.joint_noise_rad, model.nq)
         data.mocap_pos[0] = rng.uniform([0.3, -0.3, 0.3], [0.6, 0.3, 0.8])
 
-    return MujocoDevice(ASSET, control_substeps=config.control_substeps, reset_fn=reset)
+    substeps = config.control_substeps if control_substeps is None else control_substeps
+    return MujocoDevice(ASSET, control_substeps=substeps, reset_fn=reset)
 
 
 def make(config: ArmConfig = ArmConfig()):
     device = make_device(config)
     return device, Reach(config, torque_limits=device.action_spec.maximum)
+
+
+PD_SUBSTEPS = 5
+"""Joint PD steps per end-effector action: the PD at 250 Hz, the policy at 50 Hz as in the joint task."""
+END_EFFECTOR = dict(
+    model=str(ASSET), site="ee", workspace_low=(-0.2, -0.6, 0.15), workspace_high=(0.8, 0.6, 1.4),
+    max_step_m=0.03, kp=(600.0, 600.0, 300.0, 300.0, 60.0, 60.0, 30.0), kd=(40.0, 40.0, 20.0, 20.0, 4.0, 4.0, 2.0),
+    substeps=PD_SUBSTEPS, rest=(0.0, 0.4, 0.0, -1.2, 0.0, 0.8, 0.0), joint_limits=(("j4", -1.6, 0.1), ("j6", -2.0, 2.0)))
+"""The end-effector layer of the reach arm (``examples/robots/arm_ee.yaml`` declares the same): the hand
+moves up to 3 cm per 20 ms period inside a box around the targets' region; the elbow and wrist bend
+at most as far as the links clear each other (further, IK's answer folds the arm into itself)."""
+
+
+def make_ee_device(config: ArmConfig = ArmConfig()):
+    """The arm driven by end-effector moves (:class:`~embodyrl.hal.end_effector.EndEffectorDevice`)."""
+    from ..hal.end_effector import EndEffectorConfig, EndEffectorDevice
+
+    if config.control_substeps % PD_SUBSTEPS:
+        raise ValueError(f"control_substeps {config.control_substeps} is not a multiple of {PD_SUBSTEPS}")
+    inner = make_device(config, control_substeps=config.control_substeps // PD_SUBSTEPS)
+    return EndEffectorDevice(inner, EndEffectorConfig(**END_EFFECTOR))
+
+
+def make_ee(config: ArmConfig = ArmConfig()):
+    """Reaching with end-effector moves: the same arm, targets, reward and success as :func:`make`."""
+    return make_ee_device(config), Reach(config, torque_limits=np.ones(3))  # effort: the squared moves
+
+
+def expert(observation, step: int = 0) -> np.ndarray:
+    """A scripted expert for the end-effector reach (``script:embodyrl.envs.arm:expert``): the
+    hand straight at the target, at full speed until the last few centimetres."""
+    offset = np.asarray(observation["target_pos"], np.float64) - np.asarray(observation["ee_pos"], np.float64)
+    return np.clip(offset / END_EFFECTOR["max_step_m"], -1.0, 1.0).astype(np.float32)

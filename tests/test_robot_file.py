@@ -140,7 +140,7 @@ def test_a_robot_file_with_a_task_factory_and_sparse_rewards(tmp_path):
 
 BAD = [
     ({"task.reward.terms.1.weight": "x"}, "task.reward.terms[1].weight: expected a number, got 'x'"),
-    ({"colour": "red"}, "colour: unknown field; known: name, device, task"),
+    ({"colour": "red"}, "colour: unknown field; known: name, device, end_effector, task"),
     ({"device": _DROP}, "device: missing"),
     ({"device.endpoint": "tcp://127.0.0.1:5556"}, "device: give exactly one of factory, endpoint; got factory, endpoint"),
     ({"device.factory": "no_such_module:make"}, "device.factory: cannot import 'no_such_module'"),
