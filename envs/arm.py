@@ -13,6 +13,7 @@ effector within 5 cm of the target at its end.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -113,3 +114,28 @@ def expert(observation, step: int = 0) -> np.ndarray:
     hand straight at the target, at full speed until the last few centimetres."""
     offset = np.asarray(observation["target_pos"], np.float64) - np.asarray(observation["ee_pos"], np.float64)
     return np.clip(offset / END_EFFECTOR["max_step_m"], -1.0, 1.0).astype(np.float32)
+
+
+_JOINT_EXPERT_GAINS = (0.4, 0.6)
+"""The expert's PD gains as fractions of the end-effector layer's: its torque is held for the whole
+20 ms period (the layer's PD runs five times in it), so it must be gentler."""
+
+
+@functools.cache
+def _expert_arm():
+    from ..hal.kinematics import ArmModel
+
+    return ArmModel(ASSET, "ee", rest=END_EFFECTOR["rest"],
+                    limits={name: (low, high) for name, low, high in END_EFFECTOR["joint_limits"]})
+
+
+def joint_expert(observation, step: int = 0) -> np.ndarray:
+    """A scripted expert for the joint-torque reach (``script:embodyrl.envs.arm:joint_expert``, also
+    for ``examples/robots/arm.yaml``): :func:`expert`'s hand move, through IK, as joint torques of a PD
+    plus gravity compensation (clipped to the motors' ranges by the device)."""
+    arm = _expert_arm()
+    q, dq = np.asarray(observation["qpos"], np.float64), np.asarray(observation["qvel"], np.float64)
+    target = np.asarray(observation["ee_pos"], np.float64) + expert(observation) * END_EFFECTOR["max_step_m"]
+    q_target = arm.solve(q, target, iterations=20).q
+    kp, kd = (np.asarray(END_EFFECTOR[k]) * g for k, g in zip(("kp", "kd"), _JOINT_EXPERT_GAINS, strict=True))
+    return (kp * (q_target - q) - kd * dq + arm.gravity(q)).astype(np.float32)

@@ -43,7 +43,7 @@ class Plan:
 
     @classmethod
     def quick(cls) -> Plan:
-        return cls(steps=1_200, points=2, seeds=(0,), episodes=2)
+        return cls(steps=400, points=1, seeds=(0,), episodes=1)
 
 
 def run_dir(out: Path, variant: str, seed: int) -> Path:

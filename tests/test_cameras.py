@@ -86,5 +86,9 @@ def test_driver_benchmark_quick_reports_finite_figures():
     result = drivers.run(quick=True)
     for key in ("render_steps_per_s", "render_effects_steps_per_s", "state_steps_per_s", "render_ratio",
                 "remote_steps_per_s", "local_steps_per_s", "remote_ratio",
-                "numpy_actions_per_s", "jax_actions_per_s", "runtime_ratio"):
+                "numpy_actions_per_s", "jax_actions_per_s", "runtime_ratio",
+                "ee_steps_per_s", "joint_steps_per_s", "ee_step_ratio", "ik_near_solve_ms"):
         assert np.isfinite(result[key]) and result[key] > 0, key
+    for key in ("ik_near", "ik_far", "ik_pose"):
+        assert 0.5 <= result[f"{key}_converged"] <= 1 and 0 <= result[f"{key}_error_m_p50"] < 1e-4, key
+    assert result["ik_within_limits"] is True

@@ -153,16 +153,18 @@ def test_a_person_at_the_keyboard_moves_the_hand_not_a_joint():
         os.close(write)
 
 
-def test_a_scripted_person_steers_the_hand_to_every_target(tmp_path):
+@pytest.mark.parametrize(("task", "expert_name", "width"), [("arm_reach_ee", "expert", 3), ("arm_reach", "joint_expert", 7)])
+def test_a_scripted_person_steers_the_hand_to_every_target(tmp_path, task, expert_name, width):
+    """The reach's scripted experts, moving the hand or the joints, as ``embodyrl record`` drives them."""
     out = tmp_path / "demos"
-    done = in_process("record", "arm_reach_ee", "--teleop", "script:embodyrl.envs.arm:expert", "--episodes", "5",
+    done = in_process("record", task, "--teleop", f"script:embodyrl.envs.arm:{expert_name}", "--episodes", "5",
                       "--out", str(out), "--unpaced")
     assert done.returncode == 0, done.stderr
     summary = in_process("demos", str(out), "--json")
     assert json.loads(summary.stdout)["success_rate"] == 1.0  # the task's own success: within 5 cm at the end
     for path in sorted(out.glob("*.npz")):
         with np.load(path, allow_pickle=False) as data:
-            assert data["action"].shape[1] == 3 and np.abs(data["action"]).max() <= 1.0
+            assert data["action"].shape[1] == width
             final = data[OBS + "ee_pos"][-1] - data[OBS + "target_pos"][-1]
             assert np.linalg.norm(final) < 0.05
 
@@ -195,3 +197,28 @@ def test_a_wrong_end_effector_section_is_refused_by_field(tmp_path, change, mess
     path.write_text(yaml.safe_dump(data))
     with pytest.raises(RobotFileError, match=message):
         robot.load(str(path)).layout()
+
+
+def test_the_quick_experiment_writes_every_key_keeps_its_runs_and_resumes_without_redoing_work(tmp_path):
+    """``examples/ee_reach.py --quick``: both variants through ``embodyrl train`` and evaluation, tiny."""
+    import subprocess
+    import sys
+
+    from embodyrl.runlog import has_artifacts
+
+    command = [sys.executable, str(ROBOTS.parent / "ee_reach.py"), "--out", str(tmp_path / "out"), "--quick",
+               "--keep", str(tmp_path / "kept")]
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert set(result["variants"]) == {"joint", "end_effector"} and result["wall_s"] > 0
+    for variant in result["variants"].values():
+        assert len(variant["steps"]) == 1 and variant["steps"][0] >= 400
+        for key in ("success_rate", "final_distance"):
+            assert len(variant[key]) == 1 and set(variant[f"{key}_by_seed"]) == {"0"}
+        assert 0.0 <= variant["success_rate"][0] <= 1.0 and variant["final_distance"][0] > 0
+    for name in ("plan.json", "results.json", "ee_reach.png", "progress/joint-s0.json", "progress/end_effector-s0.json"):
+        assert (tmp_path / "kept" / name).is_file(), name
+    assert all(has_artifacts(tmp_path / "kept" / "runs" / run) for run in ("joint-s0", "end_effector-s0"))
+    again = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0 and "success" not in again.stdout.split("{")[0]  # nothing trained again

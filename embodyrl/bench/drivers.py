@@ -8,6 +8,11 @@
   the same MuJoCo arm directly.
 * ``runtime``: one action from the exported policy in numpy against the
   jitted JAX policy (256x256 MLP, pendulum specs, no exploration).
+* ``end_effector``: the 7-joint arm's control steps per second moved by its hand
+  (``arm_reach_ee``: IK and five PD steps per 20 ms period) against joint torques
+  (``arm_reach``, the same period); and IK on the arm's model: how often it converges
+  (to 0.1 mm) for a 2 cm move from a reachable pose, for a far point from the rest posture
+  and for a full pose, its errors, and the time of one solve.
 
 Figures are medians over repeats; ratios are real / baseline.
 """
@@ -98,5 +103,44 @@ def _runtime(quick: bool) -> dict:
             "runtime_ratio": numpy_rate / jax_rate}
 
 
+def _end_effector(quick: bool) -> dict:
+    from .. import envs
+    from ..envs.arm import ASSET, END_EFFECTOR
+    from ..hal.kinematics import ArmModel
+
+    n, repeats, poses = (20, 2, 20) if quick else (500, 5, 500)
+    out = {}
+    for key, name in (("ee_steps_per_s", "arm_reach_ee"), ("joint_steps_per_s", "arm_reach")):
+        device, _ = envs.make(name)
+        rng = np.random.default_rng(0)
+        with device:
+            device.reset(seed=0)
+            spec = device.action_spec
+            actions = rng.uniform(spec.minimum, spec.maximum, (n, *spec.shape)).astype(spec.dtype) * 0.3
+            it = iter(np.tile(actions, (repeats + 1, 1)))
+            out[key] = _median_rate(lambda d=device, a=it: d.step(next(a)), n, repeats)
+    out["ee_step_ratio"] = out["ee_steps_per_s"] / out["joint_steps_per_s"]
+    arm = ArmModel(ASSET, "ee", rest=END_EFFECTOR["rest"],
+                   limits={name: (low, high) for name, low, high in END_EFFECTOR["joint_limits"]})
+    rng = np.random.default_rng(0)
+    span = arm.upper - arm.lower
+    qs = rng.uniform(arm.lower + 0.1 * span, arm.upper - 0.1 * span, (poses, arm.dof))
+    targets = [arm.forward(q) for q in qs]
+    moves = rng.normal(size=(poses, 3))
+    moves *= 0.02 / np.linalg.norm(moves, axis=1, keepdims=True)
+    start = time.perf_counter()
+    near = [arm.solve(q, position + move) for q, (position, _), move in zip(qs, targets, moves, strict=True)]
+    out["ik_near_solve_ms"] = (time.perf_counter() - start) / poses * 1e3
+    far = [arm.solve(arm.rest, position, iterations=100) for position, _ in targets]
+    pose = [arm.solve(arm.rest, position, rotation, iterations=200) for position, rotation in targets[:poses // 5]]
+    for key, results in (("ik_near", near), ("ik_far", far), ("ik_pose", pose)):
+        errors = np.array([r.position_error_m for r in results])
+        out[f"{key}_converged"] = float(np.mean([r.converged for r in results]))
+        out[f"{key}_error_m_p50"], out[f"{key}_error_m_p95"] = (float(v) for v in np.percentile(errors, [50, 95]))
+    out["ik_pose_orientation_error_rad_p95"] = float(np.percentile([r.orientation_error_rad for r in pose], 95))
+    out["ik_within_limits"] = all(((r.q >= arm.lower) & (r.q <= arm.upper)).all() for r in (*near, *far, *pose))
+    return out
+
+
 def run(quick: bool = False) -> dict:
-    return {**_render(quick), **_remote(quick), **_runtime(quick)}
+    return {**_render(quick), **_remote(quick), **_runtime(quick), **_end_effector(quick)}
