@@ -27,7 +27,6 @@ from pathlib import Path
 import numpy as np
 
 from .device import Device, Health
-from .kinematics import ArmModel
 from .specs import ArraySpec, DictSpec
 
 EE_FIELD = "ee_pos"
@@ -78,6 +77,8 @@ class EndEffectorDevice(Device):
             raise ValueError(f"command: {config.command!r}, expected one of {', '.join(COMMANDS)}")
         if config.substeps < 1 or config.max_step_m <= 0:
             raise ValueError("substeps must be >= 1 and max_step_m > 0")
+        from .kinematics import ArmModel  # MuJoCo (the mujoco extra): only to build one
+
         self.inner, self.config = inner, config
         self.arm = ArmModel(config.model, config.site, config.joints, config.rest,
                             {name: (low, high) for name, low, high in config.joint_limits})

@@ -33,6 +33,7 @@ LAZY = {
 
 MODULE_LEVEL = {
     ("drivers/mujoco.py", "mujoco"): "the MuJoCo driver is MuJoCo (the mujoco extra)",
+    ("kinematics.py", "mujoco"): "an arm's kinematics from its MJCF or URDF, computed by MuJoCo (the mujoco extra)",
     ("drivers/gymnasium.py", "gymnasium"): "drives a Gymnasium env (the gym extra)",
     ("gym_env.py", "gymnasium"): "a device and task as a Gymnasium env (the gym extra)",
     ("testing.py", "pytest"): "the device conformance suite, which pytest runs",
@@ -42,6 +43,7 @@ MODULE_LEVEL = {
 BLOCKED = ("jax", "flax", "optax", "mujoco")
 NOT_IMPORTED_WITH_BLOCKED = {
     "embodyrl.hal.drivers.mujoco": "the MuJoCo driver imports MuJoCo at its top",
+    "embodyrl.hal.kinematics": "the arm's kinematics are MuJoCo's (end_effector.py imports it only to build a device)",
 }
 """Modules that cannot be imported while MuJoCo is blocked, and why."""
 
