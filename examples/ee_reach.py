@@ -14,8 +14,8 @@ the episode's end); only the action differs. Each variant and seed trains with `
 in segments (``--resume`` between them) and, after each, its saved policy runs ``--episodes``
 seeded evaluation episodes (the same seeds for both variants). Each run's evaluations are
 written to ``progress/`` as they happen, so the same command resumes an interrupted
-experiment; with ``--keep`` each finished run's config, summary and metrics are copied there
-beside the plot.
+experiment; with ``--keep DIR`` each finished run's config, summary and metrics are copied to
+DIR and the plot to DIR.png.
 """
 
 from __future__ import annotations
@@ -148,15 +148,16 @@ def run(out: Path, plan: Plan, kept: Path | None = None, only: tuple[str, ...] =
     plot(final, out / "ee_reach.png")
     if kept is not None:
         (kept / "progress").mkdir(parents=True, exist_ok=True)
-        for name in ("plan.json", "results.json", "ee_reach.png", *(f"progress/{p.name}" for p in (out / "progress").glob("*.json"))):
+        for name in ("plan.json", "results.json", *(f"progress/{p.name}" for p in (out / "progress").glob("*.json"))):
             (kept / name).write_bytes((out / name).read_bytes())
+        kept.with_suffix(".png").write_bytes((out / "ee_reach.png").read_bytes())  # the figure beside its runs
     return final
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--keep", type=Path, help="copy each finished run's artifacts, the results and the plot here")
+    parser.add_argument("--keep", type=Path, help="copy each finished run's artifacts and the results here, the plot beside it")
     parser.add_argument("--quick", action="store_true", help="a tiny plan that checks the steps, not the learning")
     parser.add_argument("--only", choices=tuple(VARIANTS), help="one variant (a second process runs the other)")
     args = parser.parse_args(argv)

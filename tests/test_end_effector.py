@@ -217,8 +217,9 @@ def test_the_quick_experiment_writes_every_key_keeps_its_runs_and_resumes_withou
         for key in ("success_rate", "final_distance"):
             assert len(variant[key]) == 1 and set(variant[f"{key}_by_seed"]) == {"0"}
         assert 0.0 <= variant["success_rate"][0] <= 1.0 and variant["final_distance"][0] > 0
-    for name in ("plan.json", "results.json", "ee_reach.png", "progress/joint-s0.json", "progress/end_effector-s0.json"):
+    for name in ("plan.json", "results.json", "progress/joint-s0.json", "progress/end_effector-s0.json"):
         assert (tmp_path / "kept" / name).is_file(), name
+    assert (tmp_path / "kept.png").is_file()
     assert all(has_artifacts(tmp_path / "kept" / "runs" / run) for run in ("joint-s0", "end_effector-s0"))
     again = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0 and "success" not in again.stdout.split("{")[0]  # nothing trained again
