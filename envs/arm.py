@@ -121,12 +121,15 @@ _JOINT_EXPERT_GAINS = (0.4, 0.6)
 20 ms period (the layer's PD runs five times in it), so it must be gentler."""
 
 
-@functools.cache
-def _expert_arm():
+def arm_model():
+    """The arm's kinematics as the end-effector layer sees them: its rest posture and soft limits."""
     from ..hal.kinematics import ArmModel
 
     return ArmModel(ASSET, "ee", rest=END_EFFECTOR["rest"],
                     limits={name: (low, high) for name, low, high in END_EFFECTOR["joint_limits"]})
+
+
+_expert_arm = functools.cache(arm_model)
 
 
 def joint_expert(observation, step: int = 0) -> np.ndarray:

@@ -89,10 +89,8 @@ class EndEffectorDevice(Device):
             raise ValueError(f"the inner device takes {spec.shape[0]} action elements; the model's arm has {n} "
                              f"joints{' plus a gripper' if config.gripper is not None else ''}")
         self._joint_elements = np.array(joint_elements)
-        low = spec.minimum if spec.minimum is not None else np.full(spec.shape, -np.inf)
-        high = spec.maximum if spec.maximum is not None else np.full(spec.shape, np.inf)
-        self._low, self._high = np.asarray(low, np.float64), np.asarray(high, np.float64)
-        if config.gripper is not None and not np.isfinite([low[config.gripper], high[config.gripper]]).all():
+        self._low, self._high = (np.asarray(bound, np.float64) for bound in spec.limits)
+        if config.gripper is not None and not np.isfinite([self._low[config.gripper], self._high[config.gripper]]).all():
             raise ValueError(f"gripper: action element {config.gripper} has no finite range to map [-1, 1] onto")
         self._kp = np.broadcast_to(np.asarray(config.kp, np.float64), (n,))
         self._kd = np.broadcast_to(np.asarray(config.kd, np.float64), (n,))
@@ -112,6 +110,8 @@ class EndEffectorDevice(Device):
         self.control_period_s = inner.control_period_s * config.substeps
         self.safe_action = np.zeros(size, np.float32)
         self._observation: dict[str, np.ndarray] | None = None
+        self._hand: tuple[np.ndarray, np.ndarray] | None = None
+        """The hand's (position, rotation) at ``_observation``, once computed."""
         self.last_target: np.ndarray | None = None
         """The hand position the last step commanded (inside the workspace box)."""
 
@@ -124,11 +124,12 @@ class EndEffectorDevice(Device):
         return q, dq
 
     def _observed(self, observation) -> dict[str, np.ndarray]:
+        """The observation returned, and the hand's pose in it (the next step moves from there)."""
         self._observation = observation
+        self._hand = self.arm.forward(self._joints(observation)[0])
         if not self._adds_ee:
             return observation
-        position, _ = self.arm.forward(self._joints(observation)[0])
-        return {**observation, EE_FIELD: position.astype(np.float32)}
+        return {**observation, EE_FIELD: self._hand[0].astype(np.float32)}
 
     # -- Device hooks ------------------------------------------------------------------
     def _connect(self) -> None:
@@ -144,7 +145,7 @@ class EndEffectorDevice(Device):
     def _step(self, action: np.ndarray) -> dict[str, np.ndarray]:
         config = self.config
         q, _ = self._joints(self._observation)
-        position, rotation = self.arm.forward(q)
+        position, rotation = self._hand if self._hand is not None else self.arm.forward(q)
         target = np.clip(position + np.clip(action[:3], -1, 1) * config.max_step_m, *self._box)
         target_rotation = None
         if config.max_turn_rad is not None:
@@ -168,7 +169,7 @@ class EndEffectorDevice(Device):
                 command[self._joint_elements] = torque
             command = np.clip(command, self._low, self._high)
             observation = self.inner.step(command.astype(self.inner.action_spec.dtype))
-            self._observation = observation
+            self._observation, self._hand = observation, None  # a fault before the last substep keeps this one
         return self._observed(observation)
 
     def _health(self) -> Health:

@@ -93,8 +93,7 @@ class SafeDevice(Device):
         self.observation_spec = device.observation_spec
         self.action_spec = spec = device.action_spec
         self.control_period_s = device.control_period_s
-        self._low = spec.minimum if spec.minimum is not None else np.full(spec.shape, -np.inf)
-        self._high = spec.maximum if spec.maximum is not None else np.full(spec.shape, np.inf)
+        self._low, self._high = spec.limits
         self._bounded = bool(np.isfinite(self._low).any() or np.isfinite(self._high).any())
         self._dtype = spec.dtype
         self._direct = type(device).step is Device.step

@@ -65,6 +65,12 @@ class ArraySpec:
         return self.minimum is not None and self.maximum is not None
 
     @property
+    def limits(self) -> tuple[np.ndarray, np.ndarray]:
+        """(minimum, maximum), each -inf / +inf where the spec has no bound."""
+        return (self.minimum if self.minimum is not None else np.full(self.shape, -np.inf),
+                self.maximum if self.maximum is not None else np.full(self.shape, np.inf))
+
+    @property
     def size(self) -> int:
         return int(np.prod(self.shape, dtype=np.int64))
 

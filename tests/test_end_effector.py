@@ -13,7 +13,7 @@ import yaml
 from cli_helpers import in_process
 
 from embodyrl import envs, robot
-from embodyrl.envs.arm import ASSET, END_EFFECTOR, expert
+from embodyrl.envs.arm import ASSET, END_EFFECTOR, arm_model, expert
 from embodyrl.hal.drivers.mujoco import MujocoDevice
 from embodyrl.hal.end_effector import EndEffectorConfig, EndEffectorDevice
 from embodyrl.hal.kinematics import ArmModel
@@ -23,12 +23,11 @@ from embodyrl.hal.testing import DeviceConformance
 from embodyrl.robot import RobotFileError
 
 ROBOTS = Path(__file__).resolve().parents[1] / "examples" / "robots"
-LIMITS = {name: (low, high) for name, low, high in END_EFFECTOR["joint_limits"]}
 
 
 @pytest.fixture(scope="module")
 def arm():
-    return ArmModel(ASSET, "ee", rest=END_EFFECTOR["rest"], limits=LIMITS)
+    return arm_model()
 
 
 def reachable(arm, rng, n):

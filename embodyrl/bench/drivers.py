@@ -19,6 +19,7 @@ Figures are medians over repeats; ratios are real / baseline.
 
 from __future__ import annotations
 
+import itertools
 import statistics
 import threading
 import time
@@ -105,8 +106,7 @@ def _runtime(quick: bool) -> dict:
 
 def _end_effector(quick: bool) -> dict:
     from .. import envs
-    from ..envs.arm import ASSET, END_EFFECTOR
-    from ..hal.kinematics import ArmModel
+    from ..envs.arm import arm_model
 
     n, repeats, poses = (20, 2, 20) if quick else (500, 5, 500)
     out = {}
@@ -117,11 +117,10 @@ def _end_effector(quick: bool) -> dict:
             device.reset(seed=0)
             spec = device.action_spec
             actions = rng.uniform(spec.minimum, spec.maximum, (n, *spec.shape)).astype(spec.dtype) * 0.3
-            it = iter(np.tile(actions, (repeats + 1, 1)))
-            out[key] = _median_rate(lambda d=device, a=it: d.step(next(a)), n, repeats)
+            cycle = itertools.cycle(actions)
+            out[key] = _median_rate(lambda d=device, a=cycle: d.step(next(a)), n, repeats)
     out["ee_step_ratio"] = out["ee_steps_per_s"] / out["joint_steps_per_s"]
-    arm = ArmModel(ASSET, "ee", rest=END_EFFECTOR["rest"],
-                   limits={name: (low, high) for name, low, high in END_EFFECTOR["joint_limits"]})
+    arm = arm_model()
     rng = np.random.default_rng(0)
     span = arm.upper - arm.lower
     qs = rng.uniform(arm.lower + 0.1 * span, arm.upper - 0.1 * span, (poses, arm.dof))
