@@ -70,6 +70,8 @@ ACTION = "action"
 """In a reward term, the action a_t rather than an observation field."""
 CLASSIFIER = "classifier:"
 """``task.reward: classifier:DIR``: the reward is a success classifier's verdict."""
+PERSON = "person"
+"""``task.reward: person``: the reward is the person's success label at each episode's end."""
 
 _FACTORY = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 
@@ -99,6 +101,8 @@ class _Part:
     ``sha256`` by file name)."""
     reward_bound: float = REWARD_BOUND
     """The largest |reward| its task pays (``task.reward_bound``, or a built-in task's own)."""
+    teleop: str = ""
+    """The person's input device the file names (``teleop:``, a ``--teleop`` source); empty: none."""
 
 
 @dataclass(frozen=True)
@@ -121,6 +125,11 @@ class Robot:
     def names(self) -> tuple[str, ...]:
         """The device kinds' names, in device-id order."""
         return tuple(part.name for part in self.parts)
+
+    @property
+    def teleop(self) -> str:
+        """The teleop source a robot file names (``--teleop`` overrides it); empty: none."""
+        return next((part.teleop for part in self.parts if part.teleop), "")
 
     @property
     def builtin(self) -> bool:
@@ -178,6 +187,8 @@ class Robot:
         realtime = [part.realtime for part in self.parts if part.realtime is not None]
         if realtime:  # declared in a robot file
             defaults["actor"] = {"realtime": any(realtime), "reset": self.reset}
+        if self.teleop:
+            defaults.setdefault("actor", {})["teleop"] = self.teleop
         encoder = {key: list(fields) for key, fields in (("image_fields", self.camera_fields),
                                                          ("ignore_fields", self.reward_only)) if fields}
         if encoder:
@@ -292,6 +303,10 @@ class _Reader:
                 self.fail(_at(where, key), "missing")
         return value
 
+    def settings(self, value, where: str, required: tuple[str, ...] = ()) -> dict:
+        """A mapping whose keys are someone else's to know (a factory's arguments, a LeRobot config)."""
+        return self.mapping(value, where, tuple(value) if isinstance(value, dict) else (), required)
+
     def one_of(self, value: dict, where: str, kinds: tuple[str, ...]) -> str:
         given = [k for k in kinds if k in value]
         if len(given) != 1:
@@ -364,12 +379,20 @@ def _shown(value) -> str:
     return "nothing" if value is None else repr(value)
 
 
-TOP = ("name", "device", "end_effector", "task", "control", "reset", "safety", "cameras", "reward_only")
+TOP = ("name", "device", "end_effector", "task", "control", "reset", "safety", "cameras", "reward_only", "teleop")
 
 
-def _load_file(source: str, file: dict | None = None) -> _Part:
+def load_device(source: str) -> Device:
+    """The device a robot file declares, with its end-effector and safety layers and its control rate,
+    not connected (``python -m embodyrl.hal.robot_server robot.yaml`` serves it); its task, if any, is
+    neither needed nor built."""
+    device, _ = _load_file(source, device_only=True).build()
+    return device
+
+
+def _load_file(source: str, file: dict | None = None, device_only: bool = False) -> _Part:
     """A robot file's part: read from the path ``source``, or rebuilt from its record ``file`` (path,
-    sha256, declaration) when the file is gone."""
+    sha256, declaration) when the file is gone. ``device_only``: no task is read (it may be absent)."""
     path = Path(source).expanduser().resolve()
     if file is None:
         if not path.is_file():
@@ -378,7 +401,7 @@ def _load_file(source: str, file: dict | None = None) -> _Part:
         file = {"path": str(path), "sha256": hashlib.sha256(raw).hexdigest(), "declaration": _parse_yaml(raw, source)}
     declaration = file["declaration"]
     r = _Reader(source, path.parent)
-    data = r.mapping(declaration, "", TOP, required=("device", "task"))
+    data = r.mapping(declaration, "", TOP, required=("device",) if device_only else ("device", "task"))
     name = r.text(data["name"], "name") if "name" in data else path.stem
     if "/" in name or envs.SEPARATOR in name:
         r.fail("name", f"{name!r}: no '/' or '{envs.SEPARATOR}' in a device kind's name")
@@ -396,11 +419,12 @@ def _load_file(source: str, file: dict | None = None) -> _Part:
         if field_name in cameras:
             r.fail(f"reward_only[{i}]", f"{field_name!r} is in cameras too: the policy reads a camera field, so "
                                         "it is not reward-only")
-    make_device = _device(r, data["device"])
+    make_device = _device(r, data["device"], rate_hz, realtime)
+    teleop = _teleop(r, data["teleop"]) if "teleop" in data else ""
     end_effector = _end_effector(r, data["end_effector"]) if "end_effector" in data else None
-    make_task = _task(r, data["task"], name, steps)
+    make_task = (lambda: None) if device_only else _task(r, data["task"], name, steps, reset)
     reward_bound = REWARD_BOUND
-    if isinstance(data["task"], dict) and "reward_bound" in data["task"]:
+    if not device_only and isinstance(data["task"], dict) and "reward_bound" in data["task"]:
         reward_bound = r.number(data["task"]["reward_bound"], "task.reward_bound", positive=True)
     safety = _safety(r, data.get("safety", {}))
     if r.classifier is not None:
@@ -417,12 +441,12 @@ def _load_file(source: str, file: dict | None = None) -> _Part:
             try:
                 device = EndEffectorDevice(device, EndEffectorConfig(**end_effector))
             except (ValueError, FileNotFoundError) as err:
-                _release(device)
+                release(device)
                 r.fail("end_effector", str(err))
         try:
             safe = SafeDevice(device, safety)
         except ValueError as err:
-            _release(device)
+            release(device)
             r.fail("safety", str(err))
         if rate_hz is not None:
             safe.control_period_s = 1.0 / rate_hz
@@ -430,7 +454,7 @@ def _load_file(source: str, file: dict | None = None) -> _Part:
 
     return _Part(name, source, build, reset=reset, cameras=cameras, realtime=realtime,
                  fields=tuple(r.fields), images=tuple(r.images), reward_only=reward_only, file=file,
-                 reward_bound=reward_bound)
+                 reward_bound=reward_bound, teleop=teleop)
 
 
 def _parse_yaml(raw: bytes, label: str) -> dict:
@@ -445,25 +469,59 @@ def _parse_yaml(raw: bytes, label: str) -> dict:
     return data
 
 
-def _device(r: _Reader, value) -> Callable[[], Device]:
-    """``device:``, a factory returning a Device, or a robot server's endpoint."""
-    data = r.mapping(value, "device", ("factory", "args", "endpoint", "keys", "allow_insecure", "timeout_s",
-                                       "retries"))
-    if r.one_of(data, "device", ("factory", "endpoint")) == "factory":
-        for key in ("keys", "allow_insecure", "timeout_s", "retries"):
-            if key in data:
-                r.fail(f"device.{key}", "belongs to a remote device (device.endpoint), not a factory")
+_REMOTE = ("keys", "allow_insecure", "timeout_s", "retries")
+_LEROBOT = ("bounds", "home", "home_s")
+
+
+def _device(r: _Reader, value, rate_hz: float | None, realtime: bool) -> Callable[[], Device]:
+    """``device:``, a factory returning a Device (or a LeRobot robot), a LeRobot robot by type, or a robot
+    server's endpoint."""
+    data = r.mapping(value, "device", ("factory", "args", "lerobot", "endpoint", *_REMOTE, *_LEROBOT))
+    kind = r.one_of(data, "device", ("factory", "lerobot", "endpoint"))
+    for key in _REMOTE if kind != "endpoint" else _LEROBOT:
+        if key in data:
+            r.fail(f"device.{key}", "belongs to a remote device (device.endpoint)" if key in _REMOTE
+                   else "belongs to a LeRobot robot (device.lerobot, or a factory returning one)")
+    if kind == "lerobot" and "args" in data:
+        r.fail("device.args", "belongs to a device factory; a LeRobot robot's settings go under device.lerobot")
+    if kind != "endpoint":
+        lerobot = _lerobot_options(r, data, rate_hz, realtime)
+    if kind == "lerobot":
+        settings = r.settings(data["lerobot"], "device.lerobot", ("type",))
+        r.text(settings["type"], "device.lerobot.type")
+
+        def made_lerobot() -> Device:
+            from .hal.drivers.lerobot import wrap
+            from .hal.lerobot import LeRobotError, make_robot
+
+            try:
+                return wrap(make_robot(settings, f"{r.label}: device.lerobot"), **lerobot())
+            except LeRobotError as err:
+                raise RobotFileError(str(err)) from None
+        return made_lerobot
+    if kind == "factory":
         factory = r.factory(data["factory"], "device.factory")
-        args = r.mapping(data.get("args", {}), "device.args", tuple(data.get("args", {}) or ()))
+        args = r.settings(data.get("args", {}), "device.args")
 
         def made() -> Device:
             device = factory(**args)
-            if not isinstance(device, Device):
-                r.fail("device.factory", f"{data['factory']} returned {type(device).__name__}, not a Device")
-            return device
+            if isinstance(device, Device):
+                if any(key in data for key in _LEROBOT):
+                    r.fail("device.bounds", f"{data['factory']} returned a Device, which declares its own "
+                                            "bounds; bounds, home and home_s are for a LeRobot robot")
+                return device
+            from .hal.lerobot import LeRobotError, is_robot
+
+            if not is_robot(device):
+                r.fail("device.factory", f"{data['factory']} returned {type(device).__name__}, not a Device "
+                                         "or a LeRobot robot")
+            from .hal.drivers.lerobot import wrap
+
+            try:
+                return wrap(device, **lerobot())
+            except LeRobotError as err:
+                raise RobotFileError(str(err)) from None
         return made
-    if "args" in data:
-        r.fail("device.args", "belongs to a device factory, not a remote device")
     endpoint = r.text(data["endpoint"], "device.endpoint")
     if not re.match(r"^(tcp|ipc)://", endpoint):
         r.fail("device.endpoint", f"expected tcp://HOST:PORT, got {endpoint!r}")
@@ -494,6 +552,49 @@ def _device(r: _Reader, value) -> Callable[[], Device]:
             r.fail(where, f"{err} (is the robot server running there, with this actor's key authorised?)")
         return device
     return made
+
+
+def _lerobot_options(r: _Reader, data: dict, rate_hz: float | None, realtime: bool) -> Callable[[], dict]:
+    """What :func:`~embodyrl.hal.drivers.lerobot.wrap` takes besides the robot: the declared bounds (a
+    LeRobot robot without them is refused by ``wrap``, naming its action features), the home pose, the
+    control period and whether it is kept in real time."""
+    bounds = {}
+    if "bounds" in data:
+        given = r.settings(data["bounds"], "device.bounds")
+        bounds = {str(name): _pair(r, pair, f"device.bounds.{name}") for name, pair in given.items()}
+    home = None
+    if "home" in data:
+        given = r.settings(data["home"], "device.home")
+        home = {str(name): r.number(v, f"device.home.{name}") for name, v in given.items()}
+    home_s = r.number(data["home_s"], "device.home_s", positive=True) if "home_s" in data else 2.0
+
+    def options() -> dict:
+        if rate_hz is None:
+            r.fail("control.rate_hz", "missing: a LeRobot robot is stepped at the rate the file declares")
+        return {"bounds": bounds, "home": home, "home_s": home_s, "control_period_s": 1.0 / rate_hz,
+                "realtime": realtime, "label": f"{r.label}: device"}
+    return options
+
+
+def _teleop(r: _Reader, value) -> str:
+    """``teleop:``, a ``--teleop`` source (``lerobot:so101_leader:port=/dev/ttyACM1``), or a LeRobot
+    teleoperator as a mapping (``{lerobot: {type: so101_leader, port: /dev/ttyACM1}}``)."""
+    from .hal.teleop import TeleopError, check_spec, lerobot_spec
+
+    if isinstance(value, dict):
+        given = r.mapping(value, "teleop", ("lerobot",), ("lerobot",))
+        settings = r.settings(given["lerobot"], "teleop.lerobot", ("type",))
+        try:
+            spec = lerobot_spec(settings)
+        except TeleopError as err:
+            r.fail("teleop.lerobot", str(err))
+    else:
+        spec = r.text(value, "teleop")
+    try:
+        check_spec(spec)
+    except TeleopError as err:
+        r.fail("teleop", str(err))
+    return spec
 
 
 def _end_effector(r: _Reader, value) -> dict:
@@ -541,7 +642,7 @@ def _end_effector(r: _Reader, value) -> dict:
         rest = r.numbers(data["rest"], f"{at}.rest")
         config["rest"] = rest if isinstance(rest, tuple) else (rest,)
     if "joint_limits" in data:
-        limits = r.mapping(data["joint_limits"], f"{at}.joint_limits", tuple(data["joint_limits"] or ()))
+        limits = r.settings(data["joint_limits"], f"{at}.joint_limits")
         config["joint_limits"] = tuple((name, *_pair(r, bounds, f"{at}.joint_limits.{name}"))
                                        for name, bounds in limits.items())
     return config
@@ -576,7 +677,7 @@ _TERMS = ("distance", "norm", "squared", "value", "function")
 _CONDITIONS = ("within_distance", "above", "below", "function")
 
 
-def _task(r: _Reader, value, name: str, steps: int | None) -> Callable[[], Task]:
+def _task(r: _Reader, value, name: str, steps: int | None, reset: str) -> Callable[[], Task]:
     """``task:``, a factory returning a Task, or a declared reward."""
     data = r.mapping(value, "task", ("factory", "args", "reward", "end_on_success", "threshold", "name",
                                      "reward_bound"))
@@ -585,7 +686,7 @@ def _task(r: _Reader, value, name: str, steps: int | None) -> Callable[[], Task]
             if key in data:
                 r.fail(f"task.{key}", "belongs to a declared reward (task.reward)")
         factory = r.factory(data["factory"], "task.factory")
-        args = r.mapping(data.get("args", {}), "task.args", tuple(data.get("args", {}) or ()))
+        args = r.settings(data.get("args", {}), "task.args")
 
         def made() -> Task:
             task = factory(**args)
@@ -601,6 +702,15 @@ def _task(r: _Reader, value, name: str, steps: int | None) -> Callable[[], Task]
         r.fail("task.args", "belongs to a task factory, not a declared reward")
     if steps is None:
         r.fail("control.episode_steps", "missing: a declared reward needs the episode length")
+    if data["reward"] == PERSON:
+        for key in ("threshold", "end_on_success"):
+            if key in data:
+                r.fail(f"task.{key}", f"belongs to a declared or classifier reward, not task.reward: {PERSON}")
+        if reset != "operator":
+            r.fail("task.reward", f"{PERSON}: the person labels each episode where they reset the scene; "
+                                  "declare reset: operator")
+        task_name = r.text(data.get("name", name), "task.name")
+        return lambda: PersonTask(name=task_name, max_episode_steps=steps)
     if isinstance(data["reward"], str):
         return _classifier_task(r, data, name, steps)
     if "threshold" in data:
@@ -626,7 +736,7 @@ def _classifier_task(r: _Reader, data: dict, name: str, steps: int) -> Callable[
     the export's), ``task.end_on_success``."""
     given = data["reward"]
     if not given.startswith(CLASSIFIER) or not given[len(CLASSIFIER):]:
-        r.fail("task.reward", f"expected terms and success conditions, or {CLASSIFIER}DIR; got {given!r}")
+        r.fail("task.reward", f"expected terms and success conditions, {CLASSIFIER}DIR or {PERSON}; got {given!r}")
     directory = Path(given[len(CLASSIFIER):]).expanduser()
     directory = directory if directory.is_absolute() else r.directory / directory
     try:
@@ -754,6 +864,20 @@ class DeclaredTask(RewardTask):
         return {"success": float(self.success(observations[-1]))} if self.successes else {}
 
 
+class PersonTask(RewardTask):
+    """A robot file's task judged by the person (``task.reward: person``, with ``reset: operator``): no
+    reward during the episode; the person's success label at its end pays ``success_reward`` on the
+    last step and ends it there (:func:`~embodyrl.hal.operator.apply_label`). The first task of a
+    real robot, before anything can tell success from a camera (``embodyrl reward train`` learns that
+    from the episodes labelled so)."""
+
+    success_reward = 1.0
+
+    def __init__(self, *, name: str, max_episode_steps: int):
+        super().__init__(lambda observation, action, next_observation: 0.0, name=name,
+                         max_episode_steps=max_episode_steps)
+
+
 class ClassifierTask(RewardTask):
     """A robot file's task judged by a success classifier of camera frames (``task.reward: classifier:DIR``).
 
@@ -821,7 +945,7 @@ def _kind(part: _Part) -> DeviceKind:
     try:
         observation_spec, action_spec = device.observation_spec, device.action_spec
     finally:
-        _release(device)
+        release(device)
     for where, name in part.fields:
         if name not in observation_spec:
             raise RobotFileError(f"{part.source}: {where}: {name!r} is not an observation field; "
@@ -839,12 +963,12 @@ def _kind(part: _Part) -> DeviceKind:
     return DeviceKind(part.name, observation_spec, action_spec)
 
 
-def _release(device: Device) -> None:
+def release(device: Device) -> None:
     """Close a device made only for its specs (a safety wrapper's connected driver too)."""
     device.close()
     inner = getattr(device, "inner", None)
     if isinstance(inner, Device):
-        _release(inner)
+        release(inner)
 
 
 # -- what a run recorded ----------------------------------------------------------

@@ -49,6 +49,29 @@ class EpisodeInterrupted(RuntimeError):
     """
 
 
+class HoldInPlace:
+    """The action that holds a position-controlled robot where it is: each action element named like an
+    element of the observation's ``state`` vector is commanded to that element's value, any other, and
+    any velocity (a name ending in ``.vel``, LeRobot's convention), to 0 within its bounds. Built from
+    the specs' element names, so a robot server and the actor across the network compute the same hold."""
+
+    field = "state"
+    velocity_suffix = ".vel"
+
+    def __init__(self, action_spec: ArraySpec, observation_spec: DictSpec):
+        state = observation_spec.get(self.field)
+        if action_spec.names is None or state is None or state.names is None:
+            raise SpecError(f"holding in place needs named action elements and a named {self.field!r} vector")
+        self.action_spec = action_spec
+        self._source = np.array([state.names.index(n) if n in state.names and not n.endswith(self.velocity_suffix)
+                                 else -1 for n in action_spec.names])
+
+    def __call__(self, observation: Mapping[str, np.ndarray]) -> np.ndarray:
+        state = np.asarray(observation[self.field], np.float64)
+        held = np.where(self._source >= 0, state[np.maximum(self._source, 0)], 0.0)
+        return self.action_spec.clip(held)
+
+
 def hold_safe(device) -> dict[str, np.ndarray] | None:
     """One control period of the device's safe action, if it declares one and is not e-stopped
     (a watchdog sees clean steps, the robot stays put while a person resets or answers); the
@@ -74,6 +97,10 @@ class Device(abc.ABC):
     rate limits); None: the command is applied as given (clipped to the spec by the actor loop)."""
     safe_action: np.ndarray | None = None
     """What to command to hold the device safe while the actor pauses (None: nothing to command)."""
+
+    holds_in_place: bool = False
+    """Whether the safe action holds the robot where it is (``hold_action()``, a position-controlled arm:
+    :class:`HoldInPlace`) rather than a fixed action; the safety layer and a robot server ask."""
 
     interventions: Mapping[str, int] = MappingProxyType({})
     """Commands the device changed, by kind (the safety layer counts them; default: none)."""

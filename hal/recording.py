@@ -59,10 +59,12 @@ class RecordedEpisode:
 
 
 def hold_action(device: Device) -> np.ndarray:
-    """What the device is commanded while the person commands nothing: its safe action, else the
-    middle of the action bounds (zeros where unbounded)."""
-    if getattr(device, "safe_action", None) is not None:
-        return np.asarray(device.safe_action)
+    """What the device is commanded while the person commands nothing: its safe action (a position-
+    controlled arm's holds it where it is now), else the middle of the action bounds (zeros where
+    unbounded)."""
+    safe = getattr(device, "safe_action", None)
+    if safe is not None:
+        return np.asarray(safe)
     spec = device.action_spec
     low = np.broadcast_to(spec.minimum if spec.minimum is not None else 0.0, spec.shape)
     high = np.broadcast_to(spec.maximum if spec.maximum is not None else 0.0, spec.shape)
@@ -86,7 +88,6 @@ def record_episode(device: Device, task: Task, source, *, max_steps: int | None 
         raise ValueError(f"task {task.name!r} sets no episode length: give max_steps")
     recorder = StepRecorder(device.observation_spec, device.action_spec, actor_id=actor_id,
                             device_id=device_id, capacity=limit + 1)
-    still = hold_action(device)
     observation = device.reset(seed=seed)
     observations = [observation]
     new_episode(source)
@@ -98,7 +99,7 @@ def record_episode(device: Device, task: Task, source, *, max_steps: int | None 
             raise Interrupted(f"stopped at step {t}")
         command = source.poll(observation)
         if command is None:
-            command = still
+            command = hold_action(device)  # each step: a position-controlled arm holds where it is now
         else:
             commanded += 1
         next_observation = device.step(command)

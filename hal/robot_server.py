@@ -136,6 +136,9 @@ class RobotDriver(abc.ABC):
     control_period_s: float
     realtime: bool = True
     """Whether the server waits out the control period between command and read."""
+    holds_in_place: bool = False
+    """Whether ``safe_action()`` holds the robot where it is (:class:`~.device.HoldInPlace`): the actor
+    is told, so its own safe action between episodes holds too instead of commanding zeros."""
 
     def open(self) -> None:
         """Connect to the vendor SDK (default: nothing to do)."""
@@ -155,8 +158,9 @@ class RobotDriver(abc.ABC):
     def read_observation(self) -> dict[str, np.ndarray]:
         """The newest sensor readings, as the observation spec says."""
 
-    def safe_action(self) -> np.ndarray:
-        """The action that stops the robot (default: zeros, clipped into the bounds).
+    def safe_action(self) -> np.ndarray | None:
+        """The action that stops the robot (default: zeros, clipped into the bounds); None: nothing to
+        command (a robot that holds in place before it was ever observed).
 
         The watchdog commands it once when it trips; hardware that needs a
         stream of commands to hold still must hold it in the driver or SDK.
@@ -179,6 +183,7 @@ class DeviceDriver(RobotDriver):
         self.control_period_s = device.control_period_s
         self._safe = None if safe_action is None else self.action_spec.validate(np.asarray(safe_action, self.action_spec.dtype))
         self._observation: dict[str, np.ndarray] | None = None
+        self.holds_in_place = safe_action is None and device.holds_in_place
 
     def open(self) -> None:
         self.device.connect()
@@ -199,7 +204,9 @@ class DeviceDriver(RobotDriver):
         return self._observation
 
     def safe_action(self):
-        return super().safe_action() if self._safe is None else self._safe
+        if self._safe is not None:
+            return self._safe
+        return self.device.hold_action() if self.holds_in_place else super().safe_action()
 
     def health(self):
         return self.device.health()
@@ -631,7 +638,8 @@ class RobotServer:
 
     def _specs(self) -> dict:
         driver = self.driver
-        return specs_fields(driver.observation_spec, driver.action_spec, driver.control_period_s, self.watchdog_s)
+        return specs_fields(driver.observation_spec, driver.action_spec, driver.control_period_s, self.watchdog_s,
+                            holds_in_place=driver.holds_in_place)
 
     def status(self) -> dict:
         s, hung = self.stats, self.hung
@@ -665,7 +673,10 @@ class RobotServer:
 
     def _do_safe(self) -> None:
         try:
-            self._command(self.driver.safe_action())
+            safe = self.driver.safe_action()
+            if safe is None:  # a robot that holds in place, never observed: nothing is known to hold
+                return
+            self._command(safe)
         except Exception as err:  # nothing more this side can do; count it and keep serving
             with self._lock:
                 self.stats.rejected["safe_action_failed"] = self.stats.rejected.get("safe_action_failed", 0) + 1
@@ -789,19 +800,22 @@ def load_factory(spec: str):
     return getattr(import_module(module), attr)
 
 
-def serve_process(factory: str, bind: str, endpoint_queue=None, watchdog_s: float = 0.5,
+def serve_process(factory, bind: str, endpoint_queue=None, watchdog_s: float = 0.5,
                   faults: Faults = Faults(), **options) -> None:
     """Build the driver from ``factory`` and serve until SIGTERM or SIGINT (a process entry point).
 
     The factory returns a :class:`RobotDriver` or a :class:`Device` (wrapped in
     :class:`DeviceDriver`); ``"embodyrl.envs.arm:make_device"`` is the
-    simulated arm. The bound endpoint is put on ``endpoint_queue``.
-    ``options`` go to :class:`RobotServer` (``keys``, ``admin_keys``, ...).
+    simulated arm. A robot file (``*.yaml``) in its place serves the device
+    it declares (a LeRobot robot with its bounds, say) under its safety
+    section (:func:`embodyrl.robot.load_device`). The bound endpoint is put on
+    ``endpoint_queue``. ``options`` go to :class:`RobotServer` (``keys``,
+    ``admin_keys``, ...).
     """
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    built = load_factory(factory)()
+    built = _built(factory) if isinstance(factory, str) else factory
     driver = DeviceDriver(built) if isinstance(built, Device) else built
     server = RobotServer(driver, bind, watchdog_s=watchdog_s, faults=faults, **options)
     try:
@@ -814,13 +828,22 @@ def serve_process(factory: str, bind: str, endpoint_queue=None, watchdog_s: floa
         server.close()
 
 
+def _built(source: str):
+    """What ``source`` names: a robot file's device, or what a factory returns."""
+    from ..robot import is_file, load_device  # embodyrl.robot imports no JAX: fine on a robot PC
+
+    return load_device(source) if is_file(source) else load_factory(source)()
+
+
 def main(argv: list[str] | None = None) -> int:
-    """``python -m embodyrl.hal.robot_server FACTORY [options]``; exit code 2 on a bad option."""
+    """``python -m embodyrl.hal.robot_server FACTORY|ROBOT_FILE [options]``; exit code 2 on a bad option
+    or a robot that cannot be built."""
     import argparse
 
     parser = argparse.ArgumentParser(description="Serve a robot driver to a remote actor.")
     parser.add_argument("factory", help="package.module:callable returning a RobotDriver or a Device, "
-                                        "e.g. embodyrl.envs.arm:make_device (the simulated arm)")
+                                        "e.g. embodyrl.envs.arm:make_device (the simulated arm), or a robot "
+                                        "file (*.yaml) whose device to serve, e.g. a LeRobot robot with its bounds")
     parser.add_argument("--bind", default="tcp://127.0.0.1:5556")
     parser.add_argument("--watchdog-s", type=float, default=0.5)
     parser.add_argument("--on-out-of-bounds", choices=("refuse", "clip"), default="refuse",
@@ -852,9 +875,18 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     deadlines = DriverDeadlines(args.command_deadline_s, args.command_deadline_s, args.command_deadline_s,
                                 args.reset_deadline_s)
-    serve_process(args.factory, args.bind, watchdog_s=args.watchdog_s, faults=Faults(args.latency_s, args.drop),
-                  keys=keys, admin_keys=args.admin_keys, allow_insecure=args.insecure,
-                  on_out_of_bounds=args.on_out_of_bounds, deadlines=deadlines)
+    try:
+        built = _built(args.factory)
+    except (ValueError, ImportError, AttributeError) as err:  # a robot file's error names file and field
+        print(f"robot server: {args.factory}: {err}", file=sys.stderr)
+        return 2
+    try:
+        serve_process(built, args.bind, watchdog_s=args.watchdog_s, faults=Faults(args.latency_s, args.drop),
+                      keys=keys, admin_keys=args.admin_keys, allow_insecure=args.insecure,
+                      on_out_of_bounds=args.on_out_of_bounds, deadlines=deadlines)
+    except ValueError as err:  # the robot refused to open (a LeRobot arm not calibrated, ...)
+        print(f"robot server: {err}", file=sys.stderr)
+        return 2
     return 0
 
 

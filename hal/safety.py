@@ -97,7 +97,8 @@ class SafeDevice(Device):
         self._bounded = bool(np.isfinite(self._low).any() or np.isfinite(self._high).any())
         self._dtype = spec.dtype
         self._direct = type(device).step is Device.step
-        self.safe_action = self._safe_action(config.safe_action)
+        self._configured_safe = None if config.safe_action is None else self._safe_action(config.safe_action)
+        self._default_safe = self._safe_action(None)
         self._max_delta = None
         if config.max_delta is not None:
             delta = np.broadcast_to(np.asarray(config.max_delta, np.float64), spec.shape)
@@ -129,6 +130,26 @@ class SafeDevice(Device):
         if (action < self._low).any() or (action > self._high).any():
             raise ValueError(f"safe_action: {action.tolist()} is outside the action bounds")
         return action.astype(spec.dtype)
+
+    @property
+    def safe_action(self) -> np.ndarray:
+        """``SafetyConfig.safe_action``; else, for a device that holds in place (a position-controlled
+        robot: :class:`~.device.HoldInPlace`), its hold where it is now, not zero; else zeros clipped
+        into the bounds. None for a device that holds in place but has not been observed yet (nothing
+        is known to hold, and zero may be far from where it stands)."""
+        if self._configured_safe is not None:
+            return self._configured_safe
+        if self.inner.holds_in_place:
+            held = self.inner.hold_action()
+            return None if held is None else np.asarray(held, self._dtype)
+        return self._default_safe
+
+    @property
+    def holds_in_place(self) -> bool:
+        return self._configured_safe is None and self.inner.holds_in_place
+
+    def hold_action(self) -> np.ndarray:
+        return self.safe_action
 
     # -- lifecycle -------------------------------------------------------
     def _connect(self) -> None:
@@ -235,8 +256,10 @@ class SafeDevice(Device):
                 return
             self.interventions["watchdog"] += 1
             try:
-                self.last_observation = self.inner.step(self.safe_action)
-                self.last_applied = self.safe_action
+                safe = self.safe_action
+                if safe is not None:
+                    self.last_observation = self.inner.step(safe)
+                    self.last_applied = safe
             except EStopError:
                 pass
             finally:

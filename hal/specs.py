@@ -46,6 +46,9 @@ class ArraySpec:
     dtype: np.dtype
     minimum: np.ndarray | None = None
     maximum: np.ndarray | None = None
+    names: tuple[str, ...] | None = None
+    """One name per element of a vector (a robot's joints, ``shoulder_pan.pos``): what a teleoperator's
+    or a dataset's features are matched to; None: the elements are known by position only."""
 
     def __post_init__(self):
         object.__setattr__(self, "shape", tuple(int(d) for d in self.shape))
@@ -58,6 +61,14 @@ class ArraySpec:
             raise SpecError(f"{self.name}: minimum exceeds maximum")
         object.__setattr__(self, "minimum", lo)
         object.__setattr__(self, "maximum", hi)
+        if self.names is not None:
+            names = tuple(self.names)
+            if len(self.shape) != 1 or len(names) != self.shape[0]:
+                raise SpecError(f"{self.name}: {len(names)} element names for shape {self.shape} (names are "
+                                "for vectors, one each)")
+            if not all(isinstance(n, str) and n for n in names) or len(set(names)) != len(names):
+                raise SpecError(f"{self.name}: element names must be distinct non-empty strings, got {list(names)}")
+            object.__setattr__(self, "names", names)
         object.__setattr__(self, "_float", is_float(self.dtype))  # cached: validate is per step
 
     @property
@@ -142,6 +153,8 @@ class ArraySpec:
             if bound is not None:  # a uniform bound travels as one number (images: 0..255)
                 flat = bound.reshape(-1)
                 msg[key] = float(flat[0]) if flat.size and (flat == flat[0]).all() else flat.tolist()
+        if self.names is not None:
+            msg["names"] = list(self.names)
         return msg
 
     @classmethod
@@ -167,10 +180,14 @@ class ArraySpec:
             value = np.asarray(msg[key], dtype=np.float64)
             return value if value.ndim == 0 else value.reshape(tuple(shape))
 
+        names = msg.get("names")
+        if names is not None and not (isinstance(names, (list, tuple)) and all(isinstance(n, str) for n in names)):
+            raise SpecError(f"{name}: element names must be a list of strings, got {names!r}")
         try:
-            return cls(name, tuple(shape), np_dtype, bound("minimum"), bound("maximum"))
+            spec = cls(name, tuple(shape), np_dtype, bound("minimum"), bound("maximum"))
         except (TypeError, ValueError) as err:
             raise SpecError(f"{name}: malformed bounds: {err}") from err
+        return spec if names is None else cls(name, spec.shape, np_dtype, spec.minimum, spec.maximum, tuple(names))
 
     def __eq__(self, other) -> bool:
         return isinstance(other, ArraySpec) and self.to_msg() == other.to_msg()
@@ -183,9 +200,9 @@ class ArraySpec:
         return f"ArraySpec({self.name!r}, {self.shape}, {dtype_name(self.dtype)}{bounds})"
 
 
-def bounded(name: str, shape, dtype, minimum, maximum) -> ArraySpec:
+def bounded(name: str, shape, dtype, minimum, maximum, names=None) -> ArraySpec:
     """An :class:`ArraySpec` with both bounds (actions, images)."""
-    return ArraySpec(name, tuple(shape), np.dtype(dtype), minimum, maximum)
+    return ArraySpec(name, tuple(shape), np.dtype(dtype), minimum, maximum, names)
 
 
 @dataclass(frozen=True, eq=False)

@@ -18,6 +18,10 @@
   x, y, z, rx, ry, rz in action order). Control while an axis is out of its
   dead zone or the left button is held; the right button throws the episode
   away.
+* ``lerobot:TYPE[:key=value,...]``: a LeRobot teleoperator (a leader arm,
+  its gamepad or keyboard, any ``lerobot_teleoperator_*`` plugin) made as
+  LeRobot makes it, its action mapped onto the device's by name
+  (:mod:`.teleop_lerobot`; ``pip install 'embodyrl[lerobot]'``).
 * ``script:module:function``: ``function(observation, step) -> action or
   None`` (``step`` counts from 0 in each episode); for scripted experts and
   tests. It may raise :class:`~.intervention.EpisodeAborted`. The module is
@@ -387,7 +391,8 @@ def terminal_fd() -> int:
                           "there is no controlling terminal)") from None
 
 
-SOURCES = ("keyboard", "gamepad[:PATH]", "spacemouse[:PATH]", "script:module:function")
+SOURCES = ("keyboard", "gamepad[:PATH]", "spacemouse[:PATH]", "lerobot:TYPE[:key=value,...]",
+           "script:module:function")
 
 
 def check_spec(spec: str) -> None:
@@ -400,6 +405,14 @@ def check_spec(spec: str) -> None:
         if module and function:
             return
         raise TeleopError(f"teleop {spec!r}: a script is named script:module:function")
+    if kind == "lerobot":
+        from .teleop_lerobot import parse
+
+        try:
+            parse(spec)
+        except ValueError as err:
+            raise TeleopError(str(err)) from None
+        return
     raise TeleopError(f"unknown teleop source {spec!r}; known: {', '.join(SOURCES)}")
 
 
@@ -420,6 +433,14 @@ def make_source(spec: str, action_spec: ArraySpec, *, fd: int | None = None):
         if not callable(fn):
             raise TeleopError(f"teleop {spec!r}: {module}.{function} is not callable")
         return ScriptSource(fn, action_spec, name=spec)
+    if kind == "lerobot":
+        from .lerobot import LeRobotError
+        from .teleop_lerobot import make
+
+        try:
+            return make(spec, action_spec)
+        except (LeRobotError, SpecError) as err:
+            raise TeleopError(str(err)) from None
     layout = LAYOUTS[kind]
     path = rest or find_device(layout)
     try:
@@ -430,6 +451,16 @@ def make_source(spec: str, action_spec: ArraySpec, *, fd: int | None = None):
         return open_device(layout, path, action_spec)
     absinfo, events = read_recording(path)
     return replay(EventTeleop(layout, action_spec, absinfo=absinfo), events)
+
+
+def lerobot_spec(settings: dict) -> str:
+    """A robot file's ``teleop: {lerobot: {...}}`` as a source name (TeleopError if it cannot be one)."""
+    from .teleop_lerobot import spec_of
+
+    try:
+        return spec_of(settings)
+    except ValueError as err:
+        raise TeleopError(str(err)) from None
 
 
 def close_source(source) -> None:

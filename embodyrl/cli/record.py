@@ -38,14 +38,15 @@ _EPISODE = re.compile(r"^episode-(\d+)\.npz$")
 
 
 def make_robot(source: str):
-    """(device, task, reset mode) of what ``source`` names (:func:`embodyrl.robot.load`): one device
-    kind; a robot file's fields checked against the device's specs first."""
+    """(device, task, reset mode, the file's teleop source) of what ``source`` names
+    (:func:`embodyrl.robot.load`): one device kind; a robot file's fields checked against the
+    device's specs first."""
     from ..robot import load
 
     robot = load(source)
     robot.layout()
     device, task = robot.make()
-    return device, task, robot.reset
+    return device, task, robot.reset, robot.teleop
 
 
 def episode_files(directory: Path) -> dict[int, Path]:
@@ -92,7 +93,7 @@ def record(args) -> int:
         _say(f"{out} holds {len(files)} episodes already (--episodes {args.episodes}): nothing to do")
         return 0
     try:
-        raw, task, reset = make_robot(args.robot)
+        raw, task, reset, teleop = make_robot(args.robot)
     except (KeyError, ValueError) as err:
         _say(str(err.args[0] if isinstance(err, KeyError) else err))
         return 2
@@ -106,9 +107,15 @@ def record(args) -> int:
         if specs != (device.observation_spec, device.action_spec):
             _say(f"{out} holds demonstrations of other specs than {args.robot!r}'s: record into another --out")
             return 2
+    teleop = args.teleop or teleop
+    if not teleop:
+        _device_closed(device)
+        _say(f"--teleop: missing, and {args.robot} names no teleop source (a robot file's teleop:)")
+        return 2
     try:
-        source = make_source(args.teleop, device.action_spec)
+        source = make_source(teleop, device.action_spec)
     except TeleopError as err:
+        _device_closed(device)
         _say(str(err))
         return 2
     operator = TerminalOperator(keys=source.other_keys if isinstance(source, KeyboardTeleop) else None)
@@ -146,7 +153,7 @@ def record(args) -> int:
                 writer = DemoWriter(out / name, device.observation_spec, device.action_spec)
                 writer.add(episode.steps)
                 writer.close(success=label, labelled_by=by if label is not None else None,
-                             robot=args.robot, teleop=args.teleop, episode_return=episode.episode_return,
+                             robot=args.robot, teleop=teleop, episode_return=episode.episode_return,
                              length=episode.length)
                 outcome = "unlabelled" if label is None else ("success" if label else "failure")
                 _say(f"{name}: {episode.length} steps, return {episode.episode_return:.2f}, {outcome}"
@@ -165,6 +172,13 @@ def record(args) -> int:
     _say(f"{count - started} episodes recorded; {out} holds {count}")
     print(json.dumps(summarise(out)))
     return 0
+
+
+def _device_closed(device) -> None:
+    """Release a device made for a recording that does not start (a robot file's remote one is connected)."""
+    from ..robot import release
+
+    release(device)
 
 
 def _interrupted(out: Path, count: int, wanted: int) -> int:
@@ -252,8 +266,8 @@ def demos(args) -> int:
 
 
 TELEOP_HELP = ("the person's input: keyboard, gamepad[:PATH], spacemouse[:PATH] (Linux input devices "
-               "through evdev, or a recording of their events), or script:module:function "
-               "(docs/devices.md)")
+               "through evdev, or a recording of their events), lerobot:TYPE[:key=value,...] (a LeRobot "
+               "teleoperator, such as a leader arm), or script:module:function (docs/devices.md)")
 
 
 def register(sub) -> None:
@@ -269,7 +283,7 @@ def register(sub) -> None:
                "x: throw the episode away\nexit codes: 0 done, 1 recording failed, 2 bad arguments, "
                "130 interrupted (what was written is whole; run again to resume)")
     r.add_argument("robot", help="a task name, gym:ID, module:factory or a robot file")
-    r.add_argument("--teleop", required=True, metavar="SOURCE", help=TELEOP_HELP)
+    r.add_argument("--teleop", metavar="SOURCE", help=TELEOP_HELP + " (default: the robot file's teleop:)")
     r.add_argument("--episodes", required=True, type=int, metavar="N",
                    help="how many episodes DIR should hold (resuming counts the ones there)")
     r.add_argument("--out", required=True, metavar="DIR", help="directory of the episode files")

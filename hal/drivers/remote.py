@@ -44,7 +44,7 @@ from collections.abc import Callable
 import numpy as np
 import zmq
 
-from ..device import Device, EpisodeInterrupted, EStopError, Health
+from ..device import Device, EpisodeInterrupted, EStopError, Health, HoldInPlace
 from ..specs import SpecError
 from ..wire import robot as R
 from ..wire.codec import DEFAULT_LIMITS, Limits, Message, decode, encode
@@ -110,6 +110,8 @@ class RemoteDevice(Device):
         succeeds: :attr:`estopped` while set, but it does not stop requests here (the server refuses
         them while it holds a latch, and one lifted from elsewhere lets them through)."""
         self.watchdog_s: float | None = None
+        self._last: dict[str, np.ndarray] | None = None
+        self._hold: HoldInPlace | None = None
         self.attempts_retried = 0
         """Attempts that timed out and were sent again (lost or late replies)."""
         self.stale_replies = 0
@@ -129,6 +131,8 @@ class RemoteDevice(Device):
             reply = self._request(R.HELLO, expect=R.SPECS)
             (self.observation_spec, self.action_spec, self.control_period_s,
              self.watchdog_s) = R.read_specs(reply.fields)
+            self.holds_in_place = reply.fields.get("holds") is True
+            self._hold = HoldInPlace(self.action_spec, self.observation_spec) if self.holds_in_place else None
         except (KeyError, TypeError, ValueError) as err:
             self._drop_socket()
             raise RemoteError("handshake", f"{self.endpoint} sent malformed specs: {err!r}") from err
@@ -203,7 +207,15 @@ class RemoteDevice(Device):
     def _observation(self, reply: Message) -> dict[str, np.ndarray]:
         self.server_estop = None  # the server took a RESET or STEP: it holds no e-stop
         self._last_health = Health(reply.fields.get("health", "ok"), reply.fields.get("reason", ""))
-        return dict(reply.arrays)
+        self._last = dict(reply.arrays)
+        return self._last
+
+    def hold_action(self) -> np.ndarray | None:
+        """Where the robot server says its safe action holds the robot in place: the action holding it
+        at its last observed state (None before any)."""
+        if not self.holds_in_place or self._last is None:
+            return None
+        return self._hold(self._last)
 
     # -- request / reply -------------------------------------------------
     def _request(self, kind: str, fields: dict | None = None, arrays: dict | None = None,

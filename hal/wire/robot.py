@@ -50,10 +50,14 @@ ROBOT_LIMITS = Limits(max_header_bytes=16 * 1024, max_arrays=8, max_ndim=4,
 
 
 def specs_fields(observation_spec: DictSpec, action_spec: ArraySpec, control_period_s: float,
-                 watchdog_s: float) -> dict:
-    """A SPECS reply's fields (``seq`` aside)."""
-    return {"observation_spec": observation_spec.to_msg(), "action_spec": action_spec.to_msg(),
-            "control_period_s": float(control_period_s), "watchdog_s": float(watchdog_s)}
+                 watchdog_s: float, holds_in_place: bool = False) -> dict:
+    """A SPECS reply's fields (``seq`` aside); ``holds``: the robot's safe action holds it where it is
+    (:class:`~embodyrl.hal.device.HoldInPlace`), sent only when true."""
+    fields = {"observation_spec": observation_spec.to_msg(), "action_spec": action_spec.to_msg(),
+              "control_period_s": float(control_period_s), "watchdog_s": float(watchdog_s)}
+    if holds_in_place:
+        fields["holds"] = True
+    return fields
 
 
 def read_specs(fields: dict) -> tuple[DictSpec, ArraySpec, float, float]:
