@@ -87,9 +87,9 @@ def _registered(kind: str) -> tuple[str, ...]:
 
 def _config(base_name: str, kind: str, settings: Mapping, where: str):
     """LeRobot's config object for ``settings`` (``type`` and the config's fields)."""
+    failed = _registered(kind)  # LeRobot first: without it, say how to install it
     import draccus
 
-    failed = _registered(kind)
     module = importlib.import_module(f"lerobot.{kind}")
     base = getattr(module, base_name)
     known = sorted(base.get_known_choices())

@@ -1,6 +1,10 @@
 """Factories and a scripted teleop source that robot tests name as ``robot_helpers:NAME``
 (tests/ on PYTHONPATH, or copied beside the command)."""
 
+import shutil
+import subprocess
+import sys
+
 import numpy as np
 
 
@@ -103,3 +107,22 @@ class Alternating:
 
     def load_weights(self, version, arrays):
         raise AssertionError("no weights in this test")
+
+
+def served_with_keys(directory, source: str, *options: str, env=None):
+    """``python -m embodyrl.hal.robot_server SOURCE`` on loopback with CurveZMQ keys made in
+    ``directory/keys`` (the actor's authorised): (the server process, its endpoint). A robot PC's
+    server, so a test drives the real process boundary; terminate it when done."""
+    from embodyrl.hal.wire.security import generate_keys
+
+    generate_keys(directory / "keys" / "robot", "robot")
+    public, _ = generate_keys(directory / "keys" / "actor", "actor")
+    (directory / "keys" / "authorized").mkdir()
+    shutil.copy(public, directory / "keys" / "authorized")
+    server = subprocess.Popen(
+        [sys.executable, "-m", "embodyrl.hal.robot_server", source, "--bind", "tcp://127.0.0.1:*",
+         "--watchdog-s", "60", "--secret-key", "keys/robot/robot.key_secret", "--authorized-keys",
+         "keys/authorized", *options], cwd=directory, stdout=subprocess.PIPE, text=True, env=env)
+    line = server.stdout.readline()
+    assert line.startswith("robot server on tcp://"), line
+    return server, line.split()[-1]

@@ -19,6 +19,7 @@ import yaml
 from embodyrl import robot
 from embodyrl.hal.safety import SafeDevice
 from tests.cli_helpers import in_process
+from tests.robot_helpers import served_with_keys
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples" / "robots"
@@ -385,25 +386,8 @@ def test_train_a_module_factory(tmp_path):
     assert config["task"] == "robot_helpers:pendulum" and config["robot"]["layout"][0]["name"] == "robot_helpers:pendulum"
 
 
-def _robot_server(tmp_path):
-    """The simulated arm behind a robot server process on loopback, with CurveZMQ keys."""
-    from embodyrl.hal.wire.security import generate_keys
-
-    generate_keys(tmp_path / "keys" / "robot", "robot")
-    public, _ = generate_keys(tmp_path / "keys" / "actor", "actor")
-    (tmp_path / "keys" / "authorized").mkdir()
-    shutil.copy(public, tmp_path / "keys" / "authorized")
-    server = subprocess.Popen(
-        [sys.executable, "-m", "embodyrl.hal.robot_server", "embodyrl.envs.arm:make_device",
-         "--bind", "tcp://127.0.0.1:*", "--watchdog-s", "60", "--secret-key", "keys/robot/robot.key_secret",
-         "--authorized-keys", "keys/authorized"], cwd=tmp_path, stdout=subprocess.PIPE, text=True)
-    line = server.stdout.readline()
-    assert line.startswith("robot server on tcp://"), line
-    return server, line.split()[-1]
-
-
 def test_train_a_remote_robot_through_a_robot_server_with_keys(tmp_path):
-    server, endpoint = _robot_server(tmp_path)
+    server, endpoint = served_with_keys(tmp_path, "embodyrl.envs.arm:make_device")
     try:
         data = yaml.safe_load((EXAMPLES / "arm.yaml").read_text())  # the shipped file, on this server's port
         data["device"].update(endpoint=endpoint, retries=1)  # loopback loses nothing; a dead server fails fast

@@ -20,7 +20,8 @@ The specs follow LeRobot's features, in LeRobot's order:
 LeRobot carries no joint limits, so the bounds are declared: ``bounds``
 maps each action feature to ``[low, high]`` in LeRobot's units (degrees, or
 0..100 for a gripper) and a device without one for every action feature is
-refused, naming them. A bound also bounds the state element of that name.
+refused, naming them (a name that is no feature of the robot is refused too). The state carries
+no bounds: a joint held at its limit overshoots it a little.
 
 An action is sent once per step; with ``realtime`` the step returns one
 control period after the send, with the observation read then, so o_{t+1}
@@ -91,19 +92,19 @@ class LeRobotDevice(Device):
             raise lerobot.LeRobotError(
                 f"{label}: bounds: missing for {', '.join(missing)}; LeRobot carries no limits, so give "
                 "[low, high] for every action feature (in LeRobot's units: degrees, or 0..100 for a gripper)")
-        unknown = [n for n in bounds if n not in self.action_names and n not in self.state_names]
+        unknown = [n for n in bounds if n not in self.action_names]
         if unknown:
-            raise lerobot.LeRobotError(f"{label}: bounds: {', '.join(unknown)} are not features of this robot; "
-                                       f"it acts on {', '.join(self.action_names)}")
+            raise lerobot.LeRobotError(f"{label}: bounds: {', '.join(unknown)} are not action features of this "
+                                       f"robot; it acts on {', '.join(self.action_names)}")
         for name, pair in bounds.items():
             if len(pair) != 2 or not all(math.isfinite(float(x)) for x in pair) or pair[0] > pair[1]:
                 raise lerobot.LeRobotError(f"{label}: bounds.{name}: expected [low, high], got {list(pair)}")
         low = [float(bounds[n][0]) for n in self.action_names]
         high = [float(bounds[n][1]) for n in self.action_names]
         self.action_spec = ArraySpec(ACTION, (len(self.action_names),), np.float32, low, high, self.action_names)
-        state_low = [float(bounds[n][0]) if n in bounds else -np.inf for n in self.state_names]
-        state_high = [float(bounds[n][1]) if n in bounds else np.inf for n in self.state_names]
-        fields = [ArraySpec(STATE, (len(self.state_names),), np.float32, state_low, state_high, self.state_names)]
+        # the state carries no bounds: a joint overshoots its commanded limit, and the learner refuses
+        # a row outside its spec's bounds
+        fields = [ArraySpec(STATE, (len(self.state_names),), np.float32, names=self.state_names)]
         for name, shape in self.array_fields.items():
             image = len(shape) == 3 and shape[-1] == IMAGE_CHANNELS
             fields.append(ArraySpec(name, shape, np.uint8 if image else np.float32,
