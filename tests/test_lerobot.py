@@ -14,13 +14,12 @@ import pytest
 import yaml
 
 from embodyrl import robot
-from embodyrl.envs import lerobot_arm
 from embodyrl.envs.lerobot_arm import BOUNDS, GOAL, HOME, NAMES, ScriptedLeader, SimulatedFollower
 from embodyrl.hal.drivers.lerobot import LeRobotDevice, wrap
 from embodyrl.hal.intervention import EpisodeAborted
 from embodyrl.hal.lerobot import LeRobotError
 from embodyrl.hal.safety import SafeDevice, SafetyConfig
-from embodyrl.hal.specs import ArraySpec, DictSpec, SpecError
+from embodyrl.hal.specs import ArraySpec, SpecError
 from embodyrl.hal.teleop import TeleopError, check_spec, make_source
 from embodyrl.hal.teleop_lerobot import LeRobotTeleop, parse, spec_of
 from tests.cli_helpers import in_process
