@@ -92,6 +92,9 @@ def _config(base_name: str, kind: str, settings: Mapping, where: str):
 
     module = importlib.import_module(f"lerobot.{kind}")
     base = getattr(module, base_name)
+    if settings["type"] not in base.get_known_choices():  # a plugin installed since: look again
+        _registered.cache_clear()
+        failed = _registered(kind)
     known = sorted(base.get_known_choices())
     if settings["type"] not in known:
         why = f"; modules that did not import: {'; '.join(failed)}" if failed else ""
