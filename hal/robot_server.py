@@ -806,16 +806,15 @@ def serve_process(factory, bind: str, endpoint_queue=None, watchdog_s: float = 0
 
     The factory returns a :class:`RobotDriver` or a :class:`Device` (wrapped in
     :class:`DeviceDriver`); ``"embodyrl.envs.arm:make_device"`` is the
-    simulated arm. A robot file (``*.yaml``) in its place serves the device
-    it declares (a LeRobot robot with its bounds, say) under its safety
-    section (:func:`embodyrl.robot.load_device`). The bound endpoint is put on
+    simulated arm; ``factory`` may also be what a factory built (``embodyrl
+    robot-server`` builds a robot file's device). The bound endpoint is put on
     ``endpoint_queue``. ``options`` go to :class:`RobotServer` (``keys``,
     ``admin_keys``, ...).
     """
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    built = _built(factory) if isinstance(factory, str) else factory
+    built = _factory_only(factory) if isinstance(factory, str) else factory
     driver = DeviceDriver(built) if isinstance(built, Device) else built
     server = RobotServer(driver, bind, watchdog_s=watchdog_s, faults=faults, **options)
     try:
@@ -828,22 +827,12 @@ def serve_process(factory, bind: str, endpoint_queue=None, watchdog_s: float = 0
         server.close()
 
 
-def _built(source: str):
-    """What ``source`` names: a robot file's device, or what a factory returns."""
-    from ..robot import is_file, load_device  # embodyrl.robot imports no JAX: fine on a robot PC
-
-    return load_device(source) if is_file(source) else load_factory(source)()
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m embodyrl.hal.robot_server FACTORY|ROBOT_FILE [options]``; exit code 2 on a bad option
-    or a robot that cannot be built."""
-    import argparse
-
-    parser = argparse.ArgumentParser(description="Serve a robot driver to a remote actor.")
+def add_arguments(parser) -> None:
+    """The robot server's options (``python -m embodyrl.hal.robot_server`` and ``embodyrl robot-server``)."""
     parser.add_argument("factory", help="package.module:callable returning a RobotDriver or a Device, "
-                                        "e.g. embodyrl.envs.arm:make_device (the simulated arm), or a robot "
-                                        "file (*.yaml) whose device to serve, e.g. a LeRobot robot with its bounds")
+                                        "e.g. embodyrl.envs.arm:make_device (the simulated arm); with "
+                                        "embodyrl robot-server also a robot file (*.yaml), e.g. a LeRobot "
+                                        "robot with its bounds")
     parser.add_argument("--bind", default="tcp://127.0.0.1:5556")
     parser.add_argument("--watchdog-s", type=float, default=0.5)
     parser.add_argument("--on-out-of-bounds", choices=("refuse", "clip"), default="refuse",
@@ -863,7 +852,18 @@ def main(argv: list[str] | None = None) -> int:
     group.add_argument("--insecure", action="store_true",
                        help="allow plain TCP on a non-loopback address: anyone who reaches the port can "
                             "drive the robot (default: refused without keys)")
-    args = parser.parse_args(argv)
+
+
+def _factory_only(source: str):
+    if source.lower().endswith((".yaml", ".yml")):
+        raise ValueError(f"a robot file is served by: embodyrl robot-server {source} (this module serves "
+                         "package.module:callable factories)")
+    return load_factory(source)()
+
+
+def run(args, build=_factory_only) -> int:
+    """Serve what ``build(args.factory)`` returns under ``args`` (:func:`add_arguments`); exit code 2 on
+    a bad option or a robot that cannot be built or opened (the message names why)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     try:
         keys = server_keys(args)
@@ -876,7 +876,7 @@ def main(argv: list[str] | None = None) -> int:
     deadlines = DriverDeadlines(args.command_deadline_s, args.command_deadline_s, args.command_deadline_s,
                                 args.reset_deadline_s)
     try:
-        built = _built(args.factory)
+        built = build(args.factory)
     except (ValueError, ImportError, AttributeError) as err:  # a robot file's error names file and field
         print(f"robot server: {args.factory}: {err}", file=sys.stderr)
         return 2
@@ -888,6 +888,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"robot server: {err}", file=sys.stderr)
         return 2
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m embodyrl.hal.robot_server FACTORY [options]``; exit code 2 on a bad option."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description="Serve a robot driver to a remote actor.")
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -110,7 +110,7 @@ class Alternating:
 
 
 def served_with_keys(directory, source: str, *options: str, env=None):
-    """``python -m embodyrl.hal.robot_server SOURCE`` on loopback with CurveZMQ keys made in
+    """``python -m embodyrl.hal.robot_server SOURCE`` (``embodyrl robot-server`` for a robot file) on loopback with CurveZMQ keys made in
     ``directory/keys`` (the actor's authorised): (the server process, its endpoint). A robot PC's
     server, so a test drives the real process boundary; terminate it when done."""
     from embodyrl.hal.wire.security import generate_keys
@@ -119,8 +119,9 @@ def served_with_keys(directory, source: str, *options: str, env=None):
     public, _ = generate_keys(directory / "keys" / "actor", "actor")
     (directory / "keys" / "authorized").mkdir()
     shutil.copy(public, directory / "keys" / "authorized")
+    command = ["embodyrl.cli", "robot-server"] if source.endswith(".yaml") else ["embodyrl.hal.robot_server"]
     server = subprocess.Popen(
-        [sys.executable, "-m", "embodyrl.hal.robot_server", source, "--bind", "tcp://127.0.0.1:*",
+        [sys.executable, "-m", *command, source, "--bind", "tcp://127.0.0.1:*",
          "--watchdog-s", "60", "--secret-key", "keys/robot/robot.key_secret", "--authorized-keys",
          "keys/authorized", *options], cwd=directory, stdout=subprocess.PIPE, text=True, env=env)
     line = server.stdout.readline()

@@ -26,6 +26,8 @@ BASE = {"numpy", "zmq", "msgpack", "ml_dtypes", "yaml"}
 LAZY = {
     ("console.py", "PIL"): "JPEG frames for the console's camera stream (the console extra)",
     ("teleop.py", "evdev"): "gamepads and spacemice (the teleop extra)",
+    ("lerobot.py", "lerobot"): "LeRobot's robots and teleoperators by type (the lerobot extra)",
+    ("lerobot.py", "draccus"): "LeRobot's config classes, decoded as LeRobot decodes them (the lerobot extra)",
     ("wire/compression.py", "zstandard"): "zstd frames (the compress extra)",
     ("wire/compression.py", "lz4"): "lz4 frames (the compress extra)",
 }

@@ -338,3 +338,13 @@ def test_record_train_eval_and_export_through_the_robot_server(served):
     with local:
         action, _ = policy.act(local.reset(0), explore=False)
     assert action.shape == (7,) and local.action_spec.minimum.min() <= action.min()
+
+
+def test_the_robot_server_serves_a_robot_file_only_with_its_bounds(tmp_path, capsys):
+    from embodyrl.hal import robot_server
+
+    unbounded = _write(tmp_path / "arm.yaml", _sim_arm(**{"device.bounds": None}))
+    proc = in_process("robot-server", unbounded, "--bind", "tcp://127.0.0.1:0")
+    assert proc.returncode == 2 and "device: a LeRobot robot needs bounds" in proc.stderr, proc.stderr
+    assert robot_server.main([str(SIM_ARM)]) == 2
+    assert "served by: embodyrl robot-server" in capsys.readouterr().err

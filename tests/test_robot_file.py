@@ -143,7 +143,7 @@ BAD = [
     ({"task.reward.terms.1.weight": "x"}, "task.reward.terms[1].weight: expected a number, got 'x'"),
     ({"colour": "red"}, "colour: unknown field; known: name, device, end_effector, task"),
     ({"device": _DROP}, "device: missing"),
-    ({"device.endpoint": "tcp://127.0.0.1:5556"}, "device: give exactly one of factory, endpoint; got factory, endpoint"),
+    ({"device.endpoint": "tcp://127.0.0.1:5556"}, "device: give exactly one of factory, lerobot, endpoint; got factory, endpoint"),
     ({"device.factory": "no_such_module:make"}, "device.factory: cannot import 'no_such_module'"),
     ({"device.factory": "not a factory"}, "device.factory: expected package.module:callable"),
     ({"device": {"endpoint": "tcp://10.1.2.3:5556"}}, "device.keys: tcp://10.1.2.3:5556 is off this machine"),

@@ -674,6 +674,14 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--json", action="store_true", help="print one JSON object")
     b.add_argument("--quick", action="store_true", help="small sizes, for smoke tests")
     b.set_defaults(func=_bench)
+    from ..hal.robot_server import add_arguments as robot_server_arguments
+
+    rs = sub.add_parser("robot-server", help="serve a robot to a remote actor: a robot file's device or a driver",
+                        description="On the robot PC: serve the device a robot file declares (a LeRobot robot "
+                                    "with its bounds, under the file's safety section) or a driver factory, "
+                                    "as python -m embodyrl.hal.robot_server does, to one remote actor.")
+    robot_server_arguments(rs)
+    rs.set_defaults(func=_robot_server)
     k = sub.add_parser("keys", help="generate a CurveZMQ key pair for a learner or an actor",
                        description="Write DIRECTORY/NAME.key (public: give it to the other side) and "
                                    "DIRECTORY/NAME.key_secret (secret, mode 600: keep it). A learner takes "
@@ -703,6 +711,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     register_reward(sub)
     return parser
+
+
+def _robot_server(args) -> int:
+    """``embodyrl robot-server SOURCE``: a robot file (:func:`embodyrl.robot.load_device`) or a factory."""
+    from ..hal.robot_server import load_factory, run
+    from ..robot import is_file, load_device
+
+    return run(args, build=lambda source: load_device(source) if is_file(source) else load_factory(source)())
 
 
 def main(argv: list[str] | None = None) -> int:

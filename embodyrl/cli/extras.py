@@ -36,6 +36,8 @@ EXTRAS: dict[str, str] = {
     "zstandard": "compress",
     "lz4": "compress",
     "evdev": "teleop",
+    "lerobot": "lerobot",  # LeRobot's robots and teleoperators (hal/lerobot.py); brings torch
+    "draccus": "lerobot",
     "pytest": "test",  # the conformance suites shipped in embodyrl.hal.testing
 }
 
