@@ -63,6 +63,9 @@ RULES = [
     Rule(r"^embodyrl record arm\.yaml ", replace=ON_THE_SIMULATED_ARM,
          append=("--episodes", "2", "--episode-steps", "50", "--unpaced")),
     Rule(r"^embodyrl train arm\.yaml ", replace=ON_THE_SIMULATED_ARM, append=TINY_TRAIN),
+    Rule(r"^embodyrl (robot-server|record) examples/robots/so101", skip="an SO-101 arm and LeRobot: "
+         "tests/test_lerobot_real.py serves, records and trains LeRobot's own classes on the simulated arm, "
+         "tests/test_lerobot.py the same through the simulated follower"),
     Rule(r"^embodyrl console ", skip="the console serves until stopped; tests/test_console_api.py and "
                                       "tests/test_console_browser.py run it as a process with live actors"),
     Rule(r"^embodyrl bench ", skip="each benchmark runs with quick=True in tests/test_bench_*.py and "
