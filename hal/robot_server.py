@@ -816,6 +816,13 @@ def serve_process(factory, bind: str, endpoint_queue=None, watchdog_s: float = 0
         signal.signal(sig, lambda *_: stop.set())
     built = _factory_only(factory) if isinstance(factory, str) else factory
     driver = DeviceDriver(built) if isinstance(built, Device) else built
+    if not isinstance(driver, RobotDriver):
+        from .lerobot import is_robot
+
+        hint = (" A LeRobot robot needs its bounds: declare it in a robot file and serve that with "
+                "embodyrl robot-server FILE, or return embodyrl.hal.drivers.lerobot.wrap(robot, bounds)"
+                if is_robot(built) else "")
+        raise ValueError(f"{factory}: made a {type(built).__name__}, not a RobotDriver or a Device.{hint}")
     server = RobotServer(driver, bind, watchdog_s=watchdog_s, faults=faults, **options)
     try:
         if endpoint_queue is not None:

@@ -348,3 +348,38 @@ def test_the_robot_server_serves_a_robot_file_only_with_its_bounds(tmp_path, cap
     assert proc.returncode == 2 and "device: a LeRobot robot needs bounds" in proc.stderr, proc.stderr
     assert robot_server.main([str(SIM_ARM)]) == 2
     assert "served by: embodyrl robot-server" in capsys.readouterr().err
+
+
+def test_a_factory_returning_a_bare_lerobot_robot_is_refused_by_the_robot_server(capsys):
+    from embodyrl.hal import robot_server
+
+    assert robot_server.main(["embodyrl.envs.lerobot_arm:follower"]) == 2
+    assert "A LeRobot robot needs its bounds" in capsys.readouterr().err
+
+
+def test_a_remote_actor_holds_the_arm_as_its_robot_server_does():
+    import threading
+
+    from embodyrl.hal.drivers.remote import RemoteDevice
+    from embodyrl.hal.robot_server import DeviceDriver, RobotServer
+
+    driver = DeviceDriver(robot.load_device(str(SIM_ARM)))
+    assert driver.holds_in_place and driver.safe_action() is None  # never observed: nothing to hold
+    server, stop = RobotServer(driver, watchdog_s=60), threading.Event()
+    thread = threading.Thread(target=server.serve, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        link = RemoteDevice(server.endpoint)
+        link.connect()  # the specs come from the server, as a robot file's remote device is made
+        remote = SafeDevice(link)
+        with remote:
+            assert remote.holds_in_place
+            remote.reset(0)
+            for _ in range(15):
+                observation = remote.step(GOAL_ACTION)
+            np.testing.assert_allclose(remote.safe_action, observation["state"], atol=1e-4)
+            np.testing.assert_allclose(driver.safe_action(), observation["state"], atol=1e-4)
+    finally:
+        stop.set()
+        thread.join(10)
+        server.close()
