@@ -840,8 +840,10 @@ def add_arguments(parser) -> None:
                                         "e.g. embodyrl.envs.arm:make_device (the simulated arm); with "
                                         "embodyrl robot-server also a robot file (*.yaml), e.g. a LeRobot "
                                         "robot with its bounds")
-    parser.add_argument("--bind", default="tcp://127.0.0.1:5556")
-    parser.add_argument("--watchdog-s", type=float, default=0.5)
+    parser.add_argument("--bind", default="tcp://127.0.0.1:5556",
+                        help="the address to serve on (default tcp://127.0.0.1:5556; off this machine needs keys)")
+    parser.add_argument("--watchdog-s", type=float, default=0.5,
+                        help="command the safe action when the actor sends nothing for this long (default 0.5)")
     parser.add_argument("--on-out-of-bounds", choices=("refuse", "clip"), default="refuse",
                         help="an action outside the spec's bounds: refuse it (ERROR, safe action) or clip it")
     parser.add_argument("--command-deadline-s", type=float, help="driver command/read deadline "
@@ -884,6 +886,8 @@ def run(args, build=_factory_only) -> int:
                                 args.reset_deadline_s)
     try:
         built = build(args.factory)
+    except ModuleNotFoundError:  # an extra this install lacks: embodyrl robot-server names it
+        raise
     except (ValueError, ImportError, AttributeError) as err:  # a robot file's error names file and field
         print(f"robot server: {args.factory}: {err}", file=sys.stderr)
         return 2

@@ -172,6 +172,7 @@ ON_THE_BASE_INSTALL = {
     "bench-console": ("bench console --quick", 2, _extra("console")),
     "bench-scale": ("bench scale --quick", 2, _extra("ray")),
     "record": ("record pendulum --teleop keyboard --episodes 1 --out {tmp}/demos", 2, _extra("mujoco")),
+    "robot-server": ("robot-server embodyrl.envs.arm:make_device", 2, _extra("mujoco")),
     "console": ("console {run}", 2, _extra("console")),
     "reward": ("reward train {demos} --out {tmp}/classifier --held-out 0", 2, _extra("learner")),
     # what runs on the base install

@@ -326,8 +326,8 @@ def test_a_bad_classifier_reward_is_refused_naming_the_field(trained, tmp_path):
     with pytest.raises(robot.RobotFileError, match=r"scene.yaml: task.reward: .*nowhere: no classifier.json"):
         robot.load(scene_robot(home, reward="classifier:nowhere"))
     for task, message in (({"threshold": 1.0}, "task.threshold: must be between 0 and 1, got 1.0"),
-                          ({"reward": "learned"}, "task.reward: expected terms and success conditions, or "
-                                                  "classifier:DIR; got 'learned'"),
+                          ({"reward": "learned"}, "task.reward: expected terms and success conditions, "
+                                                  "classifier:DIR or person; got 'learned'"),
                           ({"reward": {"terms": []}, "threshold": 0.5},
                            "task.threshold: belongs to a classifier reward")):
         with pytest.raises(robot.RobotFileError, match=message):

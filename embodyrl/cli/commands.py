@@ -679,7 +679,9 @@ def build_parser() -> argparse.ArgumentParser:
     rs = sub.add_parser("robot-server", help="serve a robot to a remote actor: a robot file's device or a driver",
                         description="On the robot PC: serve the device a robot file declares (a LeRobot robot "
                                     "with its bounds, under the file's safety section) or a driver factory, "
-                                    "as python -m embodyrl.hal.robot_server does, to one remote actor.")
+                                    "as python -m embodyrl.hal.robot_server does, to one remote actor.",
+                        epilog="exit codes: 0 stopped (SIGTERM or Ctrl-C), 2 bad options, or a robot that "
+                               "cannot be built or opened (the message names why)")
     robot_server_arguments(rs)
     rs.set_defaults(func=_robot_server)
     k = sub.add_parser("keys", help="generate a CurveZMQ key pair for a learner or an actor",
