@@ -59,9 +59,14 @@ class LearnerConfig:
     checkpoint_every_s: float = 60.0
     """Seconds between Orbax checkpoints of the learner state (one is also written on shutdown)."""
     demos: tuple[str, ...] = ()
-    """Directories of demonstration files (:mod:`embodyrl.hal.demos`, ``*.npz``), loaded into the
-    replay at start as ``source=DEMONSTRATION``: each file once, by content hash, however often
-    the run resumes; a file whose specs differ from the task's is refused, naming the field."""
+    """Directories of demonstration files (:mod:`embodyrl.hal.demos`, ``*.npz``) or LeRobotDataset
+    directories (:mod:`embodyrl.hal.lerobot_demos`), loaded into the replay at start as
+    ``source=DEMONSTRATION``: each file or dataset once, by content hash, however often the run
+    resumes; one whose specs differ from the task's is refused, naming the field."""
+    demos_features: dict[str, str] | None = None
+    """Observation field -> LeRobot feature, where a LeRobotDataset in ``demos`` names a field otherwise
+    than ``observation.state``, ``observation.images.FIELD`` or ``observation.FIELD`` (a robot file's
+    ``dataset_features``)."""
     mix: dict[str, float] | None = None
     """Fractions of every batch by source, e.g. ``{demonstration: 0.5, online: 0.5}``; keys are
     ``online``, ``demonstration`` (interventions included, unless ``intervention`` has its own

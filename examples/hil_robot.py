@@ -151,9 +151,12 @@ def robot_server(out: Path, plan: Plan):
             raise RuntimeError(f"port {plan.port} is taken: stop what listens there or pass --port")
     # The simulated arm is not paced: its actor waits for the learner's credit between batches, so the
     # update-to-data ratio holds exactly; the watchdog allows those waits. A real arm runs in real time.
+    # The driver deadline (0.5 s by default, whose overrun latches a hung-driver e-stop) is 5 s here: a
+    # simulation sharing two cores with a learner and a test suite was seen to take 0.57 s for one step.
     log = (out / "robot_server.log").open("a")
     proc = subprocess.Popen([sys.executable, "-m", "embodyrl.hal.robot_server", ROBOT_FACTORY,
                              "--bind", f"tcp://127.0.0.1:{plan.port}", "--watchdog-s", "60",
+                             "--command-deadline-s", "5",
                              "--secret-key", "keys/robot/robot.key_secret", "--authorized-keys", "keys/authorized"],
                             cwd=out, stdout=log, stderr=subprocess.STDOUT)
     try:

@@ -83,16 +83,23 @@ class DemoWriter:
         return self.path
 
 
-def demo_files(directories) -> list[Path]:
-    """The demonstration files (``*.npz``) of each directory, in order. A missing or empty directory
+def demo_files(directories, *, datasets: bool = False) -> list[Path]:
+    """The demonstration files (``*.npz``) of each directory, in order; with ``datasets``, a directory
+    that is a LeRobotDataset stands for itself (:mod:`.lerobot_demos`). A missing or empty directory
     raises ``ValueError`` naming it (the learner's ``--demos`` and the classifier's trainer read these)."""
+    from .lerobot_dataset import is_dataset
+
     files = []
     for directory in map(Path, directories):
         if not directory.is_dir():
             raise ValueError(f"{directory}: no such directory")
+        if datasets and is_dataset(directory):
+            files.append(directory)
+            continue
         found = sorted(directory.glob("*.npz"))
         if not found:
-            raise ValueError(f"{directory}: holds no demonstration files (*.npz; embodyrl record writes them)")
+            raise ValueError(f"{directory}: holds no demonstration files (*.npz; embodyrl record writes them)"
+                             + (" and is not a LeRobotDataset (no meta/info.json)" if datasets else ""))
         files += found
     return files
 

@@ -26,6 +26,8 @@ BASE = {"numpy", "zmq", "msgpack", "ml_dtypes", "yaml"}
 LAZY = {
     ("console.py", "PIL"): "JPEG frames for the console's camera stream (the console extra)",
     ("teleop.py", "evdev"): "gamepads and spacemice (the teleop extra)",
+    ("lerobot_dataset.py", "pyarrow"): "LeRobotDataset's Parquet files (the dataset extra)",
+    ("lerobot_dataset.py", "av"): "LeRobotDataset's MP4s (the dataset extra)",
     ("lerobot.py", "lerobot"): "LeRobot's robots and teleoperators by type (the lerobot extra)",
     ("lerobot.py", "draccus"): "LeRobot's config classes, decoded as LeRobot decodes them (the lerobot extra)",
     ("wire/compression.py", "zstandard"): "zstd frames (the compress extra)",

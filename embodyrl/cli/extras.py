@@ -36,6 +36,8 @@ EXTRAS: dict[str, str] = {
     "zstandard": "compress",
     "lz4": "compress",
     "evdev": "teleop",
+    "pyarrow": "dataset",  # LeRobotDataset's Parquet (hal/lerobot_dataset.py)
+    "av": "dataset",  # and its MP4s
     "lerobot": "lerobot",  # LeRobot's robots and teleoperators (hal/lerobot.py); brings torch
     "draccus": "lerobot",
     "pytest": "test",  # the conformance suites shipped in embodyrl.hal.testing

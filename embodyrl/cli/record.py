@@ -67,7 +67,6 @@ def _say(text: str) -> None:
 
 def record(args) -> int:
     from ..hal.clock import RateClock
-    from ..hal.demos import DemoWriter, read_specs
     from ..hal.device import hold_safe
     from ..hal.drivers.remote import RemoteError
     from ..hal.intervention import EpisodeAborted, KeyboardTeleop
@@ -86,11 +85,13 @@ def record(args) -> int:
         _say(f"--out {out}: not a directory")
         return 2
     out.mkdir(parents=True, exist_ok=True)
-    for stale in out.glob("*.tmp"):  # a file a killed run was writing: never a whole episode
-        stale.unlink()
-    files = episode_files(out)
-    if len(files) >= args.episodes:
-        _say(f"{out} holds {len(files)} episodes already (--episodes {args.episodes}): nothing to do")
+    try:
+        sink = (_Dataset if args.format == "lerobot" else _Files)(out)
+    except (SpecError, ValueError) as err:
+        _say(str(err))
+        return 2
+    if sink.count >= args.episodes:
+        _say(f"{out} holds {sink.count} episodes already (--episodes {args.episodes}): nothing to do")
         return 0
     try:
         raw, task, reset, teleop = make_robot(args.robot)
@@ -98,15 +99,16 @@ def record(args) -> int:
         _say(str(err.args[0] if isinstance(err, KeyError) else err))
         return 2
     device = raw if isinstance(raw, SafeDevice) else SafeDevice(raw, SafetyConfig())
-    if files:
-        try:
-            specs = read_specs(next(iter(files.values())))
-        except SpecError as err:
-            _say(str(err))
-            return 1
-        if specs != (device.observation_spec, device.action_spec):
-            _say(f"{out} holds demonstrations of other specs than {args.robot!r}'s: record into another --out")
-            return 2
+    try:
+        sink.open(device, args.task or task.name or args.robot)
+    except SpecError as err:  # a file there that cannot be read
+        _device_closed(device)
+        _say(str(err))
+        return 1
+    except ValueError as err:  # what is there was recorded with other specs
+        _device_closed(device)
+        _say(f"{err}: record into another --out")
+        return 2
     teleop = args.teleop or teleop
     if not teleop:
         _device_closed(device)
@@ -122,13 +124,12 @@ def record(args) -> int:
     should_stop = stop_on_signals()
     period = device.control_period_s
     clock = None if args.unpaced else RateClock(args.time_scale / period)
-    number = max(files, default=-1) + 1
-    count = len(files)
+    number, count = sink.next_number, sink.count
     started = count
     try:
         with device:
             while count < args.episodes:
-                name = EPISODE_FILE.format(number)
+                name = sink.name(number)
                 _say(f"{name} ({count + 1} of {args.episodes}): go")
                 try:
                     episode = record_episode(device, task, source, max_steps=args.episode_steps,
@@ -150,11 +151,9 @@ def record(args) -> int:
                     if answer.success is not None:
                         label, by = answer.success, "operator"
                         episode.label(task, label)
-                writer = DemoWriter(out / name, device.observation_spec, device.action_spec)
-                writer.add(episode.steps)
-                writer.close(success=label, labelled_by=by if label is not None else None,
-                             robot=args.robot, teleop=teleop, episode_return=episode.episode_return,
-                             length=episode.length)
+                sink.write(name, episode, success=label, labelled_by=by if label is not None else None,
+                           robot=args.robot, teleop=teleop, episode_return=episode.episode_return,
+                           length=episode.length, control_period_s=period, task=sink.task)
                 outcome = "unlabelled" if label is None else ("success" if label else "failure")
                 _say(f"{name}: {episode.length} steps, return {episode.episode_return:.2f}, {outcome}"
                      f" ({by}), the person commanded {episode.commanded} steps")
@@ -170,7 +169,96 @@ def record(args) -> int:
         close_source(source)
         operator.close()
     _say(f"{count - started} episodes recorded; {out} holds {count}")
-    print(json.dumps(summarise(out)))
+    print(json.dumps(sink.summary()))
+    return 0
+
+
+class _Files:
+    """embodyrl's own demonstrations: one ``.npz`` file per episode (:class:`~embodyrl.hal.demos.DemoWriter`)."""
+
+    def __init__(self, out: Path):
+        self.out = out
+        for stale in out.glob("*.tmp"):  # a file a killed run was writing: never a whole episode
+            stale.unlink()
+        self.files = episode_files(out)
+        self.count = len(self.files)
+        self.next_number = max(self.files, default=-1) + 1
+        self.task = ""
+
+    def open(self, device, task: str) -> None:
+        from ..hal.demos import read_specs
+
+        self.device, self.task = device, task
+        if self.files and read_specs(next(iter(self.files.values()))) != (device.observation_spec,
+                                                                          device.action_spec):
+            raise ValueError(f"{self.out} holds demonstrations of other specs than {self.task!r}'s")
+
+    def name(self, number: int) -> str:
+        return EPISODE_FILE.format(number)
+
+    def write(self, name: str, episode, **meta) -> None:
+        from ..hal.demos import DemoWriter
+
+        writer = DemoWriter(self.out / name, self.device.observation_spec, self.device.action_spec)
+        writer.add(episode.steps)
+        writer.close(**meta)
+
+    def summary(self) -> dict:
+        return summarise(self.out)
+
+
+class _Dataset:
+    """A LeRobotDataset v3.0 (``--format lerobot``): each episode appended whole, its metadata rewritten
+    after it, so a recording stopped between episodes is a dataset LeRobot loads."""
+
+    def __init__(self, out: Path):
+        from ..hal.lerobot_dataset import is_dataset, read_info
+
+        self.out = out
+        for stale in out.rglob("*.tmp"):
+            stale.unlink()
+        self.count = int(read_info(out)["total_episodes"]) if is_dataset(out) else 0
+        if not self.count and any(out.iterdir()):
+            raise ValueError(f"--out {out}: holds files but no LeRobotDataset (meta/info.json); record into an "
+                             "empty directory")
+        self.next_number = self.count
+        self.task = ""
+
+    def open(self, device, task: str) -> None:
+        from ..hal import lerobot_demos
+
+        self.task = task
+        self.writer = lerobot_demos.writer(self.out, device.observation_spec, device.action_spec,
+                                           fps=1.0 / device.control_period_s)
+
+    def name(self, number: int) -> str:
+        return f"episode {number}"
+
+    def write(self, name: str, episode, **meta) -> None:
+        from ..hal import lerobot_demos
+
+        for frames in lerobot_demos.episodes_of(episode.steps, self.task):
+            self.writer.add(frames)
+
+    def summary(self) -> dict:
+        return {"directory": str(self.out), "format": "lerobot", "episodes": len(self.writer.episodes),
+                "frames": self.writer.frames}
+
+
+def _export(args, directory: Path) -> int:
+    """``embodyrl demos DIR --export lerobot --out OUT``: DIR's episodes as a LeRobotDataset v3.0."""
+    from ..hal import lerobot_demos
+    from ..hal.specs import SpecError
+
+    if not args.out:
+        print("embodyrl demos: --export needs --out DIR (a new directory)", file=sys.stderr)
+        return 2
+    try:
+        done = lerobot_demos.export(directory, args.out, fps=args.fps, task=args.task)
+    except (SpecError, ValueError) as err:
+        print(f"embodyrl demos: {err}", file=sys.stderr)
+        return 2
+    print(json.dumps(done))
     return 0
 
 
@@ -250,6 +338,11 @@ def demos(args) -> int:
     if not directory.is_dir():
         print(f"embodyrl demos: {directory}: no such directory", file=sys.stderr)
         return 2
+    if args.export:
+        return _export(args, directory)
+    if args.out or args.fps or args.task:
+        print("embodyrl demos: --out, --fps and --task belong to --export", file=sys.stderr)
+        return 2
     try:
         summary = summarise(directory)
     except SpecError as err:
@@ -284,6 +377,11 @@ def register(sub) -> None:
                "130 interrupted (what was written is whole; run again to resume)")
     r.add_argument("robot", help="a task name, gym:ID, module:factory or a robot file")
     r.add_argument("--teleop", metavar="SOURCE", help=TELEOP_HELP + " (default: the robot file's teleop:)")
+    r.add_argument("--format", choices=("embodyrl", "lerobot"), default="embodyrl",
+                   help="embodyrl: one .npz per episode (default); lerobot: a LeRobotDataset v3.0 that LeRobot's "
+                        "own loader reads (cameras as MP4; needs the dataset extra)")
+    r.add_argument("--task", metavar="TEXT", help="the task's description kept with each episode (default: "
+                                                  "the task's name)")
     r.add_argument("--episodes", required=True, type=int, metavar="N",
                    help="how many episodes DIR should hold (resuming counts the ones there)")
     r.add_argument("--out", required=True, metavar="DIR", help="directory of the episode files")
@@ -296,10 +394,18 @@ def register(sub) -> None:
     r.set_defaults(func=record)
     d = sub.add_parser("demos", help="summarise a directory of demonstrations",
                        description="Episodes, success rate, return and length of the demonstration "
-                                   "files in DIRECTORY. Exit codes: 0 done, 1 an unreadable file, "
-                                   "2 no demonstrations there.")
+                                   "files in DIRECTORY; with --export lerobot --out OUT, the same episodes "
+                                   "as a LeRobotDataset v3.0 that LeRobot's own loader reads. Exit codes: 0 "
+                                   "done, 1 an unreadable file, 2 no demonstrations there (or OUT not new).")
     d.add_argument("directory", help="a directory written by embodyrl record")
     d.add_argument("--json", action="store_true", help="print one JSON object, with every episode")
+    d.add_argument("--export", choices=("lerobot",), help="write DIRECTORY's episodes in another format: "
+                                                          "lerobot, a LeRobotDataset v3.0 (--out)")
+    d.add_argument("--out", metavar="DIR", help="with --export: the new dataset's directory")
+    d.add_argument("--fps", type=float, help="with --export: frames per second (default: the rate the files "
+                                             "were recorded at)")
+    d.add_argument("--task", metavar="TEXT", help="with --export: the task's description (default: each "
+                                                  "file's task or robot)")
     d.set_defaults(func=demos)
 
 

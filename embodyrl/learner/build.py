@@ -82,7 +82,7 @@ def build_learner(config, layout: Layout, run_dir: Path, *, keys: ServerKeys | N
         if lc.demos:
             try:
                 data.load_demonstrations(lc.demos, [(k.name, k.observation_spec, k.action_spec)
-                                                    for k in layout.kinds])
+                                                    for k in layout.kinds], lc.demos_features)
             except BaseException:
                 data.close(failed=False)
                 raise

@@ -32,6 +32,7 @@ import jax
 import numpy as np
 
 from ..config import LearnerConfig
+from ..hal import lerobot_demos
 from ..hal.demos import demo_files, load_demonstrations, read_specs, spec_mismatch
 from ..hal.specs import ArraySpec, DictSpec, SpecError
 from ..hal.steps import PolicyVersion, Source, Steps
@@ -106,7 +107,8 @@ class ReplayData:
 
     # -- demonstrations --------------------------------------------------------------
     def load_demonstrations(self, directories: Sequence[str | Path],
-                            kinds: Sequence[tuple[str, DictSpec, ArraySpec]]) -> dict:
+                            kinds: Sequence[tuple[str, DictSpec, ArraySpec]],
+                            features: Mapping[str, str] | None = None) -> dict:
         """Load every ``*.npz`` demonstration file of ``directories`` into the replay as
         ``source=DEMONSTRATION``, each file once: a file whose content (sha256) the replay
         already holds is skipped, so a resumed run does not duplicate it.
@@ -121,7 +123,7 @@ class ReplayData:
         loads the file again instead of losing or doubling it. Returns counts for the log.
         """
         files = _demonstration_files(directories)
-        plan = [(path, self._device_of(path, kinds)) for path in files]  # refused here, before any row
+        plan = [(path, self._device_of(path, kinds, features)) for path in files]  # refused here, before any row
         ledger_path = self.replay.directory / LEDGER
         committed = self.committed_seq(DEMONSTRATION_ACTOR)
         ledger = [e for e in _read_ledger(ledger_path) if e["seq"] <= committed]
@@ -144,8 +146,12 @@ class ReplayData:
             batch_rows = max(1, min(1024, self.config.replay_chunk_rows // 2))
             for entry, (path, device_id, _) in zip(entries, todo, strict=True):
                 kind = kinds[device_id]
-                batches = load_demonstrations(path, batch_rows=batch_rows, actor_id=DEMONSTRATION_ACTOR,
-                                              device_id=device_id, observation_spec=kind[1], action_spec=kind[2])
+                if path.is_dir():  # a LeRobotDataset
+                    batches = lerobot_demos.load(path, kind[1], kind[2], mapping=features, batch_rows=batch_rows,
+                                                 actor_id=DEMONSTRATION_ACTOR, device_id=device_id)
+                else:
+                    batches = load_demonstrations(path, batch_rows=batch_rows, actor_id=DEMONSTRATION_ACTOR,
+                                                  device_id=device_id, observation_spec=kind[1], action_spec=kind[2])
                 for batch in batches:
                     self.replay.add(self._pad(device_id, batch), seq=entry["seq"])
                 entry["steps"] = sum(len(b) for b in batches)
@@ -160,12 +166,16 @@ class ReplayData:
         return counts
 
     @staticmethod
-    def _device_of(path: Path, kinds) -> int:
-        """The device id (kind index) whose specs ``path`` was recorded with, or SpecError."""
-        observation_spec, action_spec = read_specs(path)
+    def _device_of(path: Path, kinds, features: Mapping[str, str] | None = None) -> int:
+        """The device id (kind index) whose specs ``path`` was recorded with (a LeRobotDataset: whose
+        fields its features fit), or SpecError."""
+        recorded = None if path.is_dir() else read_specs(path)
         reasons = []
         for device_id, (name, kind_observation, kind_action) in enumerate(kinds):
-            reason = spec_mismatch(observation_spec, action_spec, kind_observation, kind_action)
+            if recorded is None:
+                reason = lerobot_demos.check(path, kind_observation, kind_action, features)
+            else:
+                reason = spec_mismatch(*recorded, kind_observation, kind_action)
             if reason is None:
                 return device_id
             reasons.append(reason if len(kinds) == 1 else f"device kind {name!r}: {reason}")
@@ -297,12 +307,14 @@ class ReplayData:
 
 def _demonstration_files(directories: Sequence[str | Path]) -> list[Path]:
     try:
-        return demo_files(directories)
+        return demo_files(directories, datasets=True)
     except ValueError as err:
         raise ValueError(f"learner.demos: {err}") from None
 
 
 def _sha256(path: Path) -> str:
+    if path.is_dir():  # a LeRobotDataset: its files' names and bytes
+        return lerobot_demos.content_hash(path)
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
