@@ -103,6 +103,8 @@ class _Part:
     """The largest |reward| its task pays (``task.reward_bound``, or a built-in task's own)."""
     teleop: str = ""
     """The person's input device the file names (``teleop:``, a ``--teleop`` source); empty: none."""
+    dataset_features: tuple[tuple[str, str], ...] = ()
+    """(observation field, LeRobot feature) where a LeRobotDataset names a field otherwise (``dataset_features``)."""
 
 
 @dataclass(frozen=True)
@@ -189,6 +191,9 @@ class Robot:
             defaults["actor"] = {"realtime": any(realtime), "reset": self.reset}
         if self.teleop:
             defaults.setdefault("actor", {})["teleop"] = self.teleop
+        features = dict(f for part in self.parts for f in part.dataset_features)
+        if features:
+            defaults["learner"] = {"demos_features": features}
         encoder = {key: list(fields) for key, fields in (("image_fields", self.camera_fields),
                                                          ("ignore_fields", self.reward_only)) if fields}
         if encoder:
@@ -379,7 +384,8 @@ def _shown(value) -> str:
     return "nothing" if value is None else repr(value)
 
 
-TOP = ("name", "device", "end_effector", "task", "control", "reset", "safety", "cameras", "reward_only", "teleop")
+TOP = ("name", "device", "end_effector", "task", "control", "reset", "safety", "cameras", "reward_only", "teleop",
+       "dataset_features")
 
 
 def load_device(source: str) -> Device:
@@ -421,6 +427,10 @@ def _load_file(source: str, file: dict | None = None, device_only: bool = False)
                                         "it is not reward-only")
     make_device = _device(r, data["device"], rate_hz, realtime)
     teleop = _teleop(r, data["teleop"]) if "teleop" in data else ""
+    dataset_features = tuple((r.observed(r.text(field, "dataset_features"), f"dataset_features.{field}"),
+                              r.text(feature, f"dataset_features.{field}"))
+                             for field, feature in r.settings(data.get("dataset_features", {}),
+                                                              "dataset_features").items())
     end_effector = _end_effector(r, data["end_effector"]) if "end_effector" in data else None
     make_task = (lambda: None) if device_only else _task(r, data["task"], name, steps, reset)
     reward_bound = REWARD_BOUND
@@ -454,7 +464,7 @@ def _load_file(source: str, file: dict | None = None, device_only: bool = False)
 
     return _Part(name, source, build, reset=reset, cameras=cameras, realtime=realtime,
                  fields=tuple(r.fields), images=tuple(r.images), reward_only=reward_only, file=file,
-                 reward_bound=reward_bound, teleop=teleop)
+                 reward_bound=reward_bound, teleop=teleop, dataset_features=dataset_features)
 
 
 def _parse_yaml(raw: bytes, label: str) -> dict:

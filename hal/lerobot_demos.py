@@ -1,6 +1,6 @@
 """Demonstrations as LeRobotDataset: embodyrl's steps to LeRobot's frames and back.
 
-Features and fields, by name (``learner.demos_features`` may map them
+Features and fields, by name (a robot file's ``dataset_features``, ``learner.demos_features``, may map them
 otherwise; :func:`feature_of`):
 
 =========================  =========================================
@@ -140,8 +140,8 @@ def _lookup(info: dict, field: str, spec: ArraySpec, mapping: Mapping[str, str])
         if candidate in names:
             return candidate
     raise SpecError(f"observation {field!r}: the dataset has no feature {feature_of(field, spec)!r} (nor "
-                    f"{OBSERVATION + field!r}); it has {', '.join(names)} (map it with"
-                    " learner.demos_features)")
+                    f"{OBSERVATION + field!r}); it has {', '.join(names)} (map it with a"
+                    " robot file's dataset_features)")
 
 
 def _order(spec: ArraySpec, feature: dict, what: str) -> np.ndarray | None:

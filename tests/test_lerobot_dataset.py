@@ -159,3 +159,52 @@ def test_train_from_a_dataset_loads_it_once_by_content(recorded):
     ledger = json.loads((recorded / "run" / "replay" / "demonstrations.json").read_text())["files"]
     assert [(e["name"], e["steps"]) for e in ledger] == [("exported", 3 * (STEPS + 1))]
     assert ledger[0]["sha256"] == lerobot_demos.content_hash(recorded / "exported")
+
+
+def test_a_robot_file_maps_a_field_to_a_feature_named_otherwise(recorded, tmp_path):
+    from embodyrl import robot
+
+    data = yaml.safe_load((recorded / "arm.yaml").read_text())
+    data["dataset_features"] = {"front": "observation.images.top"}
+    (tmp_path / "arm.yaml").write_text(yaml.safe_dump(data))
+    defaults = robot.load(str(tmp_path / "arm.yaml")).config_defaults()
+    assert defaults["learner"]["demos_features"] == {"front": "observation.images.top"}
+    observation_spec, action_spec = read_specs(demo_files([recorded / "demos"])[0])
+    reason = lerobot_demos.check(recorded / "exported", observation_spec, action_spec, {"front": "observation.images.top"})
+    assert "the mapping names feature 'observation.images.top', which the dataset lacks" in reason
+    data["dataset_features"] = {"wrist": "observation.images.top"}
+    (tmp_path / "arm.yaml").write_text(yaml.safe_dump(data))
+    with pytest.raises(robot.RobotFileError, match="dataset_features.wrist: 'wrist' is not an observation field"):
+        robot.load(str(tmp_path / "arm.yaml")).layout()
+
+
+def test_a_v21_dataset_is_read_too(recorded, tmp_path):
+    """LeRobot's previous layout: one Parquet and one MP4 per episode, JSON-lines metadata."""
+    from embodyrl.hal.lerobot_dataset import _encode
+
+    source = recorded / "exported"
+    info, episodes = read_episodes(source)
+    data = pa.concat_tables([pq.read_table(p) for p in sorted(source.glob("data/*/*.parquet"))])
+    old = tmp_path / "v21"
+    lines = []
+    for number, episode in enumerate(episodes):
+        rows = data.filter(pa.array(data.column("episode_index").to_numpy() == number))
+        path = old / f"data/chunk-000/episode_{number:06d}.parquet"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(rows, path)
+        _encode(old / f"videos/chunk-000/observation.images.front/episode_{number:06d}.mp4",
+                episode.features["observation.images.front"], info["fps"])
+        lines.append(json.dumps({"episode_index": number, "tasks": ["reach the pose"], "length": episode.length}))
+    (old / "meta").mkdir()
+    (old / "meta/episodes.jsonl").write_text("\n".join(lines) + "\n")
+    (old / "meta/tasks.jsonl").write_text(json.dumps({"task_index": 0, "task": "reach the pose"}) + "\n")
+    legacy = {**info, "codebase_version": "v2.1",
+              "data_path": "data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet",
+              "video_path": "videos/chunk-{episode_chunk:03d}/{video_key}/episode_{episode_index:06d}.mp4"}
+    (old / "meta/info.json").write_text(json.dumps(legacy))
+    _, read = read_episodes(old)
+    assert [e.length for e in read] == [STEPS] * 3 and read[1].task == "reach the pose"
+    np.testing.assert_array_equal(read[2].features["observation.state"], episodes[2].features["observation.state"])
+    difference = np.abs(read[0].features["observation.images.front"].astype(int)
+                        - episodes[0].features["observation.images.front"])
+    assert difference.mean() < 2
