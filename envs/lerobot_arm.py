@@ -41,7 +41,21 @@ KD = (40.0, 40.0, 20.0, 20.0, 4.0, 4.0, 2.0)
 SUCCESS_DEG = 5.0
 
 
-class SimulatedFollower:
+class _Uncalibrated:
+    """What a LeRobot device says of calibration when it has none to do."""
+
+    @property
+    def is_calibrated(self) -> bool:
+        return True
+
+    def calibrate(self) -> None:
+        """Nothing to calibrate in a simulation."""
+
+    def configure(self) -> None:
+        """Nothing to configure in a simulation."""
+
+
+class SimulatedFollower(_Uncalibrated):
     """The simulated arm with LeRobot's ``Robot`` methods (see the module docstring)."""
 
     name = "embodyrl_sim_follower"
@@ -64,16 +78,6 @@ class SimulatedFollower:
     @property
     def is_connected(self) -> bool:
         return self._data is not None
-
-    @property
-    def is_calibrated(self) -> bool:
-        return True
-
-    def calibrate(self) -> None:
-        """Nothing to calibrate in a simulation."""
-
-    def configure(self) -> None:
-        """Nothing to configure in a simulation."""
 
     def connect(self, calibrate: bool = True) -> None:
         if self._data is not None:
@@ -128,7 +132,7 @@ def follower(**options) -> SimulatedFollower:
     return SimulatedFollower(**options)
 
 
-class ScriptedLeader:
+class ScriptedLeader(_Uncalibrated):
     """A person at a leader arm, with LeRobot's ``Teleoperator`` methods (see the module docstring)."""
 
     name = "embodyrl_scripted_leader"
@@ -150,16 +154,6 @@ class ScriptedLeader:
     @property
     def is_connected(self) -> bool:
         return self._connected
-
-    @property
-    def is_calibrated(self) -> bool:
-        return True
-
-    def calibrate(self) -> None:
-        """Nothing to calibrate."""
-
-    def configure(self) -> None:
-        """Nothing to configure."""
 
     def connect(self, calibrate: bool = True) -> None:
         self._connected = True

@@ -126,42 +126,39 @@ def _checked(settings, where: str) -> Mapping:
     return settings
 
 
-def make_robot(settings: Mapping, where: str = "device.lerobot"):
-    """The LeRobot robot ``settings`` describe (not connected); LeRobotError naming what is wrong."""
+_KINDS = {
+    "robots": ("RobotConfig", "make_robot_from_config", is_robot, ROBOT_METHODS, "Robot"),
+    "teleoperators": ("TeleoperatorConfig", "make_teleoperator_from_config", is_teleoperator,
+                      TELEOPERATOR_METHODS, "Teleoperator"),
+}
+
+
+def _make(kind: str, settings: Mapping, where: str):
+    """What LeRobot's ``make_*_from_config`` makes of ``settings`` (or a factory's answer), checked."""
+    base, maker, fits, methods, label = _KINDS[kind]
     settings = _checked(settings, where)
     if "." in settings["type"]:
-        robot = _factory(settings, where)
+        made = _factory(settings, where)
     else:
-        config = _config("RobotConfig", "robots", settings, where)
-        from lerobot.robots import make_robot_from_config
-
+        config = _config(base, kind, settings, where)
         try:
-            robot = make_robot_from_config(config)
+            made = getattr(importlib.import_module(f"lerobot.{kind}"), maker)(config)
         except Exception as err:  # noqa: BLE001 - a vendor SDK's own error, named
             raise LeRobotError(f"{where}: {settings['type']}: {type(err).__name__}: {err}") from None
-    if not is_robot(robot):
-        raise LeRobotError(f"{where}: {settings['type']} made a {type(robot).__name__}, which lacks LeRobot's "
-                           f"Robot methods ({', '.join(m for m in ROBOT_METHODS if not hasattr(robot, m))})")
-    return robot
+    if not fits(made):
+        raise LeRobotError(f"{where}: {settings['type']} made a {type(made).__name__}, which lacks LeRobot's "
+                           f"{label} methods ({', '.join(m for m in methods if not hasattr(made, m)) or 'get_action'})")
+    return made
+
+
+def make_robot(settings: Mapping, where: str = "device.lerobot"):
+    """The LeRobot robot ``settings`` describe (not connected); LeRobotError naming what is wrong."""
+    return _make("robots", settings, where)
 
 
 def make_teleoperator(settings: Mapping, where: str = "teleop"):
     """The LeRobot teleoperator ``settings`` describe (not connected)."""
-    settings = _checked(settings, where)
-    if "." in settings["type"]:
-        teleop = _factory(settings, where)
-    else:
-        config = _config("TeleoperatorConfig", "teleoperators", settings, where)
-        from lerobot.teleoperators import make_teleoperator_from_config
-
-        try:
-            teleop = make_teleoperator_from_config(config)
-        except Exception as err:  # noqa: BLE001
-            raise LeRobotError(f"{where}: {settings['type']}: {type(err).__name__}: {err}") from None
-    if not is_teleoperator(teleop):
-        raise LeRobotError(f"{where}: {settings['type']} made a {type(teleop).__name__}, which lacks LeRobot's "
-                           "Teleoperator methods")
-    return teleop
+    return _make("teleoperators", settings, where)
 
 
 def connect(thing, what: str) -> None:
