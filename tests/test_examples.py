@@ -57,6 +57,8 @@ EXAMPLES: dict[str, Example] = {
                                   expect="learner(s), seed 0", needs=("gymnasium", "matplotlib")),
     "hil_robot.py": Example(covered="tests/test_hil_robot.py (--quick: every variant, the same keys)"),
     "ee_reach.py": Example(covered="tests/test_end_effector.py (--quick: both variants, every key, the kept runs)"),
+    "lerobot_dataset_training.py": Example(("--out", "{tmp}/lrd", "--quick"), expect='"dataset"',
+                                           needs=("lerobot", "matplotlib")),
     "heterogeneous_robots.py": Example(("--steps", "600", "--episodes", "1", "--run-dir", "{tmp}/hetero")),
     "ppo_staleness.py": Example(("--seeds", "0", "--staleness", "0", "--steps", "2000", "--root", "{tmp}/ppo",
                                  "--out", "{tmp}/ppo.json"), expect="k=0 seed=0", needs=("matplotlib",)),
