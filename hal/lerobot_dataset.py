@@ -31,7 +31,7 @@ import json
 import math
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 
@@ -95,7 +95,6 @@ class Episode:
 
     features: dict[str, np.ndarray]
     task: str = ""
-    extra: dict = field(default_factory=dict)
 
     @property
     def length(self) -> int:
@@ -116,8 +115,14 @@ def read_info(root: str | Path) -> dict:
     return info
 
 
-def cameras(info: dict) -> list[str]:
-    return [k for k, f in info["features"].items() if f.get("dtype") in ("video", "image")]
+def dataset_summary(root: str | Path) -> dict:
+    """What a dataset's metadata says: its version, episodes, frames, fps, tasks and features."""
+    info = read_info(root)
+    return {"directory": str(root), "format": "lerobot", "codebase_version": info["codebase_version"],
+            "episodes": info.get("total_episodes"), "frames": info.get("total_frames"), "fps": info["fps"],
+            "tasks": _tasks(Path(root)) if str(info["codebase_version"]).startswith("v3.") else None,
+            "features": {name: {k: v for k, v in feature.items() if k != "info"}
+                         for name, feature in info["features"].items() if name not in DEFAULT_FEATURES}}
 
 
 def read_episodes(root: str | Path) -> tuple[dict, list[Episode]]:
@@ -149,7 +154,7 @@ def read_episodes(root: str | Path) -> tuple[dict, list[Episode]]:
                     video_key=name, chunk_index=row[f"videos/{name}/chunk_index"],
                     file_index=row[f"videos/{name}/file_index"])
                 features[name] = _frames(video, float(row[f"videos/{name}/from_timestamp"]), stop - start,
-                                         float(info["fps"]), spec)
+                                         float(info["fps"]))
             elif name in columns:
                 features[name] = _column(columns[name], start, stop, spec, name, root)
         task_index = columns["task_index"].to_numpy()[start:stop]
@@ -186,7 +191,7 @@ def _tasks(root: Path) -> list[str]:
 def _column(column, start: int, stop: int, spec: dict, name: str, root: Path) -> np.ndarray:
     values = column.slice(start, stop - start)
     if spec["dtype"] == "image":
-        return _pngs(values.to_pylist(), name, root)
+        return _pngs(values.to_pylist())
     shape = tuple(spec.get("shape") or (1,))
     try:
         array = np.asarray(values.to_pylist(), dtype=np.dtype(spec["dtype"]))
@@ -195,7 +200,7 @@ def _column(column, start: int, stop: int, spec: dict, name: str, root: Path) ->
     return array.reshape(stop - start, *shape)
 
 
-def _pngs(values, name: str, root: Path) -> np.ndarray:
+def _pngs(values) -> np.ndarray:
     av = _av()
     import io
 
@@ -206,7 +211,7 @@ def _pngs(values, name: str, root: Path) -> np.ndarray:
     return np.stack(frames)
 
 
-def _frames(path: Path, start_s: float, count: int, fps: float, spec: dict) -> np.ndarray:
+def _frames(path: Path, start_s: float, count: int, fps: float) -> np.ndarray:
     """The ``count`` frames of one episode from ``start_s`` in ``path``, matched by timestamp."""
     av = _av()
     if not path.is_file():
@@ -225,11 +230,7 @@ def _frames(path: Path, start_s: float, count: int, fps: float, spec: dict) -> n
     if missing:
         raise DatasetError(f"{path}: no frame at {len(missing)} of the episode's {count} timestamps (from "
                            f"{start_s:.3f} s, first missing: frame {missing[0]})")
-    array = np.stack(frames)
-    names = spec.get("names") or []
-    if len(names) == 3 and names[0] in ("channels", "channel"):  # stored channel-first (HIL-SERL): as recorded
-        pass  # the decoded frames are HWC either way; the spec's shape tells the recorded layout
-    return array
+    return np.stack(frames)  # height x width x 3 whichever layout the feature's shape declares
 
 
 def _read_v21(root: Path, info: dict) -> list[Episode]:
@@ -256,7 +257,7 @@ def _read_v21(root: Path, info: dict) -> list[Episode]:
                 continue
             if spec["dtype"] == "video":
                 video = root / info["video_path"].format(video_key=name, **place)
-                features[name] = _frames(video, 0.0, length, float(info["fps"]), spec)
+                features[name] = _frames(video, 0.0, length, float(info["fps"]))
             elif name in columns:
                 features[name] = _column(columns[name], 0, length, spec, name, root)
         task_index = int(columns["task_index"].to_numpy()[0]) if "task_index" in columns and length else 0

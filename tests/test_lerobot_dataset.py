@@ -72,6 +72,10 @@ def test_the_round_trip_keeps_every_frame(recorded):
 
 def test_the_layout_is_lerobots_v3(recorded):
     root = recorded / "exported"
+    proc = in_process("demos", "exported", cwd=recorded)
+    assert proc.returncode == 0, proc.stderr
+    said = json.loads(proc.stdout)
+    assert (said["episodes"], said["frames"], said["fps"], said["tasks"]) == (3, 3 * STEPS, 50, ["reach the pose"])
     info = read_info(root)
     assert info["codebase_version"] == "v3.0" and info["fps"] == 50 and isinstance(info["fps"], int)
     assert (info["total_episodes"], info["total_frames"], info["total_tasks"]) == (3, 3 * STEPS, 1)

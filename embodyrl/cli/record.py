@@ -343,6 +343,15 @@ def demos(args) -> int:
     if args.out or args.fps or args.task:
         print("embodyrl demos: --out, --fps and --task belong to --export", file=sys.stderr)
         return 2
+    from ..hal.lerobot_dataset import dataset_summary, is_dataset
+
+    if is_dataset(directory):  # a LeRobotDataset: what its metadata says
+        try:
+            print(json.dumps(dataset_summary(directory), indent=2 if args.json else None))
+        except ValueError as err:
+            print(f"embodyrl demos: {err}", file=sys.stderr)
+            return 1
+        return 0
     try:
         summary = summarise(directory)
     except SpecError as err:
