@@ -125,12 +125,14 @@ def dataset_summary(root: str | Path) -> dict:
                          for name, feature in info["features"].items() if name not in DEFAULT_FEATURES}}
 
 
-def read_episodes(root: str | Path) -> tuple[dict, list[Episode]]:
-    """(info, every episode) of a LeRobotDataset directory, video frames decoded."""
+def read_episodes(root: str | Path, only: set[str] | None = None) -> tuple[dict, list[Episode]]:
+    """(info, every episode) of a LeRobotDataset directory, video frames decoded; ``only``: just these
+    features (a task that reads one camera of three decodes one)."""
     root = Path(root)
     info = read_info(root)
+    wanted = [n for n in info["features"] if n not in DEFAULT_FEATURES and (only is None or n in only)]
     if str(info["codebase_version"]).startswith("v2.1"):
-        return info, _read_v21(root, info)
+        return info, _read_v21(root, info, wanted)
     pa, pq = _pyarrow()
     data = _concat([pq.read_table(p) for p in sorted(root.glob("data/*/*.parquet"))], root / "data")
     meta = _concat([pq.read_table(p) for p in sorted(root.glob("meta/episodes/*/*.parquet"))], root / "meta/episodes")
@@ -146,9 +148,8 @@ def read_episodes(root: str | Path) -> tuple[dict, list[Episode]]:
             raise DatasetError(f"{root}/meta/episodes: row {number} holds episode {row['episode_index']}")
         start, stop = int(row["dataset_from_index"]), int(row["dataset_to_index"])
         features = {}
-        for name, spec in info["features"].items():
-            if name in DEFAULT_FEATURES:
-                continue
+        for name in wanted:
+            spec = info["features"][name]
             if spec["dtype"] == "video":
                 video = root / info["video_path"].format(
                     video_key=name, chunk_index=row[f"videos/{name}/chunk_index"],
@@ -233,7 +234,7 @@ def _frames(path: Path, start_s: float, count: int, fps: float) -> np.ndarray:
     return np.stack(frames)  # height x width x 3 whichever layout the feature's shape declares
 
 
-def _read_v21(root: Path, info: dict) -> list[Episode]:
+def _read_v21(root: Path, info: dict, wanted: list[str]) -> list[Episode]:
     _, pq = _pyarrow()
     meta = [json.loads(line) for line in (root / "meta" / "episodes.jsonl").read_text().splitlines() if line.strip()]
     tasks = {}
@@ -252,9 +253,8 @@ def _read_v21(root: Path, info: dict) -> list[Episode]:
         columns = {name: table.column(name) for name in table.column_names}
         length = table.num_rows
         features = {}
-        for name, spec in info["features"].items():
-            if name in DEFAULT_FEATURES:
-                continue
+        for name in wanted:
+            spec = info["features"][name]
             if spec["dtype"] == "video":
                 video = root / info["video_path"].format(video_key=name, **place)
                 features[name] = _frames(video, 0.0, length, float(info["fps"]))

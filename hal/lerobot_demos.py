@@ -49,6 +49,7 @@ from .lerobot_dataset import (
     DatasetError,
     Episode,
     read_episodes,
+    read_info,
 )
 from .specs import ArraySpec, DictSpec, SpecError
 from .steps import NO_POLICY, SCALAR_COLUMNS, Source, Steps, new_episode_id
@@ -178,8 +179,6 @@ def _fitted(values: np.ndarray, spec: ArraySpec, feature: dict, what: str) -> np
 def check(root: str | Path, observation_spec: DictSpec, action_spec: ArraySpec,
           mapping: Mapping[str, str] | None = None) -> str | None:
     """Why the dataset does not fit these specs, in words (None: it fits), from its metadata alone."""
-    from .lerobot_dataset import read_info
-
     info = read_info(root)
     mapping = mapping or {}
     try:
@@ -214,11 +213,13 @@ def load(root: str | Path, observation_spec: DictSpec, action_spec: ArraySpec, *
     reason = check(root, observation_spec, action_spec, mapping)
     if reason is not None:
         raise SpecError(f"{root}: {reason}")
+    mapping = mapping or {}
+    info = read_info(root)
+    needed = {_lookup(info, field, spec, mapping) for field, spec in observation_spec.items()}
     try:
-        info, episodes = read_episodes(root)
+        info, episodes = read_episodes(root, only=needed | {ACTION, REWARD, DONE, TRUNCATED})
     except DatasetError as err:
         raise SpecError(str(err)) from None
-    mapping = mapping or {}
     batches, clipped = [], 0
     for number, episode in enumerate(episodes):
         where = f"{root}: episode {number}"
