@@ -390,8 +390,8 @@ TOP = ("name", "device", "end_effector", "task", "control", "reset", "safety", "
 
 def load_device(source: str) -> Device:
     """The device a robot file declares, with its end-effector and safety layers and its control rate,
-    not connected (``python -m embodyrl.hal.robot_server robot.yaml`` serves it); its task, if any, is
-    neither needed nor built."""
+    not connected (``embodyrl robot-server robot.yaml`` serves it); its task, if any, is neither needed
+    nor built."""
     device, _ = _load_file(source, device_only=True).build()
     return device
 
@@ -492,8 +492,9 @@ def _device(r: _Reader, value, rate_hz: float | None, realtime: bool) -> Callabl
         if key in data:
             r.fail(f"device.{key}", "belongs to a remote device (device.endpoint)" if key in _REMOTE
                    else "belongs to a LeRobot robot (device.lerobot, or a factory returning one)")
-    if kind == "lerobot" and "args" in data:
-        r.fail("device.args", "belongs to a device factory; a LeRobot robot's settings go under device.lerobot")
+    if kind != "factory" and "args" in data:
+        r.fail("device.args", "belongs to a device factory, not a remote device" if kind == "endpoint" else
+               "belongs to a device factory; a LeRobot robot's settings go under device.lerobot")
     if kind != "endpoint":
         lerobot = _lerobot_options(r, data, rate_hz, realtime)
     if kind == "lerobot":

@@ -47,6 +47,11 @@ class LeRobotError(ValueError):
     """A LeRobot robot or teleoperator that cannot be made or driven here; the message says why."""
 
 
+def lacking(thing, methods: tuple[str, ...]) -> list[str]:
+    """Which of LeRobot's ``methods`` ``thing`` lacks."""
+    return [m for m in methods if not hasattr(thing, m)]
+
+
 def is_robot(thing) -> bool:
     """Whether ``thing`` has LeRobot's ``Robot`` methods (a LeRobot robot, or a class written like one)."""
     return all(hasattr(thing, name) for name in ROBOT_METHODS)
@@ -147,7 +152,7 @@ def _make(kind: str, settings: Mapping, where: str):
             raise LeRobotError(f"{where}: {settings['type']}: {type(err).__name__}: {err}") from None
     if not fits(made):
         raise LeRobotError(f"{where}: {settings['type']} made a {type(made).__name__}, which lacks LeRobot's "
-                           f"{label} methods ({', '.join(m for m in methods if not hasattr(made, m)) or 'get_action'})")
+                           f"{label} methods ({', '.join(lacking(made, methods)) or 'get_action'})")
     return made
 
 

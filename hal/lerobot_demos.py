@@ -179,8 +179,11 @@ def _fitted(values: np.ndarray, spec: ArraySpec, feature: dict, what: str) -> np
 def check(root: str | Path, observation_spec: DictSpec, action_spec: ArraySpec,
           mapping: Mapping[str, str] | None = None) -> str | None:
     """Why the dataset does not fit these specs, in words (None: it fits), from its metadata alone."""
-    info = read_info(root)
-    mapping = mapping or {}
+    return _misfit(read_info(root), observation_spec, action_spec, mapping or {})
+
+
+def _misfit(info: dict, observation_spec: DictSpec, action_spec: ArraySpec,
+            mapping: Mapping[str, str]) -> str | None:
     try:
         for field, spec in observation_spec.items():
             feature = info["features"][_lookup(info, field, spec, mapping)]
@@ -210,11 +213,11 @@ def load(root: str | Path, observation_spec: DictSpec, action_spec: ArraySpec, *
          mapping: Mapping[str, str] | None = None, batch_rows: int = 256, actor_id: int = 0,
          device_id: int = 0) -> list[Steps]:
     """A dataset's episodes as validated demonstration :class:`Steps` of these specs."""
-    reason = check(root, observation_spec, action_spec, mapping)
-    if reason is not None:
-        raise SpecError(f"{root}: {reason}")
     mapping = mapping or {}
     info = read_info(root)
+    reason = _misfit(info, observation_spec, action_spec, mapping)
+    if reason is not None:
+        raise SpecError(f"{root}: {reason}")
     needed = {_lookup(info, field, spec, mapping) for field, spec in observation_spec.items()}
     try:
         info, episodes = read_episodes(root, only=needed | {ACTION, REWARD, DONE, TRUNCATED})

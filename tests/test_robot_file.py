@@ -147,6 +147,8 @@ BAD = [
     ({"device.factory": "no_such_module:make"}, "device.factory: cannot import 'no_such_module'"),
     ({"device.factory": "not a factory"}, "device.factory: expected package.module:callable"),
     ({"device": {"endpoint": "tcp://10.1.2.3:5556"}}, "device.keys: tcp://10.1.2.3:5556 is off this machine"),
+    ({"device": {"endpoint": "tcp://127.0.0.1:5556", "args": {"x": 1}}},
+     "device.args: belongs to a device factory, not a remote device"),
     ({"device": {"endpoint": "tcp://127.0.0.1:5556", "keys": {"secret_key": "a.key_secret", "server_key": "b.key"}}},
      "device.keys.secret_key: no file"),
     ({"reset": "manual"}, "reset: expected one of auto, operator, got 'manual'"),

@@ -87,7 +87,7 @@ def record(args) -> int:
     out.mkdir(parents=True, exist_ok=True)
     try:
         sink = (_Dataset if args.format == "lerobot" else _Files)(out)
-    except (SpecError, ValueError) as err:
+    except ValueError as err:
         _say(str(err))
         return 2
     if sink.count >= args.episodes:
@@ -107,7 +107,7 @@ def record(args) -> int:
         return 1
     except ValueError as err:  # what is there was recorded with other specs
         _device_closed(device)
-        _say(f"{err}: record into another --out")
+        _say(f"{err} than {args.robot!r}'s: record into another --out")
         return 2
     teleop = args.teleop or teleop
     if not teleop:
@@ -191,7 +191,7 @@ class _Files:
         self.device, self.task = device, task
         if self.files and read_specs(next(iter(self.files.values()))) != (device.observation_spec,
                                                                           device.action_spec):
-            raise ValueError(f"{self.out} holds demonstrations of other specs than {self.task!r}'s")
+            raise ValueError(f"{self.out} holds demonstrations of other specs")
 
     def name(self, number: int) -> str:
         return EPISODE_FILE.format(number)
@@ -248,14 +248,13 @@ class _Dataset:
 def _export(args, directory: Path) -> int:
     """``embodyrl demos DIR --export lerobot --out OUT``: DIR's episodes as a LeRobotDataset v3.0."""
     from ..hal import lerobot_demos
-    from ..hal.specs import SpecError
 
     if not args.out:
         print("embodyrl demos: --export needs --out DIR (a new directory)", file=sys.stderr)
         return 2
     try:
         done = lerobot_demos.export(directory, args.out, fps=args.fps, task=args.task)
-    except (SpecError, ValueError) as err:
+    except ValueError as err:  # a SpecError naming the file, or the output directory not new
         print(f"embodyrl demos: {err}", file=sys.stderr)
         return 2
     print(json.dumps(done))

@@ -68,9 +68,8 @@ class LeRobotDevice(Device):
                  label: str = "device"):
         super().__init__()
         if not lerobot.is_robot(robot):
-            missing = [m for m in lerobot.ROBOT_METHODS if not hasattr(robot, m)]
             raise lerobot.LeRobotError(f"{label}: {type(robot).__name__} lacks LeRobot's Robot methods "
-                                       f"({', '.join(missing)})")
+                                       f"({', '.join(lerobot.lacking(robot, lerobot.ROBOT_METHODS))})")
         if not control_period_s > 0:
             raise ValueError(f"control_period_s: must be > 0, got {control_period_s}")
         self.robot, self.label = robot, label
