@@ -143,6 +143,14 @@ class _Run:
     seed: int = 0
     actors: int = 1
     eval_episodes: int = 10
+    eval_every: int = 0
+    """Environment steps between policy snapshots (``snapshots/``), each evaluated like the final
+    policy once the run ends (``eval.jsonl``, and ``evals`` in ``summary.json``): a learning curve
+    of deterministic returns on fixed episodes. 0: the final policy only."""
+    synchronous: bool = False
+    """Train in one process, one environment step then its updates (``embodyrl train --synchronous``,
+    :mod:`embodyrl.learner.synchronous`): the reference the learner and actor processes are measured
+    against. A synchronous run's config.json records the settings it ran with."""
     algorithm: str = registry.DEFAULT
     """A registered name (:func:`embodyrl.algos.registry.names`); its settings are its section's."""
     console: str = ""
@@ -160,6 +168,8 @@ class _Run:
 def _check(config) -> None:
     if config.algorithm not in registry.names():
         raise ValueError(f"algorithm: unknown {config.algorithm!r}; known: {', '.join(registry.names())}")
+    if config.eval_every < 0:
+        raise ValueError(f"eval_every: must be 0 (off) or a positive number of steps, not {config.eval_every}")
 
 
 TrainConfig = dataclasses.make_dataclass(

@@ -109,9 +109,11 @@ def load_policy(directory: Path, algorithm, seed: int = 0) -> JaxPolicy:
     return policy
 
 
-def load_run_policies(run_dir: Path, algorithm, layout: Layout, seed: int = 0) -> list[JaxPolicy]:
-    """A run's saved policy acting for each device kind of its layout, by device id."""
-    _, weights, version = read_saved(Path(run_dir) / "policy")
+def load_run_policies(run_dir: Path, algorithm, layout: Layout, seed: int = 0,
+                      directory: Path | None = None) -> list[JaxPolicy]:
+    """A run's saved policy (or the one in ``directory``: a snapshot) acting for each device kind of
+    its layout, by device id."""
+    _, weights, version = read_saved(Path(directory) if directory is not None else Path(run_dir) / "policy")
     policies = []
     for device_id in range(len(layout.kinds)):
         policy = JaxPolicy(algorithm, layout, device_id, seed=seed)

@@ -16,7 +16,8 @@ from rich.console import Console
 from embodyrl.cli.display import FIELDS, Display, MetricsFollower, resolve_mode
 
 RECORD = {"time": 12.5, "env_steps": 1500, "episodes": 7, "episode_return": -812.25, "updates": 900,
-          "updates_per_s": 142.0, "policy_version": 29, "replay_size": 1500, "actors": 2, "policy_lag": 1.75}
+          "updates_per_s": 142.0, "policy_version": 29, "replay_size": 1500, "actors": 2, "policy_lag": 1.75,
+          "policy_age": 93.4}
 
 
 def _write(path, *records, tail=""):
@@ -62,6 +63,7 @@ def test_plain_mode_prints_lines_and_quiet_prints_nothing(tmp_path):
         display.show()  # within every_s: no second line
     lines = out.getvalue().splitlines()
     assert len(lines) == 1 and "env steps 1,500 / 3,000 (50%)" in lines[0] and "policy lag 1.75" in lines[0]
+    assert "policy age 93 updates" in lines[0]
     quiet = io.StringIO()
     with Display(path, 3000, "quiet", stream=quiet) as display:
         display.show(force=True)

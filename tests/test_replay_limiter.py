@@ -71,3 +71,13 @@ def test_settings_that_would_deadlock_are_refused():
         RateLimiter(samples_per_insert=4.0, min_size=10, error_buffer=2.0)
     with pytest.raises(ValueError, match="samples_per_insert must be positive"):
         RateLimiter(samples_per_insert=0.0, min_size=10, error_buffer=2.0)
+
+
+def test_behind_is_how_far_the_samples_trail_the_ratio():
+    lim = RateLimiter(samples_per_insert=2.0, min_size=10, error_buffer=4.0)
+    lim.record_insert(8)
+    assert lim.behind() == 0  # the warm-up buys nothing
+    lim.record_insert(5)
+    assert lim.behind() == 6  # 3 rows past min_size at 2 samples each
+    lim.record_sample(10)
+    assert lim.behind() == -4 and not lim.can_sample(1)  # ahead by the whole error buffer

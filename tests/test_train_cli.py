@@ -45,7 +45,7 @@ def test_train_writes_the_run_directory(tmp_path):
     run_dir = tmp_path / "run"
     proc = subprocess.Popen(_embodyrl("train", "pendulum", "--steps", "800", "--learner.min_replay", "100",
                                       "--learner.rate_tolerance", "512", "--actor.random_steps", "100",
-                                      "--run-dir", str(run_dir), "--quiet"),
+                                      "--eval_every", "400", "--run-dir", str(run_dir), "--quiet"),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         out, err = proc.communicate(timeout=300)
@@ -64,6 +64,14 @@ def test_train_writes_the_run_directory(tmp_path):
     for key in ("time", "env_steps", "episodes", "episode_return", "updates", "policy_version"):
         assert key in lines[-1]
     assert lines[-1]["updates"] > 0 and lines[-1]["policy_version"] > 1
+    # the learner trails the ratio by up to rate_tolerance while the actor runs, then trains what is owed
+    assert lines[-1]["updates"] >= lines[-1]["replay_size"] - 100 - 16 and lines[-1]["updates_behind"] < 16
+    assert any(r["policy_age"] is not None for r in lines) and "policy_age_distribution" in lines[-1]
+    assert summary["policy_age"] == lines[-1]["policy_age_distribution"] and summary["policy_age"]["rows"] > 0
+    evals = summary["evals"]  # the snapshots at 400 and at the budget (the final policy), evaluated alike
+    assert [e["env_steps"] for e in evals] == [400, 800] and evals[-1]["updates"] == lines[-1]["updates"]
+    assert evals[-1]["return_mean"] == summary["eval_return_mean"]
+    assert len((run_dir / "eval.jsonl").read_text().splitlines()) == 2
     assert lines[-1]["episodes"] >= 4  # 800 steps of 200-step episodes
     config = json.loads((run_dir / "config.json").read_text())
     assert config["steps"] == 800 and config["task"] == "pendulum"

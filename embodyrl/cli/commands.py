@@ -199,7 +199,14 @@ def _train(args) -> int:
     if args.curve and args.console and not console_key:  # the pairs embodyrl console --curve uses
         console_key = str(console_key_pairs(run_dir / "keys").secret_key_file.with_suffix(".key"))
     config = _resolve_config(args, run_dir, {"actors": args.actors, "actor.teleop": args.teleop, "algorithm": args.algorithm,
-                                             "console": args.console, "console_key": console_key, **_demos(args)})
+                                             "console": args.console, "console_key": console_key,
+                                             "synchronous": True if args.synchronous else None, **_demos(args)})
+    if config.synchronous:
+        from ..learner.synchronous import refusal, synchronous_config
+
+        reason = "it does not resume" if args.resume else refusal(synchronous_config(config))
+        if reason is not None:
+            raise _Refused(f"--synchronous: {reason}")
     check_address(config.learner.bind, args.curve or None, args.insecure, "--learner.bind")
     if config.learner.hosts > 1:
         raise _Refused("learner.hosts: train runs one learner here; start one `embodyrl learner` "
@@ -557,6 +564,9 @@ def build_parser() -> argparse.ArgumentParser:
                "  the summary JSON goes to stdout, progress and messages to stderr\n"
                "exit codes: 0 done, 1 training failed, 2 bad arguments or config, 130 interrupted")
     add_run_arguments(t)
+    t.add_argument("--synchronous", action="store_true",
+                   help="one process, one environment step then its updates (CleanRL's loop): the reference "
+                        "the learner and actor processes are measured against (off-policy, one simulated actor)")
     t.set_defaults(func=_train)
     register_launch(sub, add_run_arguments)
     overrides_epilog = ("overrides: any config field as --SECTION.FIELD VALUE (or =VALUE), e.g.\n"

@@ -32,7 +32,7 @@ MODES = ("auto", "live", "plain", "quiet")
 
 # label -> how to read it from a metrics record; the order is the panel's
 FIELDS = ("env steps", "episodes", "mean return", "interventions", "updates/s", "replay size", "actors",
-          "policy lag", "weights version", "learner", "elapsed")
+          "policy lag", "policy age", "weights version", "learner", "elapsed")
 SILENT_S = 10.0
 """Seconds without a new metrics line before the learner is shown as silent."""
 
@@ -113,6 +113,7 @@ def view(record: dict | None, last_return: float | None, total_steps: int, elaps
         "replay size": _number(r.get("replay_size"), ","),
         "actors": _number(r.get("actors")),
         "policy lag": _number(r.get("policy_lag"), ".2f"),
+        "policy age": "-" if r.get("policy_age") is None else f"{r['policy_age']:.0f} updates",
         "weights version": _number(r.get("policy_version")),
         "learner": _learner(record, silent_s),
         "elapsed": f"{minutes}:{seconds:02d}",

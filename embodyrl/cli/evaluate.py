@@ -131,6 +131,32 @@ def versus_random_run(config, run_dir) -> dict:
     return {"eval_episodes": config.eval_episodes, **layout.collect(per_kind)}
 
 
+def evaluate_snapshots(config, run_dir) -> list[dict]:
+    """Each policy snapshot of the run (``eval_every``) on the final evaluation's seeded episodes;
+    the rows are written to ``run_dir/eval.jsonl`` and returned (env steps, updates, return)."""
+    import json
+    from pathlib import Path
+
+    from ..learner.snapshots import kept
+    from ..policy import load_run_policies
+    from ..robot import of_config
+
+    robot = of_config(config)
+    layout = robot.layout()
+    rows = []
+    for meta, directory in kept(run_dir):
+        policies = load_run_policies(run_dir, config.algo, layout, seed=config.seed, directory=directory)
+        per_kind = {}
+        for kind, policy in zip(layout.kinds, policies, strict=True):
+            device, task = robot.make(kind.name)
+            with device:
+                result = evaluate(device, task, policy, config.eval_episodes, 10_000 + config.seed)
+            per_kind[kind.name] = {"return_mean": result["return_mean"], "returns": result["returns"]}
+        rows.append({"env_steps": meta["env_steps"], "updates": meta["updates"], **layout.collect(per_kind)})
+    Path(run_dir, "eval.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return rows
+
+
 def render_strip(run_dir, path, frames: int = 8, size: tuple[int, int] = (160, 120),
                  seed: int | None = None, device: str | None = None) -> dict:
     """One episode of the saved policy, ``frames`` evenly spaced images side by side in a PNG.

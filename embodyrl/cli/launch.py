@@ -86,12 +86,27 @@ def train(config: TrainConfig, run_dir: Path, quiet: bool = False, progress: str
     server_keys, client_keys = keys if keys is not None else (None, None)
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
+    if config.synchronous:
+        from ..learner.synchronous import synchronous_config
+
+        config = synchronous_config(config)
     save(config, run_dir / "config.json")
     started = time.monotonic()
-    with children() as ctx:
-        _run_processes(ctx, config, run_dir, quiet, progress, server_keys, client_keys, allow_insecure)
-    summary = {"env_steps": _last_metrics(run_dir)["env_steps"], "wall_s": round(time.monotonic() - started, 1)}
+    if config.synchronous:
+        _run_inline(config, run_dir, quiet, progress)
+    else:
+        with children() as ctx:
+            _run_processes(ctx, config, run_dir, quiet, progress, server_keys, client_keys, allow_insecure)
+    last = _last_metrics(run_dir)
+    summary = {"env_steps": last["env_steps"], "wall_s": round(time.monotonic() - started, 1)}
     summary.update(evaluate_run(config, run_dir))
+    if "policy_age_distribution" in last:
+        summary["policy_age"] = last["policy_age_distribution"]
+    if config.eval_every and "eval_skipped" not in summary:
+        from .evaluate import evaluate_snapshots
+
+        summary["evals"] = [{k: row[k] for k in ("env_steps", "updates", "return_mean") if k in row}
+                            for row in evaluate_snapshots(config, run_dir)]
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     return summary
 
@@ -135,6 +150,21 @@ def _run_processes(ctx, config: TrainConfig, run_dir: Path, quiet: bool, progres
     finally:
         progress.close()
         _stop(processes)
+
+
+def _run_inline(config: TrainConfig, run_dir: Path, quiet: bool, progress: str) -> None:
+    """The synchronous loop in this process (:mod:`embodyrl.learner.synchronous`), progress shown
+    from its records."""
+    from ..learner.synchronous import train_synchronous
+
+    display = Display(run_dir / "metrics.jsonl", config.steps, "quiet" if quiet else progress,
+                      title=f"embodyrl train --synchronous {config.task}")
+    try:
+        display.start()
+        train_synchronous(config, run_dir, on_record=lambda record: display.show())
+        display.show(force=True)
+    finally:
+        display.close()
 
 
 def _expect(conn, process, kind: str, timeout_s: float):

@@ -24,6 +24,7 @@ from .policy_graphs import PolicyGraphs
 from .replay_side import ReplayData
 from .rollout_side import RolloutData
 from .service import LearnerService, Training
+from .snapshots import Snapshots
 
 
 def make_learner(config, run_dir: Path, **kwargs) -> LearnerService:
@@ -73,19 +74,7 @@ def build_learner(config, layout: Layout, run_dir: Path, *, keys: ServerKeys | N
                            observation_spec, action_spec)
         committed_seq = None
     else:
-        training = Training.of(algorithm, observation_spec, action_spec, config.seed, placement=placement,
-                               updates_per_call=lc.updates_per_call, publish_every=lc.publish_every)
-        data = ReplayData(run_dir / "replay", observation_spec, action_spec, lc,
-                          batch_size=algorithm.batch_size // hosts.count, discount=algorithm.discount,
-                          seed=config.seed + 7919 * hosts.index, pad=layout.pad_steps,
-                          beta_updates=int(config.steps * lc.updates_per_step))
-        if lc.demos:
-            try:
-                data.load_demonstrations(lc.demos, [(k.name, k.observation_spec, k.action_spec)
-                                                    for k in layout.kinds], lc.demos_features)
-            except BaseException:
-                data.close(failed=False)
-                raise
+        training, data = off_policy_parts(config, layout, algorithm, run_dir, placement=placement, hosts=hosts)
         committed_seq = data.committed_seq
     max_batch_rows = max(MAX_BATCH_ROWS, 2 * (config.actor.send_every + 2))
     kinds = [DeviceInfo(i, k.name, k.observation_spec, k.action_spec) for i, k in enumerate(layout.kinds)]
@@ -96,8 +85,8 @@ def build_learner(config, layout: Layout, run_dir: Path, *, keys: ServerKeys | N
                            bindings_path=run_dir / "key_bindings.json", committed_seq=committed_seq,
                            reward_bound=reward_bound_of(layout, bounds), incarnations=earlier)
 
-    def save(version: PolicyVersion, weights) -> None:
-        save_policy(run_dir / "policy", version, weights, observation_spec, action_spec, algorithm)
+    def save(version: PolicyVersion, weights, directory: Path = run_dir / "policy") -> None:
+        save_policy(directory, version, weights, observation_spec, action_spec, algorithm)
 
     console = dial_console(config.console, role="learner", console_key=config.console_key,
                            own_secret_key=keys.secret_key_file if keys else None, allow_insecure=allow_insecure)
@@ -107,10 +96,34 @@ def build_learner(config, layout: Layout, run_dir: Path, *, keys: ServerKeys | N
         metrics_sink=MetricsLog(run_dir), save_policy=save, budget=config.steps,
         batch_rows=config.actor.send_every, incarnation=incarnation,
         log_every_s=lc.log_every_s, checkpoint_every_s=lc.checkpoint_every_s,
-        kinds=(layout.names, layout.kind_of), hosts=hosts)
+        kinds=(layout.names, layout.kind_of), hosts=hosts,
+        snapshots=Snapshots(run_dir, config.eval_every, lambda d, v, w: save(v, w, d), config.steps)
+        if config.eval_every else None)
     server.policy_graphs = PolicyGraphs(algorithm, layout, lambda: (service.version, training.actor_weights()))
     service.warm_up()
     return service
+
+
+def off_policy_parts(config, layout: Layout, algorithm, run_dir: Path, *, placement: Placement,
+                     hosts=None) -> tuple[Training, ReplayData]:
+    """(training, replay data side) of an off-policy algorithm: the replay in ``run_dir/replay``,
+    ``learner.demos`` loaded into it. The learner service and the synchronous loop
+    (:mod:`.synchronous`) both train on these."""
+    lc, hosts = config.learner, hosts or OneHost()
+    training = Training.of(algorithm, layout.observation_spec, layout.action_spec, config.seed, placement=placement,
+                           updates_per_call=lc.updates_per_call, publish_every=lc.publish_every)
+    data = ReplayData(run_dir / "replay", layout.observation_spec, layout.action_spec, lc,
+                      batch_size=algorithm.batch_size // hosts.count, discount=algorithm.discount,
+                      seed=config.seed + 7919 * hosts.index, pad=layout.pad_steps,
+                      beta_updates=int(config.steps * lc.updates_per_step))
+    if lc.demos:
+        try:
+            data.load_demonstrations(lc.demos, [(k.name, k.observation_spec, k.action_spec)
+                                                for k in layout.kinds], lc.demos_features)
+        except BaseException:
+            data.close(failed=False)
+            raise
+    return training, data
 
 
 def placement_of(config, hosts) -> Placement:

@@ -272,6 +272,10 @@ class ReplayData:
         self.replay.update_priorities(keys["slot"].reshape(-1), keys["generation"].reshape(-1),
                                       np.asarray(td_error, np.float64).reshape(-1))
 
+    def owed(self) -> int:
+        """Gradient steps the rows taken still buy at ``learner.updates_per_step``."""
+        return max(0, int(self.limiter.behind()))
+
     def trained(self, updates: int) -> None:
         self.limiter.record_sample(updates)
 
@@ -288,6 +292,7 @@ class ReplayData:
         sampled, self._sampled = self._sampled, np.zeros_like(self._sampled)
         total = int(sampled.sum())
         record = {"replay_size": self.replay.size, "replay_commits": self.replay.commits,
+                  "updates_behind": round(self.limiter.behind(), 1),
                   "rows_awaiting_commit": self.replay.pending_rows,
                   "replay_demonstration_steps": self.replay.group_rows(DEMONSTRATION_SIDE),
                   "replay_by_source": {source.name.lower(): self.replay.group_rows((source,)) for source in Source},

@@ -112,6 +112,9 @@ class RolloutData:
     def trained(self, updates: int) -> None:
         pass
 
+    def owed(self) -> int:
+        return 0  # an iteration trains on the rollouts of one version, none owed past the budget
+
     def published(self, version: PolicyVersion) -> int:
         return self.assembler.advance(version)
 

@@ -98,6 +98,10 @@ class DataSide(Protocol):
     def trained(self, updates: int) -> None:
         """``updates`` gradient steps were taken on the last batch."""
 
+    def owed(self) -> int:
+        """Gradient steps the rows taken still buy at the update-to-data ratio (0 where training
+        follows none): what the learner trains after the step budget is reached."""
+
     def published(self, version: PolicyVersion) -> int:
         """New weights are out; return the rows this made unusable (dropped)."""
 
@@ -112,6 +116,64 @@ class DataSide(Protocol):
 
     def close(self, failed: bool) -> None:
         """Release files and threads (``failed``: the final commit failed; keep the last good one)."""
+
+
+class PolicyAge:
+    """How old the policies that acted the rows are, in gradient steps: for each row taken, the
+    learner's updates then minus its updates when it published the row's weights. The measure of
+    what the asynchronous path costs a learning run (the synchronous loop's is 0)."""
+
+    KEEP = 4096
+    """Publications remembered; a row acted by an older one (a long-spooled batch) is not aged."""
+
+    def __init__(self):
+        self._at: dict[int, int] = {}  # publication count -> updates at it
+        self._rows: dict[int, int] = {}  # age -> rows, over the start
+        self._interval: list[tuple[float, int, int]] = []  # (mean age, max age, rows) per batch since the record
+
+    def published(self, count: int, updates: int) -> None:
+        self._at[count] = updates
+        if len(self._at) > self.KEEP:
+            del self._at[min(self._at)]
+
+    def taken(self, policy_counts: np.ndarray, updates: int) -> None:
+        counts, rows = np.unique(policy_counts, return_counts=True)
+        ages = [(updates - self._at[int(c)], int(n)) for c, n in zip(counts, rows, strict=True)
+                if int(c) in self._at]
+        if not ages:
+            return
+        for age, n in ages:
+            self._rows[age] = self._rows.get(age, 0) + n
+        total = sum(n for _, n in ages)
+        self._interval.append((sum(a * n for a, n in ages) / total, max(a for a, _ in ages), total))
+
+    def interval(self) -> dict:
+        """``policy_age`` (row-weighted mean) and ``policy_age_max`` of the rows taken since the last call."""
+        taken, self._interval = self._interval, []
+        rows = sum(n for _, _, n in taken)
+        if not rows:
+            return {"policy_age": None, "policy_age_max": None}
+        return {"policy_age": round(sum(m * n for m, _, n in taken) / rows, 2),
+                "policy_age_max": max(m for _, m, _ in taken)}
+
+    def distribution(self) -> dict:
+        """Rows, mean, percentiles and maximum of the ages of every row taken."""
+        return age_distribution(self._rows)
+
+
+def age_distribution(rows_by_age: Mapping[int, int]) -> dict:
+    """``rows``, ``mean``, ``p50``/``p90``/``p99`` and ``max`` of ages given as age -> rows."""
+    total = sum(rows_by_age.values())
+    if not total:
+        return {"rows": 0}
+    ages = sorted(rows_by_age)
+    cumulative = np.cumsum([rows_by_age[a] for a in ages])
+
+    def percentile(q: float) -> int:
+        return int(ages[int(np.searchsorted(cumulative, q * total))])
+
+    return {"rows": int(total), "mean": round(sum(a * rows_by_age[a] for a in ages) / total, 2),
+            "p50": percentile(0.5), "p90": percentile(0.9), "p99": percentile(0.99), "max": int(ages[-1])}
 
 
 class WithinBudget:
@@ -199,6 +261,7 @@ class LearnerService:
     until stopped); no credit is granted past it but ``batch_rows`` (the actors' ``send_every``)
     per session (:class:`WithinBudget`). ``console``: the operator console's link (:class:`~embodyrl.hal.console.ConsoleLink`):
     it shows the learner's figures and may pause training (ingest, acks and credit go on).
+    ``snapshots``: a :class:`~.snapshots.Snapshots` that keeps the policy every ``eval_every`` steps.
     """
 
     def __init__(self, server: LearnerServer, data: DataSide, training: Training, *,
@@ -206,8 +269,10 @@ class LearnerService:
                  budget: int | None = None, batch_rows: int = 64, incarnation: int | None = None,
                  log_every_s: float = 1.0,
                  checkpoint_every_s: float = 60.0,
-                 kinds: tuple[tuple[str, ...], Callable[[int], int]] = ((), int), console=None, hosts=None):
+                 kinds: tuple[tuple[str, ...], Callable[[int], int]] = ((), int), console=None, hosts=None,
+                 snapshots=None):
         self.server, self.data, self.training = server, data, training
+        self.snapshots = snapshots
         self.hosts = hosts or OneHost()
         self.console = console
         self.training_paused = False
@@ -224,6 +289,7 @@ class LearnerService:
         self.compile_s: float | None = None
         self._returns = EpisodeReturns()
         self._lag: list[float] = []
+        self.policy_age = PolicyAge()
         self._call_s: list[float] = []
         self._skipped: list = []  # each training call's count of skipped steps, not yet read back
         self._unacked: list[tuple] = []  # (session, seq) taken, waiting for the data side's commit
@@ -281,13 +347,27 @@ class LearnerService:
             turn = self.hosts.agree(ready=self._may_train(), env_steps=self.counters.env_steps,
                                     stop=should_stop(), checkpoint=self._checkpoint_due())
             self._elsewhere = turn.env_steps - self.counters.env_steps
-            if turn.stop or (self.budget is not None and turn.env_steps >= self.budget):
+            if turn.stop:
+                return
+            if self.budget is not None and turn.env_steps >= self.budget:
+                self._train_owed()
                 return
             if turn.checkpoint:
                 self.checkpoint()
             if turn.train:
                 self.train()
             wait_ms = 0 if turn.train else 10
+
+    def _train_owed(self) -> None:
+        """The step budget is reached: train the updates its rows bought that the learner has not
+        taken yet (it trails the ratio by up to ``learner.rate_tolerance`` while actors run), so a
+        run's final policy has every update its steps paid for, as a synchronous loop's has. Acks and
+        heartbeats go on meanwhile. One host only: over several, the run ends where the hosts agree."""
+        if self.hosts.count > 1:
+            return
+        while self.data.owed() >= self.training.updates_per_call and self._may_train():
+            self.train()
+            self.poll(0)
 
     def _may_train(self) -> bool:
         return not self.training_paused and self.data.trainable()
@@ -297,6 +377,9 @@ class LearnerService:
         taken = 0
         for batch in self.server.poll(timeout_ms=timeout_ms):
             taken += self._take(batch)
+        if taken and self.snapshots is not None:
+            self.snapshots.observe(self.counters.env_steps, self.counters.updates, self.version,
+                                   self.training.actor_weights)
         if self.data.commit():
             self._ack(self.data.durable())
         self.data.grant_credits(self._granting())
@@ -342,13 +425,14 @@ class LearnerService:
     def publish(self) -> None:
         """Send new weights; the data side learns that older ones aged."""
         self.counters.publications += 1
+        self.policy_age.published(self.counters.publications, self.counters.updates)
         self.counters.discarded += self.data.published(self.version)
         self.server.publish(self.version, self.training.actor_weights())
 
     def shutdown(self, reason: str) -> Exception | None:
         """Log, commit and ack what is left, say goodbye, save, close. A failed final commit is
         returned (the caller raises it once everything is closed), never left to skip the rest."""
-        self.log()
+        self.log(final=True)
         error = None
         try:
             self.data.commit(final=True)
@@ -358,6 +442,9 @@ class LearnerService:
         self.server.bye(reason if error is None else "learner stopped: replay failed")
         if self.save_policy is not None:
             self.save_policy(self.version, self.training.actor_weights())
+        if self.snapshots is not None:
+            self.snapshots.finish(self.counters.env_steps, self.counters.updates, self.version,
+                                  self.training.actor_weights)
         if self.checkpointer is not None:
             self.checkpoint()
             self.checkpointer.close()
@@ -401,6 +488,7 @@ class LearnerService:
         c.rows_behind += int(np.sum(acted & (~mine | (steps.policy_count < c.publications))))
         if (live := acted & mine).any():
             self._lag.append(float(np.mean(c.publications - steps.policy_count[live])))
+            self.policy_age.taken(steps.policy_count[live], c.updates)
         c.discarded += self.data.add(steps, batch.seq, session.actor_id)
         c.episodes += self._returns.add(steps)
         return len(steps)
@@ -447,6 +535,7 @@ class LearnerService:
         return {"env_steps": c.env_steps, "budget": self.budget, "updates": c.updates,
                 "nonfinite_updates_skipped": c.nonfinite_updates_skipped,
                 "updates_per_s": record.get("updates_per_s"), "policy_version": c.publications,
+                "policy_age": record.get("policy_age"),
                 "training": "paused" if self.training_paused else "running",
                 "replay": {"size": record.get("replay_size"), "by_source": record.get("replay_by_source", {})},
                 "losses": {k: v for k, v in self.train_metrics.items()
@@ -480,8 +569,9 @@ class LearnerService:
         self.server.know_incarnations(int(i) for i in earlier)
         self.data.restored(self.counters)
 
-    def log(self) -> dict:
-        """Write one metrics record (to the sink, if any) and return it."""
+    def log(self, final: bool = False) -> dict:
+        """Write one metrics record (to the sink, if any) and return it; the ``final`` one (at shutdown)
+        also holds ``policy_age_distribution``, over every row this start took."""
         now = time.monotonic()
         elapsed = now - self._clock["start"]
         since = now - self._clock["log"]
@@ -499,12 +589,15 @@ class LearnerService:
             "updates": c.updates,
             "updates_per_s": round((c.updates - self._updates_at_log) / since, 2) if since > 0 else 0.0,
             "policy_version": c.publications, "policy_lag": float(np.mean(lag)) if lag else None,
+            **self.policy_age.interval(),
             "rows_behind": c.rows_behind, "discarded": c.discarded,
             "nonfinite_updates_skipped": c.nonfinite_updates_skipped,
             "iteration_s": float(np.mean(call_s)) if call_s else None,
             "batches_awaiting_commit": len(self._unacked),
             **self.server.metrics(elapsed), **self.data.metrics(), **self.train_metrics,
         }
+        if final:
+            record["policy_age_distribution"] = self.policy_age.distribution()
         if self.compile_s is not None:
             record["compile_s"] = round(self.compile_s, 2)
         for kind, name in enumerate(self.kind_names):  # a curve per device kind

@@ -55,6 +55,11 @@ class RateLimiter:
             return True
         return (self.inserts + n) * self.samples_per_insert - self.samples <= self.max_diff
 
+    def behind(self) -> float:
+        """Samples the inserts past ``min_size`` buy at the ratio, less those taken: how far the
+        learner trails the ratio (negative: ahead of it, within the error buffer)."""
+        return max(0, self.inserts - self.min_size) * self.samples_per_insert - self.samples
+
     def insert_room(self) -> int:
         """How many rows may be inserted now (the learner's credit budget)."""
         room = (self.max_diff + self.samples) / self.samples_per_insert - self.inserts

@@ -216,7 +216,7 @@ function renderLearner(L) {
     setText(pill, 'no learner');
     pill.className = 'pill bad';
     $('#pause-training').disabled = $('#resume-training').disabled = false;
-    for (const id of ['env-steps', 'updates-per-s', 'policy-version', 'updates', 'training', 'replay-size']) {
+    for (const id of ['env-steps', 'updates-per-s', 'policy-version', 'policy-age', 'updates', 'training', 'replay-size']) {
       setText($('#learner-' + id), '–');
     }
     $('#learner-budget').hidden = true;
@@ -239,6 +239,7 @@ function renderLearner(L) {
   }
   setText($('#learner-updates-per-s'), fnum(L.updates_per_s, 1));
   setText($('#learner-policy-version'), L.policy_version ?? '–');
+  setText($('#learner-policy-age'), L.policy_age == null ? '–' : `${fnum(L.policy_age, 0)} updates`);
   setText($('#learner-updates'), L.updates ?? '–');
   const tr = $('#learner-training');
   setText(tr, L.training ?? '–');

@@ -1,0 +1,206 @@
+"""One process, one environment step then its updates: the synchronous loop (CleanRL's).
+
+``embodyrl train --synchronous``. The same actor loop (:class:`~embodyrl.hal.actor.ActorLoop`),
+the same replay (:class:`~.replay_side.ReplayData`) and the same jitted update
+(:class:`~.service.Training`) as the learner and actor processes, with the wire replaced by a
+call (:class:`InlineLearner`, a :class:`~embodyrl.hal.link.Link`)::
+
+    actor acts, steps, records one row  ->  send_steps: the row into the replay
+                                        ->  the updates it buys (updates_per_step), each on a batch
+                                            sampled now, the newest row in the replay
+                                        ->  the new weights, which act the next step
+
+So a policy is never older than 0 updates and the learner is never ahead of or behind the
+update-to-data ratio. It is the reference the asynchronous path is measured against
+(``docs/benchmarks.md``), and a way to tell a learning problem from a path problem. It drives one
+simulated device with an off-policy algorithm; it has no network, console or person, and does
+not resume.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import jax
+import numpy as np
+
+from ..algos.heads import over
+from ..algos.scan import SKIPPED
+from ..hal.steps import PolicyVersion, Steps, new_incarnation
+from .build import off_policy_parts, placement_of
+from .episodes import EpisodeReturns
+from .hosts import OneHost
+from .metrics import MetricsLog
+from .service import age_distribution
+from .snapshots import Snapshots
+
+
+def synchronous_config(config):
+    """``config`` as the synchronous loop runs it: one update per training call, no prefetch, each
+    row sent as it is recorded; the replay's rate limiter set loose enough never to hold back the
+    updates :class:`InlineLearner` counts itself (no credit is granted here)."""
+    lc = config.learner
+    loose = max(2, math.ceil(2 / lc.updates_per_step))
+    return dataclasses.replace(
+        config, synchronous=True,
+        learner=dataclasses.replace(lc, updates_per_call=1, prefetch_batches=0, rate_tolerance=loose,
+                                    credit_quantum=1),
+        actor=dataclasses.replace(config.actor, send_every=1))
+
+
+def refusal(config) -> str | None:
+    """Why ``config`` cannot run synchronously (None: it can)."""
+    from ..cli.person import needs_real_pace
+
+    if config.algo.on_policy:
+        return f"{config.algorithm} learns on-policy; the synchronous loop drives replay-based algorithms"
+    if config.actors != 1:
+        return "the synchronous loop drives one actor (actors: 1)"
+    if config.console or needs_real_pace(config) or config.learner.hosts > 1:
+        return "the synchronous loop drives a simulator: no console, person, real-time pace or several hosts"
+    return None
+
+
+class InlineLearner:
+    """The learner's half of the synchronous loop, called by the actor loop as its link."""
+
+    connected = True
+    credits = 1 << 40
+
+    def __init__(self, data, training, *, budget: int, metrics_sink=None, snapshots: Snapshots | None = None,
+                 save_policy: Callable | None = None, log_every_s: float = 1.0, kinds=((), int),
+                 on_record: Callable[[dict], None] | None = None):
+        self.data, self.training, self.budget = data, training, budget
+        self.metrics_sink, self.snapshots, self.save_policy = metrics_sink, snapshots, save_policy
+        self.log_every_s, (self.kind_names, self.kind_of), self.on_record = log_every_s, kinds, on_record
+        self.bye_reason: str | None = None
+        self.version = PolicyVersion(new_incarnation(), 0)
+        self.env_steps = self.rows = self.episodes = self.updates = self.skipped = 0
+        self._seq, self._weights, self._metrics = 0, None, None
+        self._acted = 0  # rows acted by this learner's weights (not the random warm-up's)
+        self._skipped: list = []  # each update's skipped-step count, read back at the next record
+        self._returns = EpisodeReturns()
+        self._started = self._logged = time.monotonic()
+        self._updates_at_log = 0
+        self.publish()
+
+    # -- the Link the actor loop calls ----------------------------------------------
+    def poll(self, timeout_ms: int = 0) -> None:
+        if time.monotonic() - self._logged >= self.log_every_s:
+            self.log()
+
+    def send_steps(self, device_id: int, steps: Steps) -> int:
+        self._seq += 1
+        self.data.add(steps, self._seq, int(steps.actor_id[0]))
+        self.data.commit()
+        self.rows += len(steps)
+        self._acted += int(np.sum(~steps.final & (steps.policy_incarnation == self.version.incarnation)))
+        self.env_steps += steps.env_steps
+        self.episodes += self._returns.add(steps)
+        trained = False
+        while self.data.owed() >= self.training.updates_per_call and self.data.trainable():
+            batch, _ = self.data.batch()
+            self._metrics = self.training.update(batch)
+            self.data.trained(self.training.updates_per_call)
+            self.updates += self.training.updates_per_call
+            if SKIPPED in self._metrics:
+                self._skipped.append(self._metrics[SKIPPED])
+            trained = True
+        if trained:
+            self.publish()
+        if self.snapshots is not None:
+            self.snapshots.observe(self.env_steps, self.updates, self.version, self.training.actor_weights)
+        if self.env_steps >= self.budget:
+            self.bye_reason = "training complete"
+        return self._seq
+
+    def take_weights(self):
+        weights, self._weights = self._weights, None
+        return weights
+
+    def metrics(self) -> dict:
+        return {"rows_sent": self.rows, "batches_sent": self._seq}
+
+    # -- the learner's own -------------------------------------------------------------
+    def publish(self) -> None:
+        self.version = PolicyVersion(self.version.incarnation, self.version.count + 1)
+        self._weights = (self.version, self.training.actor_weights())
+
+    def log(self, final: bool = False) -> dict:
+        """One metrics record with the learner service's keys (``policy_age`` is 0 here by construction)."""
+        now = time.monotonic()
+        since = now - self._logged
+        pending, self._skipped = self._skipped, []
+        self.skipped += int(round(sum(float(np.sum(x)) for x in jax.device_get(pending))))
+        by_device = self._returns.take_finished_by_device()
+        returns = [total for _, total in by_device]
+        record = {"time": round(now - self._started, 3), "env_steps": self.env_steps, "episodes": self.episodes,
+                  "episode_return": float(np.mean(returns)) if returns else None, "updates": self.updates,
+                  "updates_per_s": round((self.updates - self._updates_at_log) / since, 2) if since > 0 else 0.0,
+                  "policy_version": self.version.count, "policy_age": 0.0, "policy_age_max": 0,
+                  "nonfinite_updates_skipped": self.skipped, **self.data.metrics()}
+        if self._metrics is not None:
+            record.update({name: float(np.mean(v)) for name, v in jax.device_get(self._metrics).items()})
+        for kind, name in enumerate(self.kind_names):
+            mine = [total for d, total in by_device if self.kind_of(d) == kind]
+            record[f"episode_return/{name}"] = float(np.mean(mine)) if mine else None
+        if final:
+            record["policy_age_distribution"] = age_distribution({0: self._acted})
+        self._logged, self._updates_at_log = now, self.updates
+        if self.metrics_sink is not None:
+            self.metrics_sink.write(record, step=self.env_steps)
+        if self.on_record is not None:
+            self.on_record(record)
+        return record
+
+    def close(self) -> None:
+        """Save the policy, write the last record, make the replay durable and close it."""
+        if self.save_policy is not None:
+            self.save_policy(self.version, self.training.actor_weights())
+        if self.snapshots is not None:
+            self.snapshots.finish(self.env_steps, self.updates, self.version, self.training.actor_weights)
+        self.log(final=True)
+        if self.metrics_sink is not None:
+            self.metrics_sink.close()
+        self.data.commit(final=True)
+        self.data.close(failed=False)
+
+
+def train_synchronous(config, run_dir: Path, on_record: Callable[[dict], None] | None = None,
+                      should_stop: Callable[[], bool] = lambda: False) -> None:
+    """Train ``config`` (as :func:`synchronous_config` made it) in this process into ``run_dir``:
+    ``metrics.jsonl``, ``policy/``, ``snapshots/``, the replay. ``on_record``: each metrics record."""
+    from ..cli.processes import actor_parts, actor_seed
+    from ..hal.actor import ActorLoop
+    from ..policy import save_policy
+    from ..robot import layout_of
+
+    config = synchronous_config(config)
+    reason = refusal(config)
+    if reason is not None:
+        raise ValueError(f"--synchronous: {reason}")
+    run_dir = Path(run_dir)
+    layout = layout_of(config)
+    algorithm = over(config.algo, layout)
+    training, data = off_policy_parts(config, layout, algorithm, run_dir, placement=placement_of(config, OneHost()))
+
+    def save(version, weights, directory: Path = run_dir / "policy") -> None:
+        save_policy(directory, version, weights, layout.observation_spec, layout.action_spec, algorithm)
+
+    snapshots = (Snapshots(run_dir, config.eval_every, lambda d, v, w: save(v, w, d), config.steps)
+                 if config.eval_every else None)
+    learner = InlineLearner(data, training, budget=config.steps, metrics_sink=MetricsLog(run_dir), snapshots=snapshots,
+                            save_policy=save, log_every_s=config.learner.log_every_s,
+                            kinds=(layout.names, layout.kind_of), on_record=on_record)
+    seed = actor_seed(config.seed, 0)
+    group, tasks, policies, _ = actor_parts(config, seed, "jax")
+    actor_config = dataclasses.replace(config.actor, actor_id=0, seed=seed)
+    try:
+        with group:
+            ActorLoop(group, tasks, policies, learner, actor_config).run(should_stop=should_stop)
+    finally:
+        learner.close()

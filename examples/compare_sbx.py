@@ -1,0 +1,228 @@
+"""embodyrl beside SBX (Stable-Baselines-JAX), step for step, on this machine.
+
+Both sides run with SBX 0.28's settings (256x256 MLPs, batch 256, learning
+rates 3e-4, 10k uniform random steps, one update per step, TD3's exploration
+noise 0.1) and are evaluated by the same code: every 5k steps the policy of
+that moment plays 5 deterministic episodes on the seeded episodes
+``embodyrl eval`` uses (seed 10000 + run seed + i). Three ways of training:
+
+* ``embodyrl``: ``embodyrl train``, the real path (a learner process and an
+  actor process over ZeroMQ, asynchronous);
+* ``sync``: ``embodyrl train --synchronous``, the same algorithm package in
+  one process, one environment step then one update (CleanRL's loop);
+* ``sbx``: ``sbx.TD3`` / ``sbx.SAC``.
+
+::
+
+    pip install -e '.[compare]'     # SBX; never a dependency of embodyrl itself
+    python examples/compare_sbx.py run                   # the plan, resumable: runs what is not done
+    python examples/compare_sbx.py run --plan async      # the synchronous-against-asynchronous runs
+    python examples/compare_sbx.py report --out docs/figures/compare
+
+Runs go one at a time, niced, their turns interleaved (for each seed, each
+side in turn), each in its own process; a run is done when its
+``summary.json`` exists, so the same command resumes after an interruption
+(a run cut off starts again). Each run directory keeps ``config.json``,
+``metrics.jsonl``, ``eval.jsonl`` and ``summary.json``; the summary holds
+wall-clock seconds, CPU seconds of the run's processes and the load average
+around it (the machine is shared: compare CPU seconds where load differs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+EVAL_EVERY = 5_000
+EVAL_EPISODES = 5
+RANDOM_STEPS = 10_000
+SETTINGS = {"hidden_sizes": [256, 256], "batch_size": 256, "learning_rate": 3e-4,
+            "random_steps": RANDOM_STEPS, "updates_per_step": 1, "td3_exploration_noise": 0.1,
+            "eval_every": EVAL_EVERY, "eval_episodes": EVAL_EPISODES}
+"""What both sides share (SBX 0.28's defaults for these algorithms, with TD3's noise of the RL Zoo)."""
+
+
+@dataclass(frozen=True)
+class Run:
+    side: str  # embodyrl | sync | sbx, or embodyrl:VARIANT for one part of the path changed
+    algorithm: str
+    env: str
+    seed: int
+    steps: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.side.replace(':', '-')}-{self.algorithm}-{self.env}-s{self.seed}"
+
+
+def plan(which: str) -> list[Run]:
+    """The runs of a plan, in the order they are taken: seed by seed, sides interleaved."""
+    runs: list[Run] = []
+    if which in ("parity", "all"):
+        for seed in range(5):
+            steps = 100_000 if seed < 3 else 50_000  # the first 3 go on to 100k; 50k is read off their curve
+            for algorithm in ("td3", "sac"):
+                runs += [Run(side, algorithm, "HalfCheetah-v5", seed, steps) for side in ("sbx", "embodyrl")]
+        for seed in range(3):
+            runs += [Run(side, "sac", "Hopper-v5", seed, 50_000) for side in ("sbx", "embodyrl")]
+    if which in ("async", "all"):
+        for seed in range(3):
+            for side in ("sync", *(f"embodyrl:{variant}" for variant in VARIANTS)):
+                runs.append(Run(side, "sac", "HalfCheetah-v5", seed, 50_000))
+    return runs
+
+
+VARIANTS: dict[str, list[str]] = {}
+"""One part of the asynchronous path changed at a time, toward the synchronous loop: variant -> flags."""
+
+
+def embodyrl_command(run: Run, out: Path) -> list[str]:
+    section = "ddpg" if run.algorithm == "td3" else "sac"
+    command = [sys.executable, "-m", "embodyrl", "train", f"gym:{run.env}", "--algorithm", run.algorithm,
+               "--steps", str(run.steps), "--seed", str(run.seed), "--run-dir", str(out), "--quiet",
+               f"--{section}.actor_lr", "3e-4", f"--{section}.critic_lr", "3e-4",
+               f"--{section}.hidden_sizes", "[256, 256]", f"--{section}.batch_size", "256",
+               "--actor.random_steps", str(RANDOM_STEPS), "--learner.min_replay", str(RANDOM_STEPS),
+               "--eval_episodes", str(EVAL_EPISODES), "--eval_every", str(EVAL_EVERY),
+               "--actor.credit_timeout_s", "3600"]
+    command += ["--ddpg.exploration_noise", "0.1"] if run.algorithm == "td3" else ["--sac.temperature_lr", "3e-4"]
+    side, _, variant = run.side.partition(":")
+    if side == "sync":
+        command.append("--synchronous")
+    if variant:
+        command += VARIANTS[variant]
+    return command
+
+
+# -- the SBX side, in a process of its own -----------------------------------------------------
+def sbx_main(algorithm: str, env_id: str, seed: int, steps: int, out: Path) -> None:
+    import gymnasium as gym
+    import numpy as np
+    import sbx
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.noise import NormalActionNoise
+
+    from embodyrl import robot
+    from embodyrl.cli.evaluate import evaluate
+
+    env = gym.make(env_id)
+    dims = env.action_space.shape[0]
+    kwargs = dict(learning_starts=RANDOM_STEPS, batch_size=256, learning_rate=3e-4, train_freq=1,
+                  gradient_steps=1, policy_kwargs={"net_arch": [256, 256]}, seed=seed, verbose=0)
+    if algorithm == "td3":
+        kwargs["action_noise"] = NormalActionNoise(np.zeros(dims), 0.1 * np.ones(dims))
+    model = {"td3": sbx.TD3, "sac": sbx.SAC}[algorithm]("MlpPolicy", env, **kwargs)
+    config = {"side": "sbx", "sbx": sbx.__version__, "algorithm": algorithm, "task": f"gym:{env_id}",
+              "seed": seed, "steps": steps, **SETTINGS,
+              **{k: getattr(model, k) for k in ("gamma", "tau", "buffer_size", "learning_starts", "batch_size")
+                 if hasattr(model, k)},
+              **({"policy_delay": model.policy_delay, "target_policy_noise": model.target_policy_noise,
+                  "target_noise_clip": model.target_noise_clip} if algorithm == "td3" else
+                 {"ent_coef": str(model.ent_coef_init if hasattr(model, "ent_coef_init") else model.ent_coef),
+                  "target_entropy": str(model.target_entropy)})}
+    (out / "config.json").write_text(json.dumps(config, indent=2, default=str) + "\n")
+    device, task = robot.load(f"gym:{env_id}").make()
+
+    class Greedy:
+        version = None
+
+        def act(self, observation, explore=False):
+            action, _ = model.predict(observation["observation"], deterministic=True)
+            return np.asarray(action, dtype=np.float32), {}
+
+    started = time.monotonic()
+    metrics, evals = (out / "metrics.jsonl").open("w"), (out / "eval.jsonl").open("w")
+
+    class Record(BaseCallback):
+        def _on_step(self) -> bool:
+            for info in self.locals.get("infos", []):
+                if "episode" in info:
+                    metrics.write(json.dumps({"time": round(time.monotonic() - started, 3),
+                                              "env_steps": self.num_timesteps,
+                                              "episode_return": float(info["episode"]["r"])}) + "\n")
+                    metrics.flush()
+            if self.num_timesteps % EVAL_EVERY == 0:
+                with device:
+                    result = evaluate(device, task, Greedy(), EVAL_EPISODES, 10_000 + seed)
+                evals.write(json.dumps({"env_steps": self.num_timesteps, "updates": max(0, self.num_timesteps - RANDOM_STEPS),
+                                        "time": round(time.monotonic() - started, 3),
+                                        "return_mean": result["return_mean"], "returns": result["returns"]}) + "\n")
+                evals.flush()
+            return True
+
+    model.learn(steps, callback=Record())
+    metrics.close()
+    evals.close()
+
+
+# -- the runner --------------------------------------------------------------------------------
+def run_one(run: Run, root: Path) -> None:
+    out = root / run.name
+    if (out / "summary.json").exists():
+        return
+    out.mkdir(parents=True, exist_ok=True)
+    for stale in ("eval.jsonl", "metrics.jsonl", "summary.json"):
+        (out / stale).unlink(missing_ok=True)
+    if run.side == "sbx":
+        command = [sys.executable, __file__, "_sbx", run.algorithm, run.env, str(run.seed), str(run.steps), str(out)]
+    else:
+        if out.exists():  # a run cut off: start it again
+            subprocess.run(["rm", "-rf", str(out)], check=True)
+        command = embodyrl_command(run, out)
+    print(f"{time.strftime('%H:%M:%S')} {run.name}: {' '.join(command[1:4])} ...", flush=True)
+    load_before, cpu_before = os.getloadavg(), _children_cpu_s()
+    started = time.monotonic()
+    done = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=(out.parent / f"{run.name}.log").open("w"),
+                          preexec_fn=lambda: os.nice(10))
+    wall_s, cpu_s = time.monotonic() - started, _children_cpu_s() - cpu_before
+    if done.returncode != 0:
+        print(f"  failed ({done.returncode}); see {out.parent / (run.name + '.log')}", flush=True)
+        return
+    summary = {**_read_json(out / "summary.json"), "side": run.side, "algorithm": run.algorithm, "env": run.env,
+               "seed": run.seed, "steps": run.steps, "wall_s": round(wall_s, 1), "cpu_s": round(cpu_s, 1),
+               "load_before": [round(x, 2) for x in load_before], "load_after": [round(x, 2) for x in os.getloadavg()],
+               "evals": [json.loads(line) for line in (out / "eval.jsonl").read_text().splitlines()]}
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    last = summary["evals"][-1] if summary["evals"] else {}
+    print(f"  {wall_s:.0f} s wall, {cpu_s:.0f} s CPU, return {last.get('return_mean', float('nan')):.0f} "
+          f"at {last.get('env_steps')}", flush=True)
+
+
+def _children_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _read_json(path: Path) -> dict:
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "_sbx":
+        algorithm, env_id, seed, steps, out = argv[1:]
+        sbx_main(algorithm, env_id, int(seed), int(steps), Path(out))
+        return
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    r = sub.add_parser("run", help="run what the plan has not done yet")
+    r.add_argument("--plan", choices=("parity", "async", "all"), default="parity")
+    r.add_argument("--sides", default="", help="comma-separated sides to run (default: all of the plan's)")
+    r.add_argument("--root", type=Path, default=Path("runs/compare"))
+    args = parser.parse_args(argv)
+    if args.command == "run":
+        sides = set(filter(None, args.sides.split(",")))
+        for run in plan(args.plan):
+            if not sides or run.side.partition(":")[0] in sides:
+                run_one(run, args.root)
+
+
+if __name__ == "__main__":
+    main()
