@@ -72,15 +72,26 @@ def plan(which: str) -> list[Run]:
                 runs += [Run(side, algorithm, "HalfCheetah-v5", seed, steps) for side in ("sbx", "embodyrl")]
         for seed in range(3):
             runs += [Run(side, "sac", "Hopper-v5", seed, 50_000) for side in ("sbx", "embodyrl")]
-    if which in ("async", "all"):
+    if which in ("async", "all"):  # the parity runs' seeds: their embodyrl runs are the default path's
         for seed in range(3):
-            for side in ("sync", *(f"embodyrl:{variant}" for variant in VARIANTS)):
-                runs.append(Run(side, "sac", "HalfCheetah-v5", seed, 50_000))
+            runs.append(Run("sync", "sac", "HalfCheetah-v5", seed, 50_000))
+            if which == "async":
+                runs.append(Run("embodyrl", "sac", "HalfCheetah-v5", seed, 100_000))
+        for variant in VARIANTS:
+            runs += [Run(f"embodyrl:{variant}", "sac", "HalfCheetah-v5", seed, 50_000) for seed in range(3)]
     return runs
 
 
-VARIANTS: dict[str, list[str]] = {}
-"""One part of the asynchronous path changed at a time, toward the synchronous loop: variant -> flags."""
+VARIANTS: dict[str, list[str]] = {
+    "tolerance": ["--learner.rate_tolerance", "2048", "--learner.credit_quantum", "256"],
+    "weights": ["--learner.publish_every", "16"],
+    "prefetch": ["--learner.prefetch_batches", "0"],
+    "calls": ["--learner.updates_per_call", "1", "--learner.publish_every", "1"],
+}
+"""One part of the asynchronous path changed at a time: variant -> its flags. ``tolerance`` is the
+earlier default (how far actors may run ahead of the updates, and the learner ahead of the ratio);
+``weights`` publishes after every training call; ``prefetch`` samples each batch when it is
+trained on; ``calls`` trains one update per call and publishes each."""
 
 
 def embodyrl_command(run: Run, out: Path) -> list[str]:
@@ -204,6 +215,123 @@ def _read_json(path: Path) -> dict:
     return json.loads(path.read_text()) if path.exists() else {}
 
 
+# -- the report -------------------------------------------------------------------------------
+PUBLISHED = {("HalfCheetah-v5", "td3"): {50_000: 3_352, 100_000: 5_514},
+             ("HalfCheetah-v5", "sac"): {50_000: 4_212, 100_000: 6_156}}
+"""Published means (10 seeds, earlier HalfCheetah versions: TD3 from sfujim/TD3's curves, SAC from
+SimbaV2's baseline results), drawn for reference only."""
+
+
+def bootstrap_interval(values, resamples: int = 10_000, seed: int = 0) -> tuple[float, float]:
+    """The 95 % percentile bootstrap interval of the mean of ``values``."""
+    import numpy as np
+
+    values = np.asarray(values, float)
+    means = np.random.default_rng(seed).choice(values, (resamples, len(values))).mean(axis=1)
+    return float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5))
+
+
+def at(summary: dict, steps: int) -> float | None:
+    """The evaluated return at ``steps`` on a run's curve (None: the run did not get there)."""
+    return next((e["return_mean"] for e in summary.get("evals", []) if e["env_steps"] == steps), None)
+
+
+def report(root: Path, out: Path, which: str) -> dict:
+    """Per task, algorithm and side: returns at 50k and 100k (seeds, mean, bootstrap interval), wall
+    clock and CPU; the verdict against SBX; the curves' plot; every run's artifacts kept in ``out``."""
+    import numpy as np
+
+    from embodyrl.runlog import keep_artifacts
+
+    out.mkdir(parents=True, exist_ok=True)
+    done = [(run, _read_json(root / run.name / "summary.json")) for run in plan(which)]
+    done = [(run, summary) for run, summary in done if summary]
+    groups: dict[tuple, dict] = {}
+    for run, summary in done:
+        group = groups.setdefault((run.env, run.algorithm), {}).setdefault(run.side, [])
+        group.append((run, summary))
+    rows = []
+    for (env, algorithm), sides in sorted(groups.items()):
+        for mark in (50_000, 100_000):
+            row = {"env": env, "algorithm": algorithm, "steps": mark, "published": PUBLISHED.get((env, algorithm), {}).get(mark)}
+            for side, runs in sides.items():
+                values = [(r.seed, at(s, mark)) for r, s in runs if at(s, mark) is not None]
+                if not values:
+                    continue
+                returns = [v for _, v in values]
+                full = [s for r, s in runs if r.steps == mark]  # runs that ended here: their cost
+                row[side] = {"seeds": [seed for seed, _ in values], "returns": [round(v, 1) for v in returns],
+                             "mean": round(float(np.mean(returns)), 1),
+                             "interval": [round(x, 1) for x in bootstrap_interval(returns)],
+                             "wall_s": round(float(np.mean([s["wall_s"] for s in full])), 1) if full else None,
+                             "cpu_s": round(float(np.mean([s["cpu_s"] for s in full])), 1) if full else None}
+            if "sbx" in row and "embodyrl" in row:
+                row["ratio"] = round(row["embodyrl"]["mean"] / row["sbx"]["mean"], 3)
+                row["within_or_above_sbx_interval"] = row["embodyrl"]["mean"] >= row["sbx"]["interval"][0]
+            if "sync" in row and "embodyrl" in row:
+                row["async_minus_sync"] = round(row["embodyrl"]["mean"] - row["sync"]["mean"], 1)
+            if len(row) > 4:
+                rows.append(row)
+    result = {"settings": SETTINGS, "plan": which, "rows": rows,
+              "runs": [{"name": run.name, **{k: summary.get(k) for k in ("wall_s", "cpu_s", "load_before", "load_after",
+                                                                          "eval_return_mean", "policy_age")}}
+                       for run, summary in done]}
+    (out / "results.json").write_text(json.dumps(result, indent=2) + "\n")
+    (out / "table.md").write_text(markdown(rows))
+    plot_curves(groups, out / "curves.png")
+    keep_artifacts([root / run.name for run, _ in done], out / "runs")
+    return result
+
+
+def markdown(rows: list[dict]) -> str:
+    sides = [side for side in ("sbx", "embodyrl", "sync", *(f"embodyrl:{v}" for v in VARIANTS))
+             if any(side in row for row in rows)]
+    lines = ["| task | algorithm | steps | " + " | ".join(sides) + " | embodyrl / SBX | published |",
+             "| --- | --- | ---: | " + " | ".join("---:" for _ in sides) + " | ---: | ---: |"]
+    for row in rows:
+        cells = []
+        for side in sides:
+            figures = row.get(side)
+            cells.append("" if figures is None else
+                         f"{figures['mean']:,.0f} [{figures['interval'][0]:,.0f}, {figures['interval'][1]:,.0f}] "
+                         f"(n={len(figures['returns'])})")
+        lines.append(f"| {row['env']} | {row['algorithm']} | {row['steps']:,} | " + " | ".join(cells)
+                     + f" | {row.get('ratio', '')} | {row['published'] or ''} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot_curves(groups: dict, path: Path) -> None:
+    """One panel per task and algorithm: each side's mean evaluated return over steps, its seeds'
+    range shaded, published means as points."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    keys = sorted(groups)
+    fig, axes = plt.subplots(1, len(keys), figsize=(5 * len(keys), 3.6), squeeze=False)
+    for ax, key in zip(axes[0], keys, strict=True):
+        for side, runs in sorted(groups[key].items()):
+            marks = sorted({e["env_steps"] for _, s in runs for e in s.get("evals", [])})
+            curves = [[at(s, m) for m in marks] for _, s in runs]
+            mean = [np.mean([c[i] for c in curves if c[i] is not None]) for i in range(len(marks))]
+            low = [min(c[i] for c in curves if c[i] is not None) for i in range(len(marks))]
+            high = [max(c[i] for c in curves if c[i] is not None) for i in range(len(marks))]
+            line, = ax.plot(marks, mean, label=f"{side} ({len(runs)} seeds)")
+            ax.fill_between(marks, low, high, color=line.get_color(), alpha=0.15)
+        published = PUBLISHED.get(key, {})
+        if published:
+            ax.plot(list(published), list(published.values()), "k*", label="published mean (10 seeds)")
+        ax.set_title(f"{key[0]} {key[1].upper()}")
+        ax.set_xlabel("environment steps")
+        ax.set_ylabel("evaluated return (5 episodes)")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "_sbx":
@@ -216,7 +344,16 @@ def main(argv: list[str] | None = None) -> None:
     r.add_argument("--plan", choices=("parity", "async", "all"), default="parity")
     r.add_argument("--sides", default="", help="comma-separated sides to run (default: all of the plan's)")
     r.add_argument("--root", type=Path, default=Path("runs/compare"))
+    rp = sub.add_parser("report", help="tables, curves and kept artifacts of the runs done so far")
+    rp.add_argument("--plan", choices=("parity", "async", "all"), default="parity")
+    rp.add_argument("--root", type=Path, default=Path("runs/compare"))
+    rp.add_argument("--out", type=Path, default=Path("runs/compare-report"))
     args = parser.parse_args(argv)
+    if args.command == "report":
+        result = report(args.root, args.out, args.plan)
+        print((args.out / "table.md").read_text())
+        print(json.dumps([{k: r.get(k) for k in ("env", "algorithm", "steps", "ratio", "within_or_above_sbx_interval",
+                                                 "async_minus_sync")} for r in result["rows"]], indent=1))
     if args.command == "run":
         sides = set(filter(None, args.sides.split(",")))
         for run in plan(args.plan):

@@ -60,6 +60,8 @@ EXAMPLES: dict[str, Example] = {
     "lerobot_dataset_training.py": Example(("--out", "{tmp}/lrd", "--quick"), expect='"dataset"',
                                            needs=("lerobot", "matplotlib")),
     "heterogeneous_robots.py": Example(("--steps", "600", "--episodes", "1", "--run-dir", "{tmp}/hetero")),
+    "compare_sbx.py": Example(covered="tests/test_compare_script.py (every embodyrl command parsed and validated, "
+                                      "the report on runs' summaries); the runs themselves take hours"),
     "ppo_staleness.py": Example(("--seeds", "0", "--staleness", "0", "--steps", "2000", "--root", "{tmp}/ppo",
                                  "--out", "{tmp}/ppo.json"), expect="k=0 seed=0", needs=("matplotlib",)),
 }

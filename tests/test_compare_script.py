@@ -1,0 +1,85 @@
+"""examples/compare_sbx.py without SBX or hours of training: its embodyrl commands are ones the CLI
+takes, its plan interleaves the sides seed by seed, and its report computes what the docs quote
+from the runs' summaries (intervals, ratios, the verdict) and keeps every run's artifacts."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def compare():
+    spec = importlib.util.spec_from_file_location("compare_sbx", ROOT / "examples" / "compare_sbx.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["compare_sbx"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_embodyrl_command_of_the_plans_parses_and_validates(compare, tmp_path):
+    from embodyrl.cli.commands import _resolve_config, build_parser
+
+    distinct = {}
+    for run in compare.plan("all"):
+        if run.side != "sbx":
+            distinct.setdefault((run.side, run.algorithm, run.env), run)
+    assert {side for side, _, _ in distinct} >= {"embodyrl", "sync", *(f"embodyrl:{v}" for v in compare.VARIANTS)}
+    for run in distinct.values():
+        command = compare.embodyrl_command(run, tmp_path / run.name)
+        assert command[1:4] == ["-m", "embodyrl", "train"]
+        args, args.overrides = build_parser().parse_known_args(command[3:])
+        config = _resolve_config(args, None, {"algorithm": args.algorithm,
+                                              "synchronous": True if args.synchronous else None})  # as _train
+        assert config.algorithm == run.algorithm
+        assert (config.steps, config.seed, config.eval_every, config.eval_episodes) == (run.steps, run.seed, 5000, 5)
+        algo = config.algo.config
+        assert (algo.hidden_sizes, algo.batch_size, algo.actor_lr, algo.critic_lr) == ((256, 256), 256, 3e-4, 3e-4)
+        assert config.actor.random_steps == config.learner.min_replay == 10_000
+        assert config.synchronous == (run.side == "sync")
+
+
+def test_the_plan_interleaves_sides_and_runs_the_first_seeds_to_100k(compare):
+    parity = compare.plan("parity")
+    cheetah = [r for r in parity if r.env == "HalfCheetah-v5"]
+    assert [r.side for r in cheetah[:4]] == ["sbx", "embodyrl", "sbx", "embodyrl"]
+    assert {(r.seed, r.steps) for r in cheetah} == {(s, 100_000 if s < 3 else 50_000) for s in range(5)}
+    assert len({r.name for r in compare.plan("all")}) == len(compare.plan("all"))  # no run twice
+
+
+def _fake_run(root: Path, name: str, curve: dict[int, float], wall_s: float):
+    run = root / name
+    run.mkdir(parents=True)
+    (run / "config.json").write_text("{}")
+    (run / "metrics.jsonl").write_text(json.dumps({"env_steps": max(curve), "episode_return": 0.0}) + "\n")
+    (run / "summary.json").write_text(json.dumps({
+        "wall_s": wall_s, "cpu_s": 2 * wall_s, "evals": [{"env_steps": k, "return_mean": v} for k, v in curve.items()]}))
+
+
+def test_the_report_gives_intervals_ratios_and_keeps_every_run(compare, tmp_path):
+    root, out = tmp_path / "runs", tmp_path / "report"
+    sbx = [3000.0, 2000.0, 2500.0, 3500.0, 2600.0]
+    ours = [2900.0, 2200.0, 2400.0, 3300.0, 2700.0]
+    for seed in range(5):
+        steps = 100_000 if seed < 3 else 50_000
+        for side, values in (("sbx", sbx), ("embodyrl", ours)):
+            curve = {m: values[seed] * m / 50_000 for m in range(5_000, steps + 1, 5_000)}
+            _fake_run(root, compare.Run(side, "td3", "HalfCheetah-v5", seed, steps).name, curve, 100.0 + seed)
+    result = compare.report(root, out, "parity")
+    at_50k, at_100k = result["rows"]
+    assert at_50k["steps"] == 50_000 and at_50k["sbx"]["returns"] == sbx and at_50k["embodyrl"]["returns"] == ours
+    low, high = compare.bootstrap_interval(sbx)
+    assert at_50k["sbx"]["interval"] == [round(low, 1), round(high, 1)] and low < np.mean(sbx) < high
+    assert at_50k["ratio"] == round(np.mean(ours) / np.mean(sbx), 3) and at_50k["within_or_above_sbx_interval"]
+    assert at_50k["sbx"]["wall_s"] == 103.5  # the runs that ended at 50k: seeds 3 and 4
+    assert at_100k["embodyrl"]["returns"] == [2 * v for v in ours[:3]] and at_100k["published"] == 5514
+    assert "| HalfCheetah-v5 | td3 | 50,000 |" in (out / "table.md").read_text()
+    assert (out / "curves.png").stat().st_size > 10_000
+    assert len(list((out / "runs").glob("*/summary.json"))) == 10
