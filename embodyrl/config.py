@@ -168,6 +168,12 @@ class _Run:
 def _check(config) -> None:
     if config.algorithm not in registry.names():
         raise ValueError(f"algorithm: unknown {config.algorithm!r}; known: {', '.join(registry.names())}")
+    batch = config.actor.send_every + 2  # a batch, an episode's final row, room for a group's
+    if config.learner.credit_quantum < batch and not config.algo.on_policy:
+        raise ValueError(f"learner.credit_quantum ({config.learner.credit_quantum}) must hold one batch of "
+                         f"actor.send_every ({config.actor.send_every}) rows and an episode's final row, at least "
+                         f"{batch}: an actor needs that much credit to send, and is granted more only once it "
+                         "holds less than a quantum")
     if config.eval_every < 0:
         raise ValueError(f"eval_every: must be 0 (off) or a positive number of steps, not {config.eval_every}")
 

@@ -63,33 +63,38 @@ class Run:
 
 
 def plan(which: str) -> list[Run]:
-    """The runs of a plan, in the order they are taken: seed by seed, sides interleaved."""
+    """The runs of a plan, in the order they are taken: seed by seed, sides interleaved. ``async``
+    is the synchronous loop beside the parity runs' embodyrl SAC (the same seeds, the same runs),
+    then the path's parts changed one at a time; ``all`` is both, each seed's synchronous run
+    beside its parity runs."""
     runs: list[Run] = []
-    if which in ("parity", "all"):
-        for seed in range(5):
-            steps = 100_000 if seed < 3 else 50_000  # the first 3 go on to 100k; 50k is read off their curve
-            for algorithm in ("td3", "sac"):
+    parity, sync = which in ("parity", "all"), which in ("async", "all")
+    for seed in range(5):
+        steps = 100_000 if seed < 3 else 50_000  # the first 3 go on to 100k; 50k is read off their curve
+        for algorithm in ("td3", "sac"):
+            if parity:
                 runs += [Run(side, algorithm, "HalfCheetah-v5", seed, steps) for side in ("sbx", "embodyrl")]
+        if sync and seed < 3:
+            if not parity:
+                runs.append(Run("embodyrl", "sac", "HalfCheetah-v5", seed, steps))
+            runs.append(Run("sync", "sac", "HalfCheetah-v5", seed, 50_000))
+    if parity:
         for seed in range(3):
             runs += [Run(side, "sac", "Hopper-v5", seed, 50_000) for side in ("sbx", "embodyrl")]
-    if which in ("async", "all"):  # the parity runs' seeds: their embodyrl runs are the default path's
-        for seed in range(3):
-            runs.append(Run("sync", "sac", "HalfCheetah-v5", seed, 50_000))
-            if which == "async":
-                runs.append(Run("embodyrl", "sac", "HalfCheetah-v5", seed, 100_000))
+    if sync:
         for variant in VARIANTS:
             runs += [Run(f"embodyrl:{variant}", "sac", "HalfCheetah-v5", seed, 50_000) for seed in range(3)]
     return runs
 
 
 VARIANTS: dict[str, list[str]] = {
-    "tolerance": ["--learner.rate_tolerance", "2048", "--learner.credit_quantum", "256"],
+    "tolerance": ["--learner.rate_tolerance", "256", "--learner.credit_quantum", "128"],
     "weights": ["--learner.publish_every", "16"],
     "prefetch": ["--learner.prefetch_batches", "0"],
     "calls": ["--learner.updates_per_call", "1", "--learner.publish_every", "1"],
 }
-"""One part of the asynchronous path changed at a time: variant -> its flags. ``tolerance`` is the
-earlier default (how far actors may run ahead of the updates, and the learner ahead of the ratio);
+"""One part of the asynchronous path changed at a time: variant -> its flags. ``tolerance`` lets the
+actor run a quarter as far ahead of the updates (and the learner ahead of the ratio) as the default;
 ``weights`` publishes after every training call; ``prefetch`` samples each batch when it is
 trained on; ``calls`` trains one update per call and publishes each."""
 

@@ -22,6 +22,7 @@ def test_task_defaults_apply():
     ({"steps": "many"}, "steps: expected int"),
     ({"ddpg": {"hidden_sizes": 64}}, "ddpg.hidden_sizes: expected a list"),
     ({"learner": {"rate_tolerance": 1, "credit_quantum": 256}}, "rate_tolerance must be at least"),
+    ({"learner": {"rate_tolerance": 256, "credit_quantum": 64}}, r"credit_quantum \(64\) must hold one batch"),
 ])
 def test_bad_config_names_the_key(change, message):
     data = to_dict(TrainConfig())

@@ -17,7 +17,7 @@ from embodyrl.replay import PersistentReplay
 def test_learner_commits_before_acking_and_a_restart_reopens_the_replay(tmp_path):
     learner_config = LearnerConfig(min_replay=64, replay_capacity=1024, replay_chunk_rows=128,
                                    updates_per_call=4, publish_every=8, rate_tolerance=256,
-                                   credit_quantum=64, peer_timeout_s=20)
+                                   credit_quantum=128, peer_timeout_s=20)
     config = TrainConfig(steps=300, learner=learner_config)
     config = dataclasses.replace(config, ddpg=dataclasses.replace(config.ddpg, batch_size=32))
     device, _ = envs.make("pendulum")

@@ -44,11 +44,12 @@ def synchronous_config(config):
     row sent as it is recorded; the replay's rate limiter set loose enough never to hold back the
     updates :class:`InlineLearner` counts itself (no credit is granted here)."""
     lc = config.learner
-    loose = max(2, math.ceil(2 / lc.updates_per_step))
+    quantum = 3  # a batch of one row and an episode's final row: TrainConfig's least
+    loose = max(2 * quantum, math.ceil(2 / lc.updates_per_step))
     return dataclasses.replace(
         config, synchronous=True,
         learner=dataclasses.replace(lc, updates_per_call=1, prefetch_batches=0, rate_tolerance=loose,
-                                    credit_quantum=1),
+                                    credit_quantum=quantum),
         actor=dataclasses.replace(config.actor, send_every=1))
 
 
