@@ -101,7 +101,7 @@ trained on; ``calls`` trains one update per call and publishes each."""
 
 def embodyrl_command(run: Run, out: Path) -> list[str]:
     section = "ddpg" if run.algorithm == "td3" else "sac"
-    command = [sys.executable, "-m", "embodyrl", "train", f"gym:{run.env}", "--algorithm", run.algorithm,
+    command = [sys.executable, "-m", "embodyrl.cli", "train", f"gym:{run.env}", "--algorithm", run.algorithm,
                "--steps", str(run.steps), "--seed", str(run.seed), "--run-dir", str(out), "--quiet",
                f"--{section}.actor_lr", "3e-4", f"--{section}.critic_lr", "3e-4",
                f"--{section}.hidden_sizes", "[256, 256]", f"--{section}.batch_size", "256",

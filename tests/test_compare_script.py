@@ -34,7 +34,7 @@ def test_every_embodyrl_command_of_the_plans_parses_and_validates(compare, tmp_p
     assert {side for side, _, _ in distinct} >= {"embodyrl", "sync", *(f"embodyrl:{v}" for v in compare.VARIANTS)}
     for run in distinct.values():
         command = compare.embodyrl_command(run, tmp_path / run.name)
-        assert command[1:4] == ["-m", "embodyrl", "train"]
+        assert command[1:4] == ["-m", "embodyrl.cli", "train"]
         args, args.overrides = build_parser().parse_known_args(command[3:])
         config = _resolve_config(args, None, {"algorithm": args.algorithm,
                                               "synchronous": True if args.synchronous else None})  # as _train
