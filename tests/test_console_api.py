@@ -288,11 +288,12 @@ def test_a_finished_run_is_shown_from_its_metrics(tmp_path):
             {"source": "console", "event": "action", "id": "a1", "time": 3.0, "origin": "browser 127.0.0.1",
              "action": "estop", "target": "actor 0 device 0", "status": "ok", "error": "", "ms": 4.0, "applied_ms": 2.0},
             {"time": 4.0, "env_steps": 200, "episode_return": -3.0, "intervention_rate": 0.25, "critic_loss": 1.0,
-             "updates": 20, "policy_version": 4, "replay_size": 200}]
+             "updates": 20, "policy_version": 4, "replay_size": 200, "policy_age": 37.5}]
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"time": 5, "env_')
     with ConsoleProcess(tmp_path) as console:
         shown = state(console)
     assert shown["finished"] and shown["learner"]["env_steps"] == 200 and not shown["learner"]["connected"]
+    assert shown["learner"]["policy_age"] == 37.5  # gradient steps behind: what the async path costs
     assert shown["curves"]["env_steps"] == [100, 200]
     assert shown["curves"]["success_rate"] == [0.25, None]
     assert shown["curves"]["episode_return"] == [-5.0, -3.0]

@@ -90,6 +90,10 @@ RULES = [
                                              "YAML file plus overrides (the file and overrides are checked here)"),
     Rule(r"^embodyrl train examples/robots/", skip="one more training run; tests/test_robot_file.py trains a robot "
                                                  "file, a module:factory and a robot behind a robot server"),
+    Rule(r"^embodyrl train .*--synchronous", skip="one more training run; tests/test_sync_path.py trains the "
+                                                 "synchronous loop and checks what it writes"),
+    Rule(r"^embodyrl train .*--eval_every ", skip="one more training run; tests/test_train_cli.py trains with "
+                                                 "--eval_every and checks the snapshots' evaluations"),
     Rule(r"^embodyrl train ", append=TINY_TRAIN),
 ]
 
