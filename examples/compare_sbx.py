@@ -282,7 +282,7 @@ def report(root: Path, out: Path, which: str) -> dict:
                                                                           "eval_return_mean", "policy_age")}}
                        for run, summary in done]}
     (out / "results.json").write_text(json.dumps(result, indent=2) + "\n")
-    (out / "table.md").write_text(markdown(rows))
+    (out / "table.md").write_text(markdown(rows) + "\n" + path_table(groups.get(("HalfCheetah-v5", "sac"), {})))
     plot_curves(groups, out / "curves.png")
     keep_artifacts([root / run.name for run, _ in done], out / "runs")
     return result
@@ -302,6 +302,32 @@ def markdown(rows: list[dict]) -> str:
                          f"(n={len(figures['returns'])})")
         lines.append(f"| {row['env']} | {row['algorithm']} | {row['steps']:,} | " + " | ".join(cells)
                      + f" | {row.get('ratio', '')} | {row['published'] or ''} |")
+    return "\n".join(lines) + "\n"
+
+
+def path_table(sides: dict) -> str:
+    """The synchronous loop against the real path and its parts changed one at a time (SAC,
+    HalfCheetah, 50k): return, its gap to the synchronous loop, the policy age, wall clock, CPU."""
+    import numpy as np
+
+    if "sync" not in sides:
+        return ""
+    sync = [at(s, 50_000) for _, s in sides["sync"]]
+    lines = ["| path | return at 50k: mean [95 % interval] (seeds) | minus synchronous | policy age, mean "
+             "updates | wall clock s (50k) | CPU s (50k) |", "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    for side in ("sync", "embodyrl", *(f"embodyrl:{v}" for v in VARIANTS)):
+        runs = [(r, s) for r, s in sides.get(side, []) if at(s, 50_000) is not None]
+        if not runs:
+            continue
+        returns = [at(s, 50_000) for _, s in runs]
+        low, high = bootstrap_interval(returns)
+        ages = [s["policy_age"]["mean"] for _, s in runs if s.get("policy_age", {}).get("rows")]
+        ended = [s for r, s in runs if r.steps == 50_000]
+        lines.append(f"| {side} | {np.mean(returns):,.0f} [{low:,.0f}, {high:,.0f}] "
+                     f"({', '.join(f'{v:,.0f}' for v in returns)}) | {np.mean(returns) - np.mean(sync):+,.0f} | "
+                     f"{np.mean(ages) if ages else 0:.0f} | "
+                     + (f"{np.mean([s['wall_s'] for s in ended]):,.0f} | {np.mean([s['cpu_s'] for s in ended]):,.0f} |"
+                        if ended else "(100k runs) | |"))
     return "\n".join(lines) + "\n"
 
 

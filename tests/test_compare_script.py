@@ -83,3 +83,19 @@ def test_the_report_gives_intervals_ratios_and_keeps_every_run(compare, tmp_path
     assert "| HalfCheetah-v5 | td3 | 50,000 |" in (out / "table.md").read_text()
     assert (out / "curves.png").stat().st_size > 10_000
     assert len(list((out / "runs").glob("*/summary.json"))) == 10
+
+
+def test_the_path_table_gives_each_part_its_gap_to_the_synchronous_loop(compare):
+    def runs(side, values, steps, age):
+        return [(compare.Run(side, "sac", "HalfCheetah-v5", seed, steps),
+                 {"evals": [{"env_steps": 50_000, "return_mean": v}], "wall_s": 300.0, "cpu_s": 500.0,
+                  "policy_age": {"rows": 40_000, "mean": age}}) for seed, v in enumerate(values)]
+
+    table = compare.path_table({"sync": runs("sync", [3000, 3200, 3400], 50_000, 0.0),
+                                "embodyrl": runs("embodyrl", [2800, 3000, 3200], 100_000, 120.0),
+                                "embodyrl:weights": runs("embodyrl:weights", [3100, 3200, 3300], 50_000, 40.0)})
+    rows = table.splitlines()[2:]
+    assert rows[0].startswith("| sync | 3,200 [") and "| +0 | 0 | 300 | 500 |" in rows[0]
+    assert rows[1].startswith("| embodyrl | 3,000 [") and "| -200 | 120 | (100k runs) |" in rows[1]
+    assert rows[2].startswith("| embodyrl:weights | 3,200 [") and "| +0 | 40 |" in rows[2]
+    assert compare.path_table({"embodyrl": runs("embodyrl", [1], 50_000, 1.0)}) == ""  # nothing to measure against
