@@ -168,7 +168,7 @@ class _Run:
 def _check(config) -> None:
     if config.algorithm not in registry.names():
         raise ValueError(f"algorithm: unknown {config.algorithm!r}; known: {', '.join(registry.names())}")
-    batch = config.actor.send_every + 2  # a batch, an episode's final row, room for a group's
+    batch = config.actor.send_every + 2  # one device's batch and its episode's final row (the recorder's size)
     if config.learner.credit_quantum < batch and not config.algo.on_policy:
         raise ValueError(f"learner.credit_quantum ({config.learner.credit_quantum}) must hold one batch of "
                          f"actor.send_every ({config.actor.send_every}) rows and an episode's final row, at least "

@@ -34,6 +34,7 @@ import argparse
 import json
 import os
 import resource
+import shutil
 import subprocess
 import sys
 import time
@@ -183,20 +184,18 @@ def run_one(run: Run, root: Path) -> None:
     out = root / run.name
     if (out / "summary.json").exists():
         return
-    out.mkdir(parents=True, exist_ok=True)
-    for stale in ("eval.jsonl", "metrics.jsonl", "summary.json"):
-        (out / stale).unlink(missing_ok=True)
+    if out.exists():  # a run cut off: start it again
+        shutil.rmtree(out)
     if run.side == "sbx":
+        out.mkdir(parents=True)
         command = [sys.executable, __file__, "_sbx", run.algorithm, run.env, str(run.seed), str(run.steps), str(out)]
     else:
-        if out.exists():  # a run cut off: start it again
-            subprocess.run(["rm", "-rf", str(out)], check=True)
         command = embodyrl_command(run, out)
     print(f"{time.strftime('%H:%M:%S')} {run.name}: {' '.join(command[1:4])} ...", flush=True)
     load_before, cpu_before = os.getloadavg(), _children_cpu_s()
     started = time.monotonic()
-    done = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=(out.parent / f"{run.name}.log").open("w"),
-                          preexec_fn=lambda: os.nice(10))
+    with (root / f"{run.name}.log").open("w") as log:
+        done = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=log, preexec_fn=lambda: os.nice(10))
     wall_s, cpu_s = time.monotonic() - started, _children_cpu_s() - cpu_before
     if done.returncode != 0:
         print(f"  failed ({done.returncode}); see {out.parent / (run.name + '.log')}", flush=True)
@@ -271,11 +270,12 @@ def report(root: Path, out: Path, which: str) -> dict:
                              "wall_s": round(float(np.mean([s["wall_s"] for s in full])), 1) if full else None,
                              "cpu_s": round(float(np.mean([s["cpu_s"] for s in full])), 1) if full else None}
             if "sbx" in row and "embodyrl" in row:
-                row["ratio"] = round(row["embodyrl"]["mean"] / row["sbx"]["mean"], 3)
+                if row["sbx"]["mean"] > 0:  # a ratio of returns means something only above zero
+                    row["ratio"] = round(row["embodyrl"]["mean"] / row["sbx"]["mean"], 3)
                 row["within_or_above_sbx_interval"] = row["embodyrl"]["mean"] >= row["sbx"]["interval"][0]
             if "sync" in row and "embodyrl" in row:
                 row["async_minus_sync"] = round(row["embodyrl"]["mean"] - row["sync"]["mean"], 1)
-            if len(row) > 4:
+            if any(side in row for side in sides):
                 rows.append(row)
     result = {"settings": SETTINGS, "plan": which, "rows": rows,
               "runs": [{"name": run.name, **{k: summary.get(k) for k in ("wall_s", "cpu_s", "load_before", "load_after",
@@ -310,9 +310,9 @@ def path_table(sides: dict) -> str:
     HalfCheetah, 50k): return, its gap to the synchronous loop, the policy age, wall clock, CPU."""
     import numpy as np
 
-    if "sync" not in sides:
+    if not any(at(s, 50_000) is not None for _, s in sides.get("sync", [])):
         return ""
-    sync = [at(s, 50_000) for _, s in sides["sync"]]
+    sync = [at(s, 50_000) for _, s in sides["sync"] if at(s, 50_000) is not None]
     lines = ["| path | return at 50k: mean [95 % interval] (seeds) | minus synchronous | policy age, mean "
              "updates | wall clock s (50k) | CPU s (50k) |", "| --- | ---: | ---: | ---: | ---: | ---: |"]
     for side in ("sync", "embodyrl", *(f"embodyrl:{v}" for v in VARIANTS)):

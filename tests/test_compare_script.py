@@ -25,7 +25,7 @@ def compare():
 
 
 def test_every_embodyrl_command_of_the_plans_parses_and_validates(compare, tmp_path):
-    from embodyrl.cli.commands import _resolve_config, build_parser
+    from embodyrl.cli.commands import build_parser, train_config
 
     distinct = {}
     for run in compare.plan("all"):
@@ -36,8 +36,7 @@ def test_every_embodyrl_command_of_the_plans_parses_and_validates(compare, tmp_p
         command = compare.embodyrl_command(run, tmp_path / run.name)
         assert command[1:4] == ["-m", "embodyrl.cli", "train"]
         args, args.overrides = build_parser().parse_known_args(command[3:])
-        config = _resolve_config(args, None, {"algorithm": args.algorithm,
-                                              "synchronous": True if args.synchronous else None})  # as _train
+        config = train_config(args, None)  # as embodyrl train resolves it; a refused --synchronous raises
         assert config.algorithm == run.algorithm
         assert (config.steps, config.seed, config.eval_every, config.eval_episodes) == (run.steps, run.seed, 5000, 5)
         algo = config.algo.config

@@ -34,24 +34,23 @@ def test_policy_age_counts_updates_since_each_rows_weights_were_published():
     assert age_distribution({}) == {"rows": 0}
 
 
-def test_snapshots_keep_each_multiple_once_and_the_budgets_after_the_last_updates(tmp_path):
+def test_snapshots_keep_each_multiple_once_as_training_reaches_it(tmp_path):
     saved = []
 
-    def save(directory, version, weights):
+    def save(version, weights, directory):
         directory.mkdir(parents=True)
         saved.append((directory.name, version, weights["w"]))
 
-    snaps = Snapshots(tmp_path, every=100, save=save, budget=300)
+    snaps = Snapshots(tmp_path, every=100, save=save)
     snaps.observe(64, 0, (1, 1), lambda: {"w": 0})  # before the first multiple: nothing
     snaps.observe(128, 5, (1, 2), lambda: {"w": 1})
     snaps.observe(192, 9, (1, 3), lambda: {"w": 2})  # the same multiple: kept once
-    snaps.observe(320, 40, (1, 4), lambda: {"w": 3})  # the budget's: left for finish
-    snaps.finish(320, 64, (1, 5), lambda: {"w": 4})  # after the owed updates
-    assert [(name, w) for name, _, w in saved] == [("000000100", 1), ("000000300", 4)]
+    snaps.observe(320, 40, (1, 4), lambda: {"w": 3})  # 200 and 300 passed at once: the newest kept
+    assert [(name, w) for name, _, w in saved] == [("000000100", 1), ("000000300", 3)]
     metas = [meta for meta, _ in kept(tmp_path)]
-    assert [(m["env_steps"], m["env_steps_taken"], m["updates"]) for m in metas] == [(100, 128, 5), (300, 320, 64)]
-    resumed = Snapshots(tmp_path, every=100, save=save, budget=600)  # a resumed run goes on from the next
-    assert resumed.next == 400
+    assert [(m["env_steps"], m["env_steps_taken"], m["updates"]) for m in metas] == [(100, 128, 5), (300, 320, 40)]
+    assert Snapshots(tmp_path, every=100, save=save).next == 400  # a resumed run goes on from the next
+    assert Snapshots.of(TrainConfig(), tmp_path, save) is None  # eval_every 0: none
 
 
 def _tiny(steps=600, **learner) -> TrainConfig:

@@ -68,9 +68,9 @@ def test_train_writes_the_run_directory(tmp_path):
     assert lines[-1]["updates"] >= lines[-1]["replay_size"] - 100 - 16 and lines[-1]["updates_behind"] < 16
     assert any(r["policy_age"] is not None for r in lines) and "policy_age_distribution" in lines[-1]
     assert summary["policy_age"] == lines[-1]["policy_age_distribution"] and summary["policy_age"]["rows"] > 0
-    evals = summary["evals"]  # the snapshots at 400 and at the budget (the final policy), evaluated alike
-    assert [e["env_steps"] for e in evals] == [400, 800] and evals[-1]["updates"] == lines[-1]["updates"]
-    assert evals[-1]["return_mean"] == summary["eval_return_mean"]
+    evals = summary["evals"]  # the policy as training reached 400 and 800 steps, evaluated as the final one
+    assert [e["env_steps"] for e in evals] == [400, 800]
+    assert evals[0]["updates"] < evals[1]["updates"] <= lines[-1]["updates"]  # the final one also has the owed
     assert len((run_dir / "eval.jsonl").read_text().splitlines()) == 2
     assert lines[-1]["episodes"] >= 4  # 800 steps of 200-step episodes
     config = json.loads((run_dir / "config.json").read_text())

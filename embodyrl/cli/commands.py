@@ -103,6 +103,9 @@ def _resolve_config(args, run_dir: Path | None, extra_named: dict | None = None)
         reason = warm_up_refusal(config, given, implied)
         if reason is not None:
             raise _Refused(reason)
+    if config.synchronous and args.command != "train":
+        raise _Refused(f"synchronous: the synchronous loop runs in one process, as embodyrl train --synchronous; "
+                       f"embodyrl {args.command} runs the learner and actors apart")
     if not (run_dir is not None and args.resume):  # where this robot came from, for --resume, eval, export
         config = dataclasses.replace(config, robot=dataclasses.replace(robot, recorded_layout=layout).record())
     return config
@@ -189,6 +192,22 @@ def _run_dir(args) -> Path:
     return Path(args.run_dir or f"runs/{task}-{time.strftime('%Y%m%d-%H%M%S')}")
 
 
+def train_config(args, run_dir: Path | None, console_key: str = ""):
+    """The settings ``embodyrl train`` (or ``launch``) runs with: the run's options over the task's
+    defaults, ``--synchronous`` checked against what the synchronous loop can drive."""
+    synchronous = getattr(args, "synchronous", False)  # a train option; launch places processes
+    config = _resolve_config(args, run_dir, {"actors": args.actors, "actor.teleop": args.teleop, "algorithm": args.algorithm,
+                                             "console": args.console, "console_key": console_key,
+                                             "synchronous": True if synchronous else None, **_demos(args)})
+    if config.synchronous:
+        from ..learner.synchronous import refusal, synchronous_config
+
+        reason = "it does not resume" if args.resume else refusal(synchronous_config(config))
+        if reason is not None:
+            raise _Refused(f"--synchronous: {reason}")
+    return config
+
+
 def _train(args) -> int:
     from .launch import TrainingError, train
     from .person import at_terminal
@@ -198,15 +217,7 @@ def _train(args) -> int:
     console_key = args.console_key
     if args.curve and args.console and not console_key:  # the pairs embodyrl console --curve uses
         console_key = str(console_key_pairs(run_dir / "keys").secret_key_file.with_suffix(".key"))
-    config = _resolve_config(args, run_dir, {"actors": args.actors, "actor.teleop": args.teleop, "algorithm": args.algorithm,
-                                             "console": args.console, "console_key": console_key,
-                                             "synchronous": True if args.synchronous else None, **_demos(args)})
-    if config.synchronous:
-        from ..learner.synchronous import refusal, synchronous_config
-
-        reason = "it does not resume" if args.resume else refusal(synchronous_config(config))
-        if reason is not None:
-            raise _Refused(f"--synchronous: {reason}")
+    config = train_config(args, run_dir, console_key)
     check_address(config.learner.bind, args.curve or None, args.insecure, "--learner.bind")
     if config.learner.hosts > 1:
         raise _Refused("learner.hosts: train runs one learner here; start one `embodyrl learner` "

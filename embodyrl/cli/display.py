@@ -113,7 +113,7 @@ def view(record: dict | None, last_return: float | None, total_steps: int, elaps
         "replay size": _number(r.get("replay_size"), ","),
         "actors": _number(r.get("actors")),
         "policy lag": _number(r.get("policy_lag"), ".2f"),
-        "policy age": "-" if r.get("policy_age") is None else f"{r['policy_age']:.0f} updates",
+        "policy age": _number(r.get("policy_age"), ".0f") + ("" if r.get("policy_age") is None else " updates"),
         "weights version": _number(r.get("policy_version")),
         "learner": _learner(record, silent_s),
         "elapsed": f"{minutes}:{seconds:02d}",

@@ -104,17 +104,29 @@ def evaluate_saved_run(run_dir, episodes: int | None = None, seed: int | None = 
     run_dir = Path(run_dir)
     config = load(run_dir / "config.json")
     episodes = config.eval_episodes if episodes is None else episodes
-    seed = 10_000 + config.seed if seed is None else seed
+    seed = eval_seed(config) if seed is None else seed
     robot = of_config(config)  # as config.json recorded it; a robot file changed since is refused
+    policies = load_run_policies(run_dir, config.algo, robot.layout(), seed=config.seed)
+    return {"task": config.task, "algorithm": config.algorithm, "episodes": episodes, "seed": seed,
+            "policy_version": list(policies[0].version), **per_kind(robot, policies, episodes, seed, operator)}
+
+
+def eval_seed(config) -> int:
+    """The first seeded episode a run's policies are evaluated on (then +1 per episode): apart from
+    the seeds its actors trained on."""
+    return 10_000 + config.seed
+
+
+def per_kind(robot, policies, episodes: int, seed: int, operator: Operator | None = None) -> dict:
+    """:func:`evaluate` of each device kind's policy (by device id) on its own device, as the run
+    reports figures by kind (:meth:`~embodyrl.hal.layout.Layout.collect`)."""
     layout = robot.layout()
-    policies = load_run_policies(run_dir, config.algo, layout, seed=config.seed)
-    per_kind = {}
+    results = {}
     for kind, policy in zip(layout.kinds, policies, strict=True):
         device, task = robot.make(kind.name)
         with device:
-            per_kind[kind.name] = evaluate(device, task, policy, episodes, seed, operator)
-    return {"task": config.task, "algorithm": config.algorithm, "episodes": episodes, "seed": seed,
-            "policy_version": list(policies[0].version), **layout.collect(per_kind)}
+            results[kind.name] = evaluate(device, task, policy, episodes, seed, operator)
+    return layout.collect(results)
 
 
 def versus_random_run(config, run_dir) -> dict:
@@ -126,9 +138,9 @@ def versus_random_run(config, run_dir) -> dict:
     robot = of_config(config)
     layout = robot.layout()
     policies = load_run_policies(run_dir, config.algo, layout, seed=config.seed)
-    per_kind = {kind.name: versus_random(*robot.make(kind.name), policy, config.eval_episodes, 10_000 + config.seed)
-                for kind, policy in zip(layout.kinds, policies, strict=True)}
-    return {"eval_episodes": config.eval_episodes, **layout.collect(per_kind)}
+    results = {kind.name: versus_random(*robot.make(kind.name), policy, config.eval_episodes, eval_seed(config))
+               for kind, policy in zip(layout.kinds, policies, strict=True)}
+    return {"eval_episodes": config.eval_episodes, **layout.collect(results)}
 
 
 def evaluate_snapshots(config, run_dir) -> list[dict]:
@@ -142,17 +154,11 @@ def evaluate_snapshots(config, run_dir) -> list[dict]:
     from ..robot import of_config
 
     robot = of_config(config)
-    layout = robot.layout()
     rows = []
     for meta, directory in kept(run_dir):
-        policies = load_run_policies(run_dir, config.algo, layout, seed=config.seed, directory=directory)
-        per_kind = {}
-        for kind, policy in zip(layout.kinds, policies, strict=True):
-            device, task = robot.make(kind.name)
-            with device:
-                result = evaluate(device, task, policy, config.eval_episodes, 10_000 + config.seed)
-            per_kind[kind.name] = {"return_mean": result["return_mean"], "returns": result["returns"]}
-        rows.append({"env_steps": meta["env_steps"], "updates": meta["updates"], **layout.collect(per_kind)})
+        policies = load_run_policies(run_dir, config.algo, robot.layout(), seed=config.seed, directory=directory)
+        rows.append({"env_steps": meta["env_steps"], "updates": meta["updates"],
+                     **per_kind(robot, policies, config.eval_episodes, eval_seed(config))})
     Path(run_dir, "eval.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
     return rows
 
@@ -184,7 +190,7 @@ def render_strip(run_dir, path, frames: int = 8, size: tuple[int, int] = (160, 1
     if not hasattr(device, "model") or not hasattr(device, "data"):
         raise ValueError(f"task {name!r}: its device is not a MuJoCo simulation; nothing to render")
     policy = load_run_policies(run_dir, config.algo, layout, seed=config.seed)[device_id]
-    seed = 10_000 + config.seed if seed is None else seed
+    seed = eval_seed(config) if seed is None else seed
     camera = mujoco.mj_id2name(device.model, mujoco.mjtObj.mjOBJ_CAMERA, 0) if device.model.ncam else -1
     images = []
     with device:

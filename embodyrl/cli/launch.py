@@ -105,7 +105,9 @@ def train(config: TrainConfig, run_dir: Path, quiet: bool = False, progress: str
     if config.eval_every and "eval_skipped" not in summary:
         from .evaluate import evaluate_snapshots
 
-        summary["evals"] = [{k: row[k] for k in ("env_steps", "updates", "return_mean") if k in row}
+        summary["evals"] = [{"env_steps": row["env_steps"], "updates": row["updates"],
+                             **({"return_mean": row["return_mean"]} if "return_mean" in row else {}),
+                             "devices": {name: d["return_mean"] for name, d in row["devices"].items()}}
                             for row in evaluate_snapshots(config, run_dir)]
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     return summary

@@ -311,7 +311,7 @@ class ConsoleState:
                 "budget": status.get("budget"), "updates": status.get("updates", record.get("updates")),
                 "updates_per_s": status.get("updates_per_s", record.get("updates_per_s")),
                 "policy_version": status.get("policy_version", record.get("policy_version")),
-                "policy_age": status.get("policy_age", record.get("policy_age")),
+                "policy_age": _number(status.get("policy_age", record.get("policy_age"))),
                 "training": self._training(status),
                 "replay": status.get("replay") or {"size": record.get("replay_size"),
                                                    "by_source": record.get("replay_by_source") or {}},

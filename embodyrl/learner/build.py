@@ -97,8 +97,7 @@ def build_learner(config, layout: Layout, run_dir: Path, *, keys: ServerKeys | N
         batch_rows=config.actor.send_every, incarnation=incarnation,
         log_every_s=lc.log_every_s, checkpoint_every_s=lc.checkpoint_every_s,
         kinds=(layout.names, layout.kind_of), hosts=hosts,
-        snapshots=Snapshots(run_dir, config.eval_every, lambda d, v, w: save(v, w, d), config.steps)
-        if config.eval_every else None)
+        snapshots=Snapshots.of(config, run_dir, save))
     server.policy_graphs = PolicyGraphs(algorithm, layout, lambda: (service.version, training.actor_weights()))
     service.warm_up()
     return service

@@ -134,7 +134,7 @@ class PolicyAge:
     def published(self, count: int, updates: int) -> None:
         self._at[count] = updates
         if len(self._at) > self.KEEP:
-            del self._at[min(self._at)]
+            del self._at[next(iter(self._at))]  # counts only grow: the first is the oldest
 
     def taken(self, policy_counts: np.ndarray, updates: int) -> None:
         counts, rows = np.unique(policy_counts, return_counts=True)
@@ -174,6 +174,39 @@ def age_distribution(rows_by_age: Mapping[int, int]) -> dict:
 
     return {"rows": int(total), "mean": round(sum(a * rows_by_age[a] for a in ages) / total, 2),
             "p50": percentile(0.5), "p90": percentile(0.9), "p99": percentile(0.99), "max": int(ages[-1])}
+
+
+class SkippedSteps:
+    """Gradient steps the update skipped (a loss or new state not finite), counted without waiting on
+    the device: each call's count is kept as it came back and read at :meth:`fold` (every 256 calls
+    at the latest)."""
+
+    def __init__(self):
+        self._pending: list = []
+
+    def add(self, metrics: Mapping) -> None:
+        if SKIPPED in metrics:
+            self._pending.append(metrics[SKIPPED])
+            if len(self._pending) >= 256:
+                self._pending = [sum(float(np.sum(x)) for x in jax.device_get(self._pending))]
+
+    def fold(self) -> int:
+        """The steps skipped since the last fold."""
+        pending, self._pending = self._pending, []
+        return int(round(sum(float(np.sum(x)) for x in jax.device_get(pending)))) if pending else 0
+
+
+def train_call(data: DataSide, training: Training, skipped: SkippedSteps) -> tuple[dict, dict]:
+    """One training call, as every loop trains (the learner service, the synchronous loop): the data
+    side's batch, the jitted update, its skipped steps counted, the TD errors back to a prioritised
+    replay as the sampled rows' new priorities, the data side told. (update metrics, batch metrics)"""
+    batch, batch_metrics = data.batch()
+    metrics = training.update(batch)
+    skipped.add(metrics)
+    if "weight" in batch:
+        data.reprioritise(training.own_rows(metrics["td_error"]))
+    data.trained(training.updates_per_call)
+    return metrics, batch_metrics
 
 
 class WithinBudget:
@@ -291,7 +324,7 @@ class LearnerService:
         self._lag: list[float] = []
         self.policy_age = PolicyAge()
         self._call_s: list[float] = []
-        self._skipped: list = []  # each training call's count of skipped steps, not yet read back
+        self._skipped = SkippedSteps()
         self._unacked: list[tuple] = []  # (session, seq) taken, waiting for the data side's commit
         self._received: dict[int, int] = {}  # actor id -> newest seq taken (durable or not)
         self._clock = dict.fromkeys(("start", "beat", "checkpoint", "log"), time.monotonic())
@@ -350,7 +383,7 @@ class LearnerService:
             if turn.stop:
                 return
             if self.budget is not None and turn.env_steps >= self.budget:
-                self._train_owed()
+                self._train_owed(should_stop)
                 return
             if turn.checkpoint:
                 self.checkpoint()
@@ -358,14 +391,15 @@ class LearnerService:
                 self.train()
             wait_ms = 0 if turn.train else 10
 
-    def _train_owed(self) -> None:
+    def _train_owed(self, should_stop: Callable[[], bool]) -> None:
         """The step budget is reached: train the updates its rows bought that the learner has not
         taken yet (it trails the ratio by up to ``learner.rate_tolerance`` while actors run), so a
-        run's final policy has every update its steps paid for, as a synchronous loop's has. Acks and
-        heartbeats go on meanwhile. One host only: over several, the run ends where the hosts agree."""
+        run's final policy has every update its steps paid for, as a synchronous loop's has, short of
+        less than one call's (``updates_per_call``). Acks and heartbeats go on meanwhile; a stop
+        request ends it. One host only: over several, the run ends where the hosts agree."""
         if self.hosts.count > 1:
             return
-        while self.data.owed() >= self.training.updates_per_call and self._may_train():
+        while self.data.owed() >= self.training.updates_per_call and self._may_train() and not should_stop():
             self.train()
             self.poll(0)
 
@@ -377,8 +411,8 @@ class LearnerService:
         taken = 0
         for batch in self.server.poll(timeout_ms=timeout_ms):
             taken += self._take(batch)
-        if taken and self.snapshots is not None:
-            self.snapshots.observe(self.counters.env_steps, self.counters.updates, self.version,
+        if taken and self.snapshots is not None:  # the run's steps: every host's, as the budget counts them
+            self.snapshots.observe(self.counters.env_steps + self._elsewhere, self.counters.updates, self.version,
                                    self.training.actor_weights)
         if self.data.commit():
             self._ack(self.data.durable())
@@ -403,16 +437,8 @@ class LearnerService:
         if not self._may_train():
             return False
         started = time.monotonic()
-        batch, batch_metrics = self.data.batch()
-        metrics = self.training.update(batch)
-        if SKIPPED in metrics:  # read back at the next record (or every 256 calls): no wait on the device here
-            self._skipped.append(metrics[SKIPPED])
-            if len(self._skipped) >= 256:
-                self._count_skipped()
-        if "weight" in batch:  # prioritised: the TD errors are the sampled rows' new priorities
-            self.data.reprioritise(self.training.own_rows(metrics["td_error"]))
+        metrics, batch_metrics = train_call(self.data, self.training, self._skipped)
         k = self.training.updates_per_call
-        self.data.trained(k)
         before = self.counters.updates
         self.counters.updates += k
         if self.counters.updates // self.training.publish_every > before // self.training.publish_every:
@@ -442,9 +468,6 @@ class LearnerService:
         self.server.bye(reason if error is None else "learner stopped: replay failed")
         if self.save_policy is not None:
             self.save_policy(self.version, self.training.actor_weights())
-        if self.snapshots is not None:
-            self.snapshots.finish(self.counters.env_steps, self.counters.updates, self.version,
-                                  self.training.actor_weights)
         if self.checkpointer is not None:
             self.checkpoint()
             self.checkpointer.close()
@@ -463,10 +486,7 @@ class LearnerService:
 
     def _count_skipped(self) -> int:
         """Fold the skipped steps of the calls since the last look into the counters; return how many."""
-        if not self._skipped:
-            return 0
-        pending, self._skipped = self._skipped, []
-        skipped = int(round(sum(float(np.sum(x)) for x in jax.device_get(pending))))
+        skipped = self._skipped.fold()
         self.counters.nonfinite_updates_skipped += skipped
         if skipped:
             log.warning("skipped %d gradient steps whose loss or new state was not finite (%d in all); "

@@ -4,8 +4,10 @@ Every ``eval_every`` environment steps the learner keeps the policy of that mome
 ``snapshots/STEPS/`` (the ``policy/`` format, plus ``snapshot.json``: the steps and updates it had).
 ``embodyrl train`` evaluates each one after the run, as it evaluates the final policy, so the
 curve costs the training nothing but a file write and is measured on the same seeded episodes at
-every point (:func:`embodyrl.cli.evaluate.evaluate_snapshots`). A resumed run keeps its earlier
-snapshots and goes on from the next multiple.
+every point (:func:`embodyrl.cli.evaluate.evaluate_snapshots`). Each point is the policy as
+training reached its steps, the run's last one too: the final policy (``policy/``) also has the
+updates the learner still owed when the actors stopped. A resumed run keeps its earlier snapshots
+and goes on from the next multiple.
 """
 
 from __future__ import annotations
@@ -19,32 +21,27 @@ META = "snapshot.json"
 
 
 class Snapshots:
-    """``save(directory, version, weights)`` writes a policy directory; :meth:`observe` calls it as
-    each multiple of ``every`` steps is passed, up to the step ``budget``, whose snapshot
-    :meth:`finish` takes once the run's last updates are done (the final policy)."""
+    """``save(version, weights, directory)`` writes a policy directory; :meth:`observe` calls it as
+    each multiple of ``every`` steps is passed."""
 
-    def __init__(self, run_dir: Path, every: int, save: Callable, budget: int | None = None):
-        self.directory, self.every, self._save, self.budget = Path(run_dir) / SNAPSHOTS, every, save, budget
-        kept = [int(p.name) for p in self.directory.glob("*") if p.name.isdigit() and (p / META).exists()]
-        self.next = max(kept, default=0) + every
+    def __init__(self, run_dir: Path, every: int, save: Callable):
+        self.directory, self.every, self._save = Path(run_dir) / SNAPSHOTS, every, save
+        kept_marks = [int(p.name) for p in self.directory.glob("*") if p.name.isdigit() and (p / META).exists()]
+        self.next = max(kept_marks, default=0) + every
+
+    @classmethod
+    def of(cls, config, run_dir: Path, save: Callable) -> Snapshots | None:
+        """The snapshots ``config.eval_every`` asks for (None: 0, none)."""
+        return cls(run_dir, config.eval_every, save) if config.eval_every else None
 
     def observe(self, env_steps: int, updates: int, version, weights: Callable[[], dict]) -> None:
         """The run is at ``env_steps`` and ``updates``: keep the policy if a multiple was passed
         (several passed at once keep one snapshot, at the newest)."""
-        if env_steps < self.next or (self.budget is not None and env_steps >= self.budget):
+        if env_steps < self.next:
             return
-        self._keep(env_steps // self.every * self.every, env_steps, updates, version, weights)
-
-    def finish(self, env_steps: int, updates: int, version, weights: Callable[[], dict]) -> None:
-        """The run ended: keep the final policy as the budget's snapshot (where it is a multiple)."""
-        if self.budget is None or env_steps < self.budget:
-            return self.observe(env_steps, updates, version, weights)
-        if self.budget % self.every == 0:
-            self._keep(self.budget, env_steps, updates, version, weights)
-
-    def _keep(self, mark: int, env_steps: int, updates: int, version, weights: Callable[[], dict]) -> None:
+        mark = env_steps // self.every * self.every
         directory = self.directory / f"{mark:09d}"
-        self._save(directory, version, weights())
+        self._save(version, weights(), directory)
         (directory / META).write_text(json.dumps({"env_steps": mark, "env_steps_taken": env_steps,
                                                   "updates": updates, "version": list(version)}) + "\n")
         self.next = mark + self.every

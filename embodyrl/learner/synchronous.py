@@ -10,10 +10,12 @@ call (:class:`InlineLearner`, a :class:`~embodyrl.hal.link.Link`)::
                                             sampled now, the newest row in the replay
                                         ->  the new weights, which act the next step
 
-So a policy is never older than 0 updates and the learner is never ahead of or behind the
-update-to-data ratio. It is the reference the asynchronous path is measured against
-(``docs/benchmarks.md``), and a way to tell a learning problem from a path problem. It drives one
-simulated device with an off-policy algorithm; it has no network, console or person, and does
+So with one device a policy is never older than 0 updates (with several, each acts with the
+weights of the step before the previous device's updates: ``updates_per_step`` old), and the
+learner is never ahead of or behind the update-to-data ratio. Both are measured as the learner
+service measures them (:class:`~.service.PolicyAge`). It is the reference the asynchronous path is measured against
+(``docs/benchmarks.md``), and a way to tell a learning problem from a path problem. It drives
+simulated devices with an off-policy algorithm; it has no network, console or person, and does
 not resume.
 """
 
@@ -29,13 +31,12 @@ import jax
 import numpy as np
 
 from ..algos.heads import over
-from ..algos.scan import SKIPPED
 from ..hal.steps import PolicyVersion, Steps, new_incarnation
 from .build import off_policy_parts, placement_of
 from .episodes import EpisodeReturns
 from .hosts import OneHost
 from .metrics import MetricsLog
-from .service import age_distribution
+from .service import PolicyAge, SkippedSteps, train_call
 from .snapshots import Snapshots
 
 
@@ -44,7 +45,7 @@ def synchronous_config(config):
     row sent as it is recorded; the replay's rate limiter set loose enough never to hold back the
     updates :class:`InlineLearner` counts itself (no credit is granted here)."""
     lc = config.learner
-    quantum = 3  # a batch of one row and an episode's final row: TrainConfig's least
+    quantum = 1 + 2  # TrainConfig's least for a batch of one row (send_every + 2)
     loose = max(2 * quantum, math.ceil(2 / lc.updates_per_step))
     return dataclasses.replace(
         config, synchronous=True,
@@ -82,8 +83,8 @@ class InlineLearner:
         self.version = PolicyVersion(new_incarnation(), 0)
         self.env_steps = self.rows = self.episodes = self.updates = self.skipped = 0
         self._seq, self._weights, self._metrics = 0, None, None
-        self._acted = 0  # rows acted by this learner's weights (not the random warm-up's)
-        self._skipped: list = []  # each update's skipped-step count, read back at the next record
+        self.policy_age = PolicyAge()
+        self._skipped = SkippedSteps()
         self._returns = EpisodeReturns()
         self._started = self._logged = time.monotonic()
         self._updates_at_log = 0
@@ -99,17 +100,15 @@ class InlineLearner:
         self.data.add(steps, self._seq, int(steps.actor_id[0]))
         self.data.commit()
         self.rows += len(steps)
-        self._acted += int(np.sum(~steps.final & (steps.policy_incarnation == self.version.incarnation)))
+        acted = ~steps.final & (steps.policy_incarnation == self.version.incarnation)
+        if acted.any():  # the random warm-up's rows were acted by no weights
+            self.policy_age.taken(steps.policy_count[acted], self.updates)
         self.env_steps += steps.env_steps
         self.episodes += self._returns.add(steps)
         trained = False
         while self.data.owed() >= self.training.updates_per_call and self.data.trainable():
-            batch, _ = self.data.batch()
-            self._metrics = self.training.update(batch)
-            self.data.trained(self.training.updates_per_call)
+            self._metrics, _ = train_call(self.data, self.training, self._skipped)
             self.updates += self.training.updates_per_call
-            if SKIPPED in self._metrics:
-                self._skipped.append(self._metrics[SKIPPED])
             trained = True
         if trained:
             self.publish()
@@ -129,20 +128,21 @@ class InlineLearner:
     # -- the learner's own -------------------------------------------------------------
     def publish(self) -> None:
         self.version = PolicyVersion(self.version.incarnation, self.version.count + 1)
+        self.policy_age.published(self.version.count, self.updates)
         self._weights = (self.version, self.training.actor_weights())
 
     def log(self, final: bool = False) -> dict:
-        """One metrics record with the learner service's keys (``policy_age`` is 0 here by construction)."""
+        """One metrics record: the learner service's progress, training and replay keys (this loop
+        has no wire, so none of the server's)."""
         now = time.monotonic()
         since = now - self._logged
-        pending, self._skipped = self._skipped, []
-        self.skipped += int(round(sum(float(np.sum(x)) for x in jax.device_get(pending))))
+        self.skipped += self._skipped.fold()
         by_device = self._returns.take_finished_by_device()
         returns = [total for _, total in by_device]
         record = {"time": round(now - self._started, 3), "env_steps": self.env_steps, "episodes": self.episodes,
                   "episode_return": float(np.mean(returns)) if returns else None, "updates": self.updates,
                   "updates_per_s": round((self.updates - self._updates_at_log) / since, 2) if since > 0 else 0.0,
-                  "policy_version": self.version.count, "policy_age": 0.0, "policy_age_max": 0,
+                  "policy_version": self.version.count, **self.policy_age.interval(),
                   "nonfinite_updates_skipped": self.skipped, **self.data.metrics()}
         if self._metrics is not None:
             record.update({name: float(np.mean(v)) for name, v in jax.device_get(self._metrics).items()})
@@ -150,7 +150,7 @@ class InlineLearner:
             mine = [total for d, total in by_device if self.kind_of(d) == kind]
             record[f"episode_return/{name}"] = float(np.mean(mine)) if mine else None
         if final:
-            record["policy_age_distribution"] = age_distribution({0: self._acted})
+            record["policy_age_distribution"] = self.policy_age.distribution()
         self._logged, self._updates_at_log = now, self.updates
         if self.metrics_sink is not None:
             self.metrics_sink.write(record, step=self.env_steps)
@@ -162,8 +162,6 @@ class InlineLearner:
         """Save the policy, write the last record, make the replay durable and close it."""
         if self.save_policy is not None:
             self.save_policy(self.version, self.training.actor_weights())
-        if self.snapshots is not None:
-            self.snapshots.finish(self.env_steps, self.updates, self.version, self.training.actor_weights)
         self.log(final=True)
         if self.metrics_sink is not None:
             self.metrics_sink.close()
@@ -192,15 +190,14 @@ def train_synchronous(config, run_dir: Path, on_record: Callable[[dict], None] |
     def save(version, weights, directory: Path = run_dir / "policy") -> None:
         save_policy(directory, version, weights, layout.observation_spec, layout.action_spec, algorithm)
 
-    snapshots = (Snapshots(run_dir, config.eval_every, lambda d, v, w: save(v, w, d), config.steps)
-                 if config.eval_every else None)
-    learner = InlineLearner(data, training, budget=config.steps, metrics_sink=MetricsLog(run_dir), snapshots=snapshots,
-                            save_policy=save, log_every_s=config.learner.log_every_s,
-                            kinds=(layout.names, layout.kind_of), on_record=on_record)
+    learner = InlineLearner(data, training, budget=config.steps, metrics_sink=MetricsLog(run_dir),
+                            snapshots=Snapshots.of(config, run_dir, save), save_policy=save,
+                            log_every_s=config.learner.log_every_s, kinds=(layout.names, layout.kind_of),
+                            on_record=on_record)
     seed = actor_seed(config.seed, 0)
-    group, tasks, policies, _ = actor_parts(config, seed, "jax")
     actor_config = dataclasses.replace(config.actor, actor_id=0, seed=seed)
     try:
+        group, tasks, policies, _ = actor_parts(config, seed, "jax")
         with group:
             ActorLoop(group, tasks, policies, learner, actor_config).run(should_stop=should_stop)
     finally:

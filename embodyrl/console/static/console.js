@@ -239,7 +239,7 @@ function renderLearner(L) {
   }
   setText($('#learner-updates-per-s'), fnum(L.updates_per_s, 1));
   setText($('#learner-policy-version'), L.policy_version ?? '–');
-  setText($('#learner-policy-age'), L.policy_age == null ? '–' : `${fnum(L.policy_age, 0)} updates`);
+  setText($('#learner-policy-age'), typeof L.policy_age === 'number' ? `${fnum(L.policy_age, 0)} updates` : '–');
   setText($('#learner-updates'), L.updates ?? '–');
   const tr = $('#learner-training');
   setText(tr, L.training ?? '–');
