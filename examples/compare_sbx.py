@@ -17,7 +17,7 @@ that moment plays 5 deterministic episodes on the seeded episodes
     pip install -e '.[compare]'     # SBX; never a dependency of embodyrl itself
     python examples/compare_sbx.py run                   # the plan, resumable: runs what is not done
     python examples/compare_sbx.py run --plan async      # the synchronous-against-asynchronous runs
-    python examples/compare_sbx.py report --out docs/figures/compare
+    python examples/compare_sbx.py report --plan all --out docs/figures/compare-sbx
 
 Runs go one at a time, niced, their turns interleaved (for each seed, each
 side in turn), each in its own process; a run is done when its
@@ -242,7 +242,8 @@ def at(summary: dict, steps: int) -> float | None:
 
 def report(root: Path, out: Path, which: str) -> dict:
     """Per task, algorithm and side: returns at 50k and 100k (seeds, mean, bootstrap interval), wall
-    clock and CPU; the verdict against SBX; the curves' plot; every run's artifacts kept in ``out``."""
+    clock and CPU; the verdict against SBX; the curves' plot (``OUT.png``); ``results.json``,
+    ``table.md`` and every run's artifacts in ``OUT/``."""
     import numpy as np
 
     from embodyrl.runlog import keep_artifacts
@@ -283,7 +284,7 @@ def report(root: Path, out: Path, which: str) -> dict:
                        for run, summary in done]}
     (out / "results.json").write_text(json.dumps(result, indent=2) + "\n")
     (out / "table.md").write_text(markdown(rows) + "\n" + path_table(groups.get(("HalfCheetah-v5", "sac"), {})))
-    plot_curves(groups, out / "curves.png")
+    plot_curves(groups, out.with_name(out.name + ".png"))  # beside the folder, as docs/figures keeps them
     keep_artifacts([root / run.name for run, _ in done], out / "runs")
     return result
 
