@@ -164,6 +164,19 @@ def test_plot_groups_seeds_and_writes_a_png(tmp_path, run_dir):
     assert matplotlib.image.imread(tmp_path / "real.png").shape[0] > 100
 
 
+def test_a_run_level_difference_names_the_groups_without_the_sections_it_sets(tmp_path):
+    import dataclasses
+
+    from embodyrl.cli.plot import group_runs
+    from embodyrl.learner.synchronous import synchronous_config
+
+    config = default_config("pendulum")
+    for name, run_config in (("async", config), ("sync", synchronous_config(config))):
+        (tmp_path / name).mkdir()
+        save(dataclasses.replace(run_config, seed=1), tmp_path / name / "config.json")
+    assert set(group_runs([tmp_path / "async", tmp_path / "sync"])) == {"synchronous=false", "synchronous=true"}
+
+
 def test_plot_names_a_missing_metric_and_a_non_run(tmp_path):
     run = _fake_run(tmp_path / "a", 0, 3e-4, [-1.0])
     proc = in_process("plot", str(run), "--metric", "nosuch", "--out", str(tmp_path / "x.png"))

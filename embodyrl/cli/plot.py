@@ -84,6 +84,8 @@ def group_runs(run_dirs: list[Path]) -> dict[str, list[Path]]:
     # a key varies when the runs holding it disagree (a section only some runs read is named by
     # ``algorithm`` already)
     varying = [k for k in keys if len({flat[k] for flat in configs.values() if k in flat}) > 1]
+    top = [k for k in varying if "." not in k]
+    varying = top or varying  # a run-level choice (synchronous, algorithm) sets its sections' differences
     labels = {}
     for signature, runs in groups.items():
         flat = dict(signature)
