@@ -88,10 +88,10 @@ def test_the_cli_and_the_config_offer_what_the_registry_holds():
         assert tuple(option.choices) == registry.names()
         assert all(name in commands[command].format_help() for name in registry.names())
     fields = [(f.name, f.type) for f in dataclasses.fields(TrainConfig)]
-    assert [name for name, _ in fields] == ["task", "steps", "seed", "actors", "eval_episodes", "algorithm",
-                                            "console", "console_key", "robot", *registry.sections(), "learner",
-                                            "actor"]
-    assert dict(fields[9:-2]) == registry.sections()
+    assert [name for name, _ in fields] == ["task", "steps", "seed", "actors", "eval_episodes", "eval_every",
+                                            "synchronous", "algorithm", "console", "console_key", "robot",
+                                            *registry.sections(), "learner", "actor"]
+    assert dict(fields[11:-2]) == registry.sections()
     assert list(to_dict(TrainConfig())) == [name for name, _ in fields]  # config.json's key order
     for name in registry.names():
         config = TrainConfig(algorithm=name)
