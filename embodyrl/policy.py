@@ -109,11 +109,15 @@ def load_policy(directory: Path, algorithm, seed: int = 0) -> JaxPolicy:
     return policy
 
 
-def load_run_policies(run_dir: Path, algorithm, layout: Layout, seed: int = 0,
-                      directory: Path | None = None) -> list[JaxPolicy]:
-    """A run's saved policy (or the one in ``directory``: a snapshot) acting for each device kind of
-    its layout, by device id."""
-    _, weights, version = read_saved(Path(directory) if directory is not None else Path(run_dir) / "policy")
+def load_run_policies(run_dir: Path, algorithm, layout: Layout, seed: int = 0) -> list[JaxPolicy]:
+    """A run's saved policy acting for each device kind of its layout, by device id."""
+    return load_policies(Path(run_dir) / "policy", algorithm, layout, seed)
+
+
+def load_policies(directory: Path, algorithm, layout: Layout, seed: int = 0) -> list[JaxPolicy]:
+    """The policy saved in ``directory`` (a run's ``policy/``, or a snapshot of it) acting for each
+    device kind of ``layout``, by device id."""
+    _, weights, version = read_saved(directory)
     policies = []
     for device_id in range(len(layout.kinds)):
         policy = JaxPolicy(algorithm, layout, device_id, seed=seed)

@@ -54,12 +54,12 @@ def lacking(thing, methods: tuple[str, ...]) -> list[str]:
 
 def is_robot(thing) -> bool:
     """Whether ``thing`` has LeRobot's ``Robot`` methods (a LeRobot robot, or a class written like one)."""
-    return all(hasattr(thing, name) for name in ROBOT_METHODS)
+    return not lacking(thing, ROBOT_METHODS)
 
 
 def is_teleoperator(thing) -> bool:
     """Whether ``thing`` has LeRobot's ``Teleoperator`` methods."""
-    return all(hasattr(thing, name) for name in TELEOPERATOR_METHODS) and not hasattr(thing, "send_action")
+    return not lacking(thing, TELEOPERATOR_METHODS) and not hasattr(thing, "send_action")
 
 
 def _lerobot():

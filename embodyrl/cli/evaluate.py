@@ -150,13 +150,13 @@ def evaluate_snapshots(config, run_dir) -> list[dict]:
     from pathlib import Path
 
     from ..learner.snapshots import kept
-    from ..policy import load_run_policies
+    from ..policy import load_policies
     from ..robot import of_config
 
     robot = of_config(config)
     rows = []
     for meta, directory in kept(run_dir):
-        policies = load_run_policies(run_dir, config.algo, robot.layout(), seed=config.seed, directory=directory)
+        policies = load_policies(directory, config.algo, robot.layout(), seed=config.seed)
         rows.append({"env_steps": meta["env_steps"], "updates": meta["updates"],
                      **per_kind(robot, policies, config.eval_episodes, eval_seed(config))})
     Path(run_dir, "eval.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))

@@ -176,6 +176,15 @@ def age_distribution(rows_by_age: Mapping[int, int]) -> dict:
             "p50": percentile(0.5), "p90": percentile(0.9), "p99": percentile(0.99), "max": int(ages[-1])}
 
 
+def returns_by_kind(by_device: list[tuple[int, float]], kind_names, kind_of: Callable[[int], int]) -> dict:
+    """``episode_return/<kind>``: the mean return of each device kind's finished episodes (None: none)."""
+    record = {}
+    for kind, name in enumerate(kind_names):
+        mine = [total for device, total in by_device if kind_of(device) == kind]
+        record[f"episode_return/{name}"] = float(np.mean(mine)) if mine else None
+    return record
+
+
 class SkippedSteps:
     """Gradient steps the update skipped (a loss or new state not finite), counted without waiting on
     the device: each call's count is kept as it came back and read at :meth:`fold` (every 256 calls
@@ -188,7 +197,7 @@ class SkippedSteps:
         if SKIPPED in metrics:
             self._pending.append(metrics[SKIPPED])
             if len(self._pending) >= 256:
-                self._pending = [sum(float(np.sum(x)) for x in jax.device_get(self._pending))]
+                self._pending = [self.fold()]
 
     def fold(self) -> int:
         """The steps skipped since the last fold."""
@@ -620,9 +629,7 @@ class LearnerService:
             record["policy_age_distribution"] = self.policy_age.distribution()
         if self.compile_s is not None:
             record["compile_s"] = round(self.compile_s, 2)
-        for kind, name in enumerate(self.kind_names):  # a curve per device kind
-            mine = [total for d, total in by_device if self.kind_of(d) == kind]
-            record[f"episode_return/{name}"] = float(np.mean(mine)) if mine else None
+        record.update(returns_by_kind(by_device, self.kind_names, self.kind_of))  # a curve per device kind
         self._clock["log"], self._updates_at_log = now, c.updates
         if self.metrics_sink is not None:
             self.metrics_sink.write(record, step=c.env_steps)

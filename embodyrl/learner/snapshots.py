@@ -26,8 +26,7 @@ class Snapshots:
 
     def __init__(self, run_dir: Path, every: int, save: Callable):
         self.directory, self.every, self._save = Path(run_dir) / SNAPSHOTS, every, save
-        kept_marks = [int(p.name) for p in self.directory.glob("*") if p.name.isdigit() and (p / META).exists()]
-        self.next = max(kept_marks, default=0) + every
+        self.next = max((meta["env_steps"] for meta, _ in kept(run_dir)), default=0) + every
 
     @classmethod
     def of(cls, config, run_dir: Path, save: Callable) -> Snapshots | None:

@@ -36,7 +36,7 @@ from .build import off_policy_parts, placement_of
 from .episodes import EpisodeReturns
 from .hosts import OneHost
 from .metrics import MetricsLog
-from .service import PolicyAge, SkippedSteps, train_call
+from .service import PolicyAge, SkippedSteps, returns_by_kind, train_call
 from .snapshots import Snapshots
 
 
@@ -146,9 +146,7 @@ class InlineLearner:
                   "nonfinite_updates_skipped": self.skipped, **self.data.metrics()}
         if self._metrics is not None:
             record.update({name: float(np.mean(v)) for name, v in jax.device_get(self._metrics).items()})
-        for kind, name in enumerate(self.kind_names):
-            mine = [total for d, total in by_device if self.kind_of(d) == kind]
-            record[f"episode_return/{name}"] = float(np.mean(mine)) if mine else None
+        record.update(returns_by_kind(by_device, self.kind_names, self.kind_of))
         if final:
             record["policy_age_distribution"] = self.policy_age.distribution()
         self._logged, self._updates_at_log = now, self.updates
