@@ -158,6 +158,8 @@ class Graph:
             elif op["op"] == "gaussian_head":
                 if width % 2:
                     raise ExportError(f"gaussian_head splits {width} values into mean and log std")
+                if op.get("log_std_bounds", "tanh") not in ("tanh", "clip"):
+                    raise ExportError(f"gaussian_head: log_std_bounds {op['log_std_bounds']!r} is not tanh or clip")
                 width //= 2
             elif op["op"] in ("categorical", "argmax"):
                 if self.action_spec.dtype.kind not in "iu" or self.action_spec.shape != ():
@@ -245,7 +247,8 @@ class Graph:
                 lo, hi = float(op["log_std_min"]), float(op["log_std_max"])
                 x = mean
                 if sample:
-                    log_std = lo + 0.5 * (hi - lo) * (np.tanh(raw) + 1.0)
+                    log_std = (np.clip(raw, lo, hi) if op.get("log_std_bounds", "tanh") == "clip"
+                               else lo + 0.5 * (hi - lo) * (np.tanh(raw) + 1.0))
                     z = rng.normal(size=mean.shape)
                     x = mean + np.exp(log_std) * z
                     log_prob = np.sum(-0.5 * z**2 - log_std - 0.5 * np.log(2 * np.pi), axis=-1)

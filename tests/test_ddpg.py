@@ -1,3 +1,5 @@
+from dataclasses import replace
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -43,8 +45,8 @@ def test_update_lowers_critic_loss_on_a_fixed_batch(setup):
 def test_terminal_targets_do_not_bootstrap_and_truncated_ones_do(setup):
     networks, state = setup
     batch = make_batch(jax.random.key(2))
-    q_next = networks.q_value(state.target_critic_params, batch["next_observation"],
-                              networks.policy(state.target_actor_params, batch["next_observation"]))
+    q_next = networks.q_values(state.target_critic_params, batch["next_observation"],
+                               networks.policy(state.target_actor_params, batch["next_observation"]))[0]
     key = jax.random.key(0)
     terminal = dict(batch, discount=jnp.zeros(64))
     np.testing.assert_allclose(td_target(networks, CONFIG, state.target_actor_params, state.target_critic_params,
@@ -133,13 +135,16 @@ def test_target_smoothing_noise_is_clipped_and_stays_in_bounds():
     assert (noisy >= ACT.minimum).all() and (noisy <= ACT.maximum).all()
 
 
-def test_delayed_policy_updates_move_actor_and_targets_every_other_step():
-    networks, state = ddpg.init(jax.random.key(3), OBS, ACT, TD3)
-    update = jax.jit(ddpg.make_update(networks, TD3))
-    batch = make_batch(jax.random.key(9))
+def same(a, b) -> bool:
+    return all(np.array_equal(x, y) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True))
 
-    def same(a, b):
-        return all(np.array_equal(x, y) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True))
+
+def test_delayed_policy_updates_move_actor_and_targets_every_other_step():
+    """Fujimoto's TD3: the targets wait with the actor."""
+    fujimoto = replace(TD3, delay_targets=True)
+    networks, state = ddpg.init(jax.random.key(3), OBS, ACT, fujimoto)
+    update = jax.jit(ddpg.make_update(networks, fujimoto))
+    batch = make_batch(jax.random.key(9))
 
     s1, _ = update(state, batch)  # step 0: everything moves
     assert not same(s1.actor_params, state.actor_params) and not same(s1.target_critic_params, state.target_critic_params)
@@ -149,3 +154,29 @@ def test_delayed_policy_updates_move_actor_and_targets_every_other_step():
     assert not same(s2.critic_params, s1.critic_params)
     s3, _ = update(s2, batch)  # step 2: the actor moves again
     assert not same(s3.actor_params, s2.actor_params)
+
+
+def test_undelayed_targets_move_every_step_and_the_actor_can_ascend_the_smaller_critic():
+    """SBX's TD3 (the default): the targets move after every critic step while the actor still
+    waits, and the actor ascends min(Q1, Q2) instead of Q1."""
+    from embodyrl.algos.ddpg.losses import make_losses
+
+    config = TD3
+    assert (config.delay_targets, config.actor_q) == (False, "min")
+    networks, state = ddpg.init(jax.random.key(3), OBS, ACT, config)
+    update = jax.jit(ddpg.make_update(networks, config))
+    batch = make_batch(jax.random.key(9))
+    s1, _ = update(state, batch)
+    s2, _ = update(s1, batch)  # step 1: the actor waits, the targets do not
+    assert same(s2.actor_params, s1.actor_params)
+    assert not same(s2.target_critic_params, s1.target_critic_params)
+    assert not same(s2.target_actor_params, s1.target_actor_params)
+    obs = batch["observation"]
+    qs = networks.q_values(state.critic_params, obs, networks.policy(state.actor_params, obs))
+    assert not np.allclose(qs[0], qs[1])
+    for actor_q, expected in (("min", np.min(qs, axis=0)), ("first", qs[0])):
+        actor_loss = make_losses(networks, replace(config, actor_q=actor_q))[1]
+        np.testing.assert_allclose(actor_loss(state.actor_params, state.critic_params, batch), -np.mean(expected),
+                                   rtol=1e-5)
+    with pytest.raises(ValueError, match="actor_q"):
+        replace(config, actor_q="mean")

@@ -145,13 +145,14 @@ def test_numpy_actor_example_runs_an_episode_without_jax(tmp_path):
     assert report["jax_imported"] is False
 
 
-def test_sac_export_matches_jax_and_samples_like_it():
+@pytest.mark.parametrize("bounds", [{}, {"log_std_bounds": "tanh", "log_std_min": -5.0}])
+def test_sac_export_matches_jax_and_samples_like_it(bounds):
     from embodyrl.algos import sac
     from embodyrl.cli.export import export_sac
 
     spec = DictSpec.of(ArraySpec("pos", (3,), np.float32), ArraySpec("vel", (2,), np.float32))
     action = ArraySpec("action", (2,), np.float32, [-2.0, 0.0], [2.0, 1.0])
-    config = sac.SACConfig(hidden_sizes=(16, 16))
+    config = sac.SACConfig(hidden_sizes=(16, 16), **bounds)
     networks, state = sac.init(jax.random.key(5), spec, action, config)
     numpy_policy = runtime.NumpyPolicy(*export_sac(networks, state.actor_params, config, PolicyVersion(3, 4)), seed=0)
     rng = np.random.default_rng(1)

@@ -112,9 +112,6 @@ class RoutedCritics:
 
         return jax.vmap(one)(critic_params).reshape(-1, *lead)
 
-    def q_value(self, critic_params, observation, action) -> jax.Array:
-        return self.q_values(critic_params, observation, action)[0]
-
 
 @dataclass(frozen=True, eq=False)
 class HeteroNetworks(RoutedCritics):

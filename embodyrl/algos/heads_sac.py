@@ -23,7 +23,7 @@ from flax import nnx
 from ..hal.layout import Layout
 from .heads import HeadedMLP, RoutedCritics, init, make_critics, padded_rows
 from .sac import SACConfig
-from .sac.networks import LOG_2
+from .sac.networks import LOG_2, bounded_log_std
 
 __all__ = ["HeteroSACNetworks", "init", "make_networks"]  # init: heads' serves SAC's configs too
 
@@ -32,8 +32,9 @@ __all__ = ["HeteroSACNetworks", "init", "make_networks"]  # init: heads' serves 
 class HeteroSACNetworks(RoutedCritics):
     """SAC's network interface (``distribution``, ``sample``, ``mean_action``, ``q_values``) over routed rows."""
 
-    log_std_min: float = -5.0
+    log_std_min: float = -20.0
     log_std_max: float = 2.0
+    log_std_bounds: str = "clip"
 
     def _gather(self) -> jax.Array:
         """[devices, 2 * max action]: where each padded [mean | raw] slot reads the device's head output."""
@@ -49,8 +50,7 @@ class HeteroSACNetworks(RoutedCritics):
         x, device, _ = padded_rows(observation)
         out = nnx.merge(self.actor_graph, actor_params)(x, device)
         mean, raw = jnp.split(jnp.take_along_axis(out, self._gather()[device], axis=-1), 2, axis=-1)
-        log_std = self.log_std_min + 0.5 * (self.log_std_max - self.log_std_min) * (jnp.tanh(raw) + 1)
-        return mean, log_std
+        return mean, bounded_log_std(raw, self.log_std_min, self.log_std_max, self.log_std_bounds)
 
     def mean_action(self, actor_params, observation) -> jax.Array:
         _, device, lead = padded_rows(observation)
@@ -75,5 +75,6 @@ def make_networks(layout: Layout, config: SACConfig, key: jax.Array):
     actor_graph, actor_state = nnx.split(HeadedMLP(layout.observation_sizes, config.hidden_sizes,
                                                    [2 * m for m in layout.action_sizes], rngs=nnx.Rngs(actor_key)))
     critic_graph, critic_params = make_critics(layout, config.hidden_sizes, critic_keys, config.critic_layer_norm)
-    networks = HeteroSACNetworks(layout, actor_graph, critic_graph, config.log_std_min, config.log_std_max)
+    networks = HeteroSACNetworks(layout, actor_graph, critic_graph, config.log_std_min, config.log_std_max,
+                                  config.log_std_bounds)
     return networks, nnx.to_pure_dict(actor_state), critic_params

@@ -28,13 +28,20 @@ class DDPGConfig:
     target_noise_clip: float = 0.5
     """Bound of that noise (fraction of half range)."""
     policy_delay: int = 1
-    """TD3's delayed updates: actor and targets move every ``policy_delay`` critic steps."""
+    """TD3's delayed updates: the actor moves every ``policy_delay`` critic steps."""
+    delay_targets: bool = False
+    """The target networks move with the actor, every ``policy_delay`` steps (Fujimoto's TD3, SB3);
+    False: after every critic step (SBX)."""
+    actor_q: str = "min"
+    """What the actor ascends: the ``first`` critic (DDPG, Fujimoto's TD3) or the ``min`` over them (SBX)."""
     encoder: EncoderConfig = field(default_factory=EncoderConfig)
     """The convolutional encoder used when the observation has camera images (DrQ)."""
 
     def __post_init__(self):
         if self.num_critics < 1 or self.policy_delay < 1:
             raise ValueError("num_critics and policy_delay must be at least 1")
+        if self.actor_q not in ("first", "min"):
+            raise ValueError(f"actor_q must be 'first' or 'min', got {self.actor_q!r}")
 
 
 def td3(config: DDPGConfig = DDPGConfig()) -> DDPGConfig:

@@ -77,10 +77,11 @@ def make_update(networks: DDPGNetworks, config: DDPGConfig):
         new_actor = optax.apply_updates(actor_before, a_updates)
         move = (state.steps % config.policy_delay) == 0
         actor_params = _select(move, new_actor, actor_before)
-        target_actor = _select(move, optax.incremental_update(actor_params, state.target_actor_params, config.tau),
-                               state.target_actor_params)
-        target_critic = _select(move, optax.incremental_update(critic_params, state.target_critic_params, config.tau),
-                                state.target_critic_params)
+        move_targets = move if config.delay_targets else True
+        target_actor = _select(move_targets, optax.incremental_update(actor_params, state.target_actor_params,
+                                                                      config.tau), state.target_actor_params)
+        target_critic = _select(move_targets, optax.incremental_update(critic_params, state.target_critic_params,
+                                                                       config.tau), state.target_critic_params)
         new_state = TrainingState(
             actor_params=actor_params, critic_params=critic_params,
             target_actor_params=target_actor, target_critic_params=target_critic,

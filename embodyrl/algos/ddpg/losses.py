@@ -52,10 +52,11 @@ def make_losses(networks: DDPGNetworks, config: DDPGConfig):
         return jnp.mean(sample_weights(batch) * per_sample), aux
 
     def actor_loss(actor_params, critic_params, batch):
-        """-Q_1(o, mu(o)): the deterministic policy gradient (the encoder's features detached)."""
+        """-Q_1(o, mu(o)) (or -min_i Q_i): the deterministic policy gradient (the encoder's features detached)."""
         if networks.encoder is not None:
             actor_params = detach(actor_params)
         action = networks.policy(actor_params, batch["observation"])
-        return -jnp.mean(networks.q_value(critic_params, batch["observation"], action))
+        qs = networks.q_values(critic_params, batch["observation"], action)
+        return -jnp.mean(qs[0] if config.actor_q == "first" else jnp.min(qs, axis=0))
 
     return critic_loss, actor_loss

@@ -53,10 +53,6 @@ class DDPGNetworks:
         xa = jnp.concatenate([x, a], axis=-1)
         return jax.vmap(lambda p: nnx.merge(self.critic_graph, p)(xa)[..., 0])(ensemble)
 
-    def q_value(self, critic_params, observation, action) -> jax.Array:
-        """The first critic's Q(o, a) (the one the actor ascends)."""
-        return self.q_values(critic_params, observation, action)[0]
-
 
 def make_networks(observation_spec: DictSpec, action_spec: ArraySpec,
                   hidden_sizes: tuple[int, ...], key: jax.Array, num_critics: int = 1,

@@ -4,6 +4,8 @@ from dataclasses import dataclass, field, replace
 
 from ..encoder_config import EncoderConfig
 
+LOG_STD_BOUNDS = ("tanh", "clip")
+
 SECTION = "sac"
 """The TrainConfig section holding these settings (for both of the package's registry names)."""
 
@@ -30,14 +32,20 @@ class SACConfig:
     """Target entropy per action dimension for automatic tuning (SAC: -1; RLPD: -1/2)."""
     backup_entropy: bool = True
     """Subtract alpha * log pi(a'|o') in the TD target (RLPD turns it off)."""
-    log_std_min: float = -5.0
+    log_std_min: float = -20.0
     log_std_max: float = 2.0
+    log_std_bounds: str = "clip"
+    """How the actor's raw log std is held in [log_std_min, log_std_max]: ``tanh`` rescales a tanh
+    into the range (CleanRL; a fresh actor's std is exp((min + max) / 2)); ``clip`` clips it (SAC's
+    own code, SB3, SBX; a fresh actor's std is about 1, with min -20)."""
     encoder: EncoderConfig = field(default_factory=EncoderConfig)
     """The convolutional encoder used when the observation has camera images (DrQ)."""
 
     def __post_init__(self):
         if not 1 <= self.num_min_critics <= self.num_critics:
             raise ValueError("num_min_critics must be between 1 and num_critics")
+        if self.log_std_bounds not in LOG_STD_BOUNDS:
+            raise ValueError(f"log_std_bounds must be one of {LOG_STD_BOUNDS}, got {self.log_std_bounds!r}")
         if self.actor_q not in ("min", "mean"):
             raise ValueError(f"actor_q must be 'min' or 'mean', got {self.actor_q!r}")
 

@@ -16,7 +16,8 @@ FAMILY = "sac"
 def head(config: SACConfig) -> PolicyHead:
     """The MLP's output split into the mean and the squashed log std (``gaussian_head``), then tanh."""
     return PolicyHead(FAMILY, ({"op": "gaussian_head", "log_std_min": config.log_std_min,
-                                "log_std_max": config.log_std_max}, {"op": "tanh"}),
+                                "log_std_max": config.log_std_max, "log_std_bounds": config.log_std_bounds},
+                               {"op": "tanh"}),
                       {"kind": "squashed_gaussian"})
 
 

@@ -17,6 +17,13 @@ from .config import SECTION
 LOG_2 = math.log(2.0)
 
 
+def bounded_log_std(raw: jax.Array, low: float, high: float, bounds: str) -> jax.Array:
+    """The actor's raw output held in [low, high] (:attr:`SACConfig.log_std_bounds`)."""
+    if bounds == "clip":
+        return jnp.clip(raw, low, high)
+    return low + 0.5 * (high - low) * (jnp.tanh(raw) + 1)
+
+
 @dataclass(frozen=True, eq=False)
 class SACNetworks:
     observation_spec: DictSpec
@@ -26,6 +33,7 @@ class SACNetworks:
     scale: ActionScale
     log_std_min: float
     log_std_max: float
+    log_std_bounds: str = "clip"
     encoder: ObservationEncoder | None = None
     inputs: DictSpec | None = None
     """The fields the networks read (:func:`~embodyrl.algos.encoders.network_inputs`); None: every field."""
@@ -39,8 +47,7 @@ class SACNetworks:
         x, body = features(self.encoder, self.inputs, actor_params, observation, "policy")
         out = nnx.merge(self.actor_graph, body)(x)
         mean, raw = jnp.split(out, 2, axis=-1)
-        log_std = self.log_std_min + 0.5 * (self.log_std_max - self.log_std_min) * (jnp.tanh(raw) + 1)
-        return mean, log_std
+        return mean, bounded_log_std(raw, self.log_std_min, self.log_std_max, self.log_std_bounds)
 
     def mean_action(self, actor_params, observation) -> jax.Array:
         """The deterministic action tanh(mean), in the action bounds (what evaluation runs)."""
@@ -84,7 +91,7 @@ def make_networks(observation_spec: DictSpec, action_spec: ArraySpec, config, ke
                              layer_norm=config.critic_layer_norm)) for k in critic_keys]
     critic_params = jax.tree.map(lambda *xs: jnp.stack(xs), *[nnx.to_pure_dict(s) for _, s in critics])
     networks = SACNetworks(observation_spec, action_spec, actor_graph, critics[0][0], ActionScale(action_spec),
-                           config.log_std_min, config.log_std_max, encoder, inputs)
+                           config.log_std_min, config.log_std_max, config.log_std_bounds, encoder, inputs)
     actor_params = nnx.to_pure_dict(actor_state)
     if encoder is not None:
         actor_params = {"encoder": jax.tree.map(jnp.copy, encoder_params), "policy": actor_params}
