@@ -319,8 +319,19 @@ def save(config: TrainConfig, path: Path) -> None:
     path.write_text(json.dumps(to_dict(config), indent=2) + "\n")
 
 
+PAST_DEFAULTS: dict[tuple[str, str], object] = {
+    ("sac", "log_std_bounds"): "tanh", ("ddpg", "delay_targets"): True, ("ddpg", "actor_q"): "first"}
+"""Keys whose default changed after runs were saved without them: (section, key) -> what those runs
+did. A saved run resumes, evaluates and exports as it trained, not as today's default would."""
+
+
 def load(path: Path) -> TrainConfig:
-    return from_dict(TrainConfig, json.loads(Path(path).read_text()))
+    """A saved run's config (``config.json``), keys it predates read as the behaviour it ran with."""
+    data = json.loads(Path(path).read_text())
+    for (section, key), then in PAST_DEFAULTS.items():
+        if isinstance(data.get(section), dict):
+            data[section].setdefault(key, then)
+    return from_dict(TrainConfig, data)
 
 
 # -- loading from YAML and the command line ----------------------------------------

@@ -55,3 +55,18 @@ def test_the_stacked_pixel_task_defaults_to_the_documented_run_that_solved_it():
     device, _ = envs.make("pendulum_pixels_stacked")  # "auto" finds the one camera the run named
     assert image_fields(device.observation_spec, defaults.sac.encoder) == documented.sac.encoder.image_fields
     assert default_config("pendulum_pixels").sac.encoder.pixels_only is False  # one frame: the state stays in
+
+
+def test_a_saved_run_that_predates_a_changed_default_keeps_what_it_ran_with(tmp_path):
+    """config.json written before SAC clipped its log std (and TD3's targets stopped waiting) has no
+    such keys: loading it gives the behaviour it trained with; a new run's keys are kept."""
+    import json
+
+    path = tmp_path / "config.json"
+    save(TrainConfig(task="pendulum"), path)
+    assert (load(path).sac.log_std_bounds, load(path).ddpg.delay_targets, load(path).ddpg.actor_q) == ("clip", False, "min")
+    old = json.loads(path.read_text())
+    for section, key in (("sac", "log_std_bounds"), ("ddpg", "delay_targets"), ("ddpg", "actor_q")):
+        del old[section][key]
+    path.write_text(json.dumps(old))
+    assert (load(path).sac.log_std_bounds, load(path).ddpg.delay_targets, load(path).ddpg.actor_q) == ("tanh", True, "first")
