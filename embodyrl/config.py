@@ -319,8 +319,7 @@ def save(config: TrainConfig, path: Path) -> None:
     path.write_text(json.dumps(to_dict(config), indent=2) + "\n")
 
 
-PAST_DEFAULTS: dict[tuple[str, str], object] = {
-    ("sac", "log_std_bounds"): "tanh", ("ddpg", "delay_targets"): True, ("ddpg", "actor_q"): "first"}
+PAST_DEFAULTS: dict[tuple[str, str], object] = {("ddpg", "delay_targets"): True, ("ddpg", "actor_q"): "first"}
 """Keys whose default changed after runs were saved without them: (section, key) -> what those runs
 did. A saved run resumes, evaluates and exports as it trained, not as today's default would."""
 

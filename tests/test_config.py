@@ -58,15 +58,15 @@ def test_the_stacked_pixel_task_defaults_to_the_documented_run_that_solved_it():
 
 
 def test_a_saved_run_that_predates_a_changed_default_keeps_what_it_ran_with(tmp_path):
-    """config.json written before SAC clipped its log std (and TD3's targets stopped waiting) has no
-    such keys: loading it gives the behaviour it trained with; a new run's keys are kept."""
+    """config.json written before TD3's targets stopped waiting for its actor has no such keys:
+    loading it gives the behaviour it trained with; a new run's keys are kept."""
     import json
 
     path = tmp_path / "config.json"
     save(TrainConfig(task="pendulum"), path)
-    assert (load(path).sac.log_std_bounds, load(path).ddpg.delay_targets, load(path).ddpg.actor_q) == ("clip", False, "min")
+    assert (load(path).ddpg.delay_targets, load(path).ddpg.actor_q) == (False, "min")
     old = json.loads(path.read_text())
-    for section, key in (("sac", "log_std_bounds"), ("ddpg", "delay_targets"), ("ddpg", "actor_q")):
-        del old[section][key]
+    for key in ("delay_targets", "actor_q"):
+        del old["ddpg"][key]
     path.write_text(json.dumps(old))
-    assert (load(path).sac.log_std_bounds, load(path).ddpg.delay_targets, load(path).ddpg.actor_q) == ("tanh", True, "first")
+    assert (load(path).ddpg.delay_targets, load(path).ddpg.actor_q) == (True, "first")

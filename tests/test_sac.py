@@ -43,17 +43,17 @@ def test_log_prob_is_the_squashed_gaussian_density(setup):
 
 
 def test_clipped_log_std_starts_near_one_and_holds_its_bounds():
-    assert (CONFIG.log_std_bounds, CONFIG.log_std_min, CONFIG.log_std_max) == ("clip", -20.0, 2.0)
     """``clip`` (SAC's own code, SBX): a fresh actor explores with std about 1, where ``tanh``
     rescaling starts at exp((min + max) / 2); both stay in [min, max] for any raw output."""
     from embodyrl.algos.sac.networks import bounded_log_std
 
     obs = make_batch(jax.random.key(1), n=256)["observation"]
-    networks, state = sac.init(jax.random.key(0), OBS, ACT, CONFIG)  # the default: clip into [-20, 2]
+    clipped = sac.SACConfig(hidden_sizes=(32, 32), log_std_bounds="clip", log_std_min=-20.0)
+    networks, state = sac.init(jax.random.key(0), OBS, ACT, clipped)
     _, log_std = networks.distribution(state.actor_params, obs)
     assert abs(float(jnp.mean(log_std))) < 0.5
-    rescaled = sac.SACConfig(hidden_sizes=(32, 32), log_std_bounds="tanh", log_std_min=-5.0)
-    tanh_networks, tanh_state = sac.init(jax.random.key(0), OBS, ACT, rescaled)
+    assert (CONFIG.log_std_bounds, CONFIG.log_std_min, CONFIG.log_std_max) == ("tanh", -5.0, 2.0)  # the default
+    tanh_networks, tanh_state = sac.init(jax.random.key(0), OBS, ACT, CONFIG)
     _, tanh_log_std = tanh_networks.distribution(tanh_state.actor_params, obs)
     assert abs(float(jnp.mean(tanh_log_std)) - (-5.0 + 2.0) / 2) < 0.5
     raw = jnp.linspace(-50.0, 50.0, 101)
@@ -81,10 +81,10 @@ def test_critic_loss_falls_on_a_fixed_batch(setup):
     update = jax.jit(sac.make_update(networks, CONFIG))
     batch = make_batch(jax.random.key(6))
     losses = []
-    for _ in range(400):  # the target is stochastic (a' ~ pi, std about 1 at first): its own variance
-        state, m = update(state, batch)  # is the loss's floor, so it falls less far than DDPG's
+    for _ in range(400):  # the target is stochastic (a' ~ pi), so it falls more slowly than DDPG's
+        state, m = update(state, batch)
         losses.append(float(m["critic_loss"]))
-    assert np.mean(losses[-20:]) < 0.4 * np.mean(losses[:20])
+    assert np.mean(losses[-20:]) < 0.3 * np.mean(losses[:20])
 
 
 def test_termination_stops_bootstrapping(setup):

@@ -32,9 +32,9 @@ __all__ = ["HeteroSACNetworks", "init", "make_networks"]  # init: heads' serves 
 class HeteroSACNetworks(RoutedCritics):
     """SAC's network interface (``distribution``, ``sample``, ``mean_action``, ``q_values``) over routed rows."""
 
-    log_std_min: float = -20.0
+    log_std_min: float = -5.0
     log_std_max: float = 2.0
-    log_std_bounds: str = "clip"
+    log_std_bounds: str = "tanh"
 
     def _gather(self) -> jax.Array:
         """[devices, 2 * max action]: where each padded [mean | raw] slot reads the device's head output."""

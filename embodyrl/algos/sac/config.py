@@ -32,12 +32,13 @@ class SACConfig:
     """Target entropy per action dimension for automatic tuning (SAC: -1; RLPD: -1/2)."""
     backup_entropy: bool = True
     """Subtract alpha * log pi(a'|o') in the TD target (RLPD turns it off)."""
-    log_std_min: float = -20.0
+    log_std_min: float = -5.0
     log_std_max: float = 2.0
-    log_std_bounds: str = "clip"
+    log_std_bounds: str = "tanh"
     """How the actor's raw log std is held in [log_std_min, log_std_max]: ``tanh`` rescales a tanh
-    into the range (CleanRL; a fresh actor's std is exp((min + max) / 2)); ``clip`` clips it (SAC's
-    own code, SB3, SBX; a fresh actor's std is about 1, with min -20)."""
+    into the range (CleanRL; a fresh actor's std is exp((min + max) / 2), 0.22); ``clip`` clips it
+    (SAC's own code, SB3, SBX; with min -20 a fresh actor's std is about 1). docs/benchmarks.md
+    has what each measured on HalfCheetah and the pendulum."""
     encoder: EncoderConfig = field(default_factory=EncoderConfig)
     """The convolutional encoder used when the observation has camera images (DrQ)."""
 

@@ -33,7 +33,7 @@ class SACNetworks:
     scale: ActionScale
     log_std_min: float
     log_std_max: float
-    log_std_bounds: str = "clip"
+    log_std_bounds: str = "tanh"
     encoder: ObservationEncoder | None = None
     inputs: DictSpec | None = None
     """The fields the networks read (:func:`~embodyrl.algos.encoders.network_inputs`); None: every field."""
