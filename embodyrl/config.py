@@ -319,17 +319,14 @@ def save(config: TrainConfig, path: Path) -> None:
     path.write_text(json.dumps(to_dict(config), indent=2) + "\n")
 
 
-PAST_DEFAULTS: dict[tuple[str, str], object] = {("ddpg", "delay_targets"): True, ("ddpg", "actor_q"): "first"}
-"""Keys whose default changed after runs were saved without them: (section, key) -> what those runs
-did. A saved run resumes, evaluates and exports as it trained, not as today's default would."""
-
-
 def load(path: Path) -> TrainConfig:
-    """A saved run's config (``config.json``), keys it predates read as the behaviour it ran with."""
+    """A saved run's config (``config.json``); a key it predates reads as the behaviour it ran with
+    (its section's ``past_defaults``), so it resumes, evaluates and exports as it trained."""
     data = json.loads(Path(path).read_text())
-    for (section, key), then in PAST_DEFAULTS.items():
+    for section, settings in registry.sections().items():
         if isinstance(data.get(section), dict):
-            data[section].setdefault(key, then)
+            for key, then in getattr(settings, "past_defaults", {}).items():
+                data[section].setdefault(key, then)
     return from_dict(TrainConfig, data)
 
 

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import ClassVar
 
 from ..encoder_config import EncoderConfig
 
@@ -10,6 +11,9 @@ SECTION = "ddpg"
 
 @dataclass(frozen=True)
 class DDPGConfig:
+    past_defaults: ClassVar[dict[str, object]] = {"delay_targets": True, "actor_q": "first"}
+    """What runs saved before a key existed did (its default changed): read where config.json lacks it."""
+
     hidden_sizes: tuple[int, ...] = (256, 256)
     """Widths of the actor's and the critic's hidden layers."""
     actor_lr: float = 3e-4
