@@ -70,6 +70,17 @@ ACTION_OPS = ("scale", "categorical", "argmax")
 EXPLORATION = ("gaussian", "squashed_gaussian", "sampled", "epsilon_greedy")
 """gaussian: noise of ``std`` half ranges on the action (DDPG); squashed_gaussian and sampled: the
 graph's own sample (SAC, PPO); epsilon_greedy: a uniform action with probability ``epsilon`` (DQN)."""
+LOG_STD_BOUNDS = ("tanh", "clip")
+"""How ``gaussian_head`` holds its raw log std in [log_std_min, log_std_max] (an export without
+``log_std_bounds`` means tanh)."""
+
+
+def bounded_log_std(raw, low: float, high: float, bounds: str, xp=np):
+    """``raw`` held in [low, high]: clipped, or a tanh rescaled into the range. ``xp`` is numpy here
+    and ``jax.numpy`` in the learner, so both compute the one formula."""
+    if bounds == "clip":
+        return xp.clip(raw, low, high)
+    return low + 0.5 * (high - low) * (xp.tanh(raw) + 1.0)
 
 
 class Graph:
@@ -158,8 +169,9 @@ class Graph:
             elif op["op"] == "gaussian_head":
                 if width % 2:
                     raise ExportError(f"gaussian_head splits {width} values into mean and log std")
-                if op.get("log_std_bounds", "tanh") not in ("tanh", "clip"):
-                    raise ExportError(f"gaussian_head: log_std_bounds {op['log_std_bounds']!r} is not tanh or clip")
+                if op.get("log_std_bounds", "tanh") not in LOG_STD_BOUNDS:
+                    raise ExportError(f"gaussian_head: log_std_bounds {op['log_std_bounds']!r} is not one of "
+                                      f"{LOG_STD_BOUNDS}")
                 width //= 2
             elif op["op"] in ("categorical", "argmax"):
                 if self.action_spec.dtype.kind not in "iu" or self.action_spec.shape != ():
@@ -247,8 +259,7 @@ class Graph:
                 lo, hi = float(op["log_std_min"]), float(op["log_std_max"])
                 x = mean
                 if sample:
-                    log_std = (np.clip(raw, lo, hi) if op.get("log_std_bounds", "tanh") == "clip"
-                               else lo + 0.5 * (hi - lo) * (np.tanh(raw) + 1.0))
+                    log_std = bounded_log_std(raw, lo, hi, op.get("log_std_bounds", "tanh"))
                     z = rng.normal(size=mean.shape)
                     x = mean + np.exp(log_std) * z
                     log_prob = np.sum(-0.5 * z**2 - log_std - 0.5 * np.log(2 * np.pi), axis=-1)

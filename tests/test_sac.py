@@ -45,7 +45,7 @@ def test_log_prob_is_the_squashed_gaussian_density(setup):
 def test_clipped_log_std_starts_near_one_and_holds_its_bounds():
     """``clip`` (SAC's own code, SBX): a fresh actor explores with std about 1, where ``tanh``
     rescaling starts at exp((min + max) / 2); both stay in [min, max] for any raw output."""
-    from embodyrl.algos.sac.networks import bounded_log_std
+    from embodyrl.hal.runtime import bounded_log_std
 
     obs = make_batch(jax.random.key(1), n=256)["observation"]
     clipped = sac.SACConfig(hidden_sizes=(32, 32), log_std_bounds="clip", log_std_min=-20.0)
@@ -58,9 +58,9 @@ def test_clipped_log_std_starts_near_one_and_holds_its_bounds():
     assert abs(float(jnp.mean(tanh_log_std)) - (-5.0 + 2.0) / 2) < 0.5
     raw = jnp.linspace(-50.0, 50.0, 101)
     for bounds in ("clip", "tanh"):
-        held = bounded_log_std(raw, -20.0, 2.0, bounds)
+        held = bounded_log_std(raw, -20.0, 2.0, bounds, jnp)
         assert float(held.min()) >= -20.0 and float(held.max()) <= 2.0
-    np.testing.assert_array_equal(bounded_log_std(raw, -20.0, 2.0, "clip")[31:52], raw[31:52])  # inside (-20, 2) they pass
+    np.testing.assert_array_equal(bounded_log_std(raw, -20.0, 2.0, "clip", jnp)[31:52], raw[31:52])  # inside (-20, 2) they pass
     with pytest.raises(ValueError, match="log_std_bounds"):
         sac.SACConfig(log_std_bounds="softplus")
 

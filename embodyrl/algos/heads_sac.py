@@ -21,9 +21,10 @@ import numpy as np
 from flax import nnx
 
 from ..hal.layout import Layout
+from ..hal.runtime import bounded_log_std
 from .heads import HeadedMLP, RoutedCritics, init, make_critics, padded_rows
 from .sac import SACConfig
-from .sac.networks import LOG_2, bounded_log_std
+from .sac.networks import LOG_2
 
 __all__ = ["HeteroSACNetworks", "init", "make_networks"]  # init: heads' serves SAC's configs too
 
@@ -50,7 +51,7 @@ class HeteroSACNetworks(RoutedCritics):
         x, device, _ = padded_rows(observation)
         out = nnx.merge(self.actor_graph, actor_params)(x, device)
         mean, raw = jnp.split(jnp.take_along_axis(out, self._gather()[device], axis=-1), 2, axis=-1)
-        return mean, bounded_log_std(raw, self.log_std_min, self.log_std_max, self.log_std_bounds)
+        return mean, bounded_log_std(raw, self.log_std_min, self.log_std_max, self.log_std_bounds, jnp)
 
     def mean_action(self, actor_params, observation) -> jax.Array:
         _, device, lead = padded_rows(observation)

@@ -2,9 +2,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from ...hal.runtime import LOG_STD_BOUNDS
 from ..encoder_config import EncoderConfig
-
-LOG_STD_BOUNDS = ("tanh", "clip")
 
 SECTION = "sac"
 """The TrainConfig section holding these settings (for both of the package's registry names)."""

@@ -9,19 +9,13 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from ...hal.runtime import bounded_log_std
 from ...hal.specs import ArraySpec, DictSpec
 from ..encoders import ObservationEncoder, features, make_encoder, network_inputs
 from ..networks import MLP, ActionScale, observation_size
 from .config import SECTION
 
 LOG_2 = math.log(2.0)
-
-
-def bounded_log_std(raw: jax.Array, low: float, high: float, bounds: str) -> jax.Array:
-    """The actor's raw output held in [low, high] (:attr:`SACConfig.log_std_bounds`)."""
-    if bounds == "clip":
-        return jnp.clip(raw, low, high)
-    return low + 0.5 * (high - low) * (jnp.tanh(raw) + 1)
 
 
 @dataclass(frozen=True, eq=False)
@@ -47,7 +41,7 @@ class SACNetworks:
         x, body = features(self.encoder, self.inputs, actor_params, observation, "policy")
         out = nnx.merge(self.actor_graph, body)(x)
         mean, raw = jnp.split(out, 2, axis=-1)
-        return mean, bounded_log_std(raw, self.log_std_min, self.log_std_max, self.log_std_bounds)
+        return mean, bounded_log_std(raw, self.log_std_min, self.log_std_max, self.log_std_bounds, jnp)
 
     def mean_action(self, actor_params, observation) -> jax.Array:
         """The deterministic action tanh(mean), in the action bounds (what evaluation runs)."""
