@@ -22,7 +22,9 @@ that moment plays 5 deterministic episodes on the seeded episodes
 Runs go one at a time, niced, their turns interleaved (for each seed, each
 side in turn), each in its own process; a run is done when its
 ``summary.json`` exists, so the same command resumes after an interruption
-(a run cut off starts again). Each run directory keeps ``config.json``,
+(a run cut off starts again). Several lanes may walk one plan at once (for
+example ``--sides sbx`` beside ``--sides embodyrl,sync``): each run is
+claimed by the lane that starts it. Each run directory keeps ``config.json``,
 ``metrics.jsonl``, ``eval.jsonl`` and ``summary.json``; the summary holds
 wall-clock seconds, CPU seconds of the run's processes and the load average
 around it (the machine is shared: compare CPU seconds where load differs).
@@ -180,9 +182,41 @@ def sbx_main(algorithm: str, env_id: str, seed: int, steps: int, out: Path) -> N
 
 
 # -- the runner --------------------------------------------------------------------------------
+def _claim(run: Run, root: Path) -> bool:
+    """Take ``run`` for this process: False when another live process holds it. A claim whose
+    process is gone (a lane cut off) is taken over, so lanes share a plan without colliding."""
+    root.mkdir(parents=True, exist_ok=True)
+    claim = root / f"{run.name}.claim"
+    while True:
+        try:
+            fd = os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            try:
+                os.kill(int(claim.read_text() or 0), 0)
+                return False  # held by a live lane
+            except (ProcessLookupError, ValueError):
+                claim.unlink(missing_ok=True)  # its lane is gone
+                continue
+            except FileNotFoundError:
+                continue
+        os.write(fd, str(os.getpid()).encode())
+        os.close(fd)
+        return True
+
+
 def run_one(run: Run, root: Path) -> None:
     out = root / run.name
-    if (out / "summary.json").exists():
+    if (out / "summary.json").exists() or not _claim(run, root):
+        return
+    try:
+        _run_claimed(run, out)
+    finally:
+        (root / f"{run.name}.claim").unlink(missing_ok=True)
+
+
+def _run_claimed(run: Run, out: Path) -> None:
+    root = out.parent
+    if (out / "summary.json").exists():  # finished by another lane between the check and the claim
         return
     if out.exists():  # a run cut off: start it again
         shutil.rmtree(out)

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -98,3 +100,15 @@ def test_the_path_table_gives_each_part_its_gap_to_the_synchronous_loop(compare)
     assert rows[1].startswith("| embodyrl | 3,000 [") and "| -200 | 120 | (100k runs) |" in rows[1]
     assert rows[2].startswith("| embodyrl:weights | 3,200 [") and "| +0 | 40 |" in rows[2]
     assert compare.path_table({"embodyrl": runs("embodyrl", [1], 50_000, 1.0)}) == ""  # nothing to measure against
+
+
+def test_lanes_share_a_plan_a_live_lanes_claim_is_skipped_a_dead_ones_taken_over(compare, tmp_path):
+    run = compare.Run("sbx", "td3", "HalfCheetah-v5", 3, 50_000)
+    claim = tmp_path / f"{run.name}.claim"
+    with subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]) as live:
+        claim.write_text(str(live.pid))
+        assert not compare._claim(run, tmp_path)  # another lane is on it
+        live.kill()
+    live.wait()
+    assert compare._claim(run, tmp_path) and claim.read_text() == str(os.getpid())
+    assert not compare._claim(run, tmp_path)  # now this lane's claim stands against the others
