@@ -20,6 +20,8 @@ def test_restart_restores_state_counters_and_replay(tmp_path):
     assert not first.resumed
     first.state = first.state._replace(steps=first.state.steps + 41)
     first.counters.updates, first.counters.env_steps, first.counters.publications = 656, 1234, 20
+    first.policy_age.published(19, 600)
+    first.policy_age.taken(np.full(50, 19), 656)  # 50 rows acted 56 updates behind
     first.run()  # budget 0: publishes, saves the policy and a checkpoint, closes
     saved = jax.device_get(first.state.actor_params)
     second = build_learner(config, Layout.of("pendulum", spec, action), tmp_path)
@@ -31,5 +33,9 @@ def test_restart_restores_state_counters_and_replay(tmp_path):
     for a, b in zip(jax.tree.leaves(saved), jax.tree.leaves(jax.device_get(second.state.actor_params)), strict=True):
         np.testing.assert_array_equal(a, b)
     assert second.data.limiter.samples == 656
+    second.policy_age.published(21, 656)
+    second.policy_age.taken(np.full(10, 21), 660)
+    ages = second.policy_age.distribution()  # the run's, not only this start's
+    assert (ages["rows"], ages["max"], ages["mean"]) == (60, 56, round((50 * 56 + 10 * 4) / 60, 2))
     second.server.close()
     second.data.replay.close()

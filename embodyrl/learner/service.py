@@ -160,6 +160,15 @@ class PolicyAge:
         """Rows, mean, percentiles and maximum of the ages of every row taken."""
         return age_distribution(self._rows)
 
+    def rows_by_age(self) -> dict[str, int]:
+        """The distribution's counts as a checkpoint keeps them (JSON: the ages as strings)."""
+        return {str(age): rows for age, rows in self._rows.items()}
+
+    def resume(self, rows_by_age: Mapping[str, int]) -> None:
+        """Go on counting from a checkpoint's counts, so a resumed run's distribution covers it all."""
+        for age, rows in rows_by_age.items():
+            self._rows[int(age)] = self._rows.get(int(age), 0) + int(rows)
+
 
 def age_distribution(rows_by_age: Mapping[int, int]) -> dict:
     """``rows``, ``mean``, ``p50``/``p90``/``p99`` and ``max`` of ages given as age -> rows."""
@@ -582,7 +591,8 @@ class LearnerService:
         self._count_skipped()
         self.checkpointer.save(self.counters.updates, self.training.host_state(), {
             "counters": dataclasses.asdict(self.counters), "incarnation": self.incarnation,
-            "incarnations": sorted(self.server.incarnations - {0}), "algorithm": self.training.name})
+            "incarnations": sorted(self.server.incarnations - {0}), "algorithm": self.training.name,
+            "policy_age_rows": self.policy_age.rows_by_age()})
 
     def _restore(self) -> None:
         """Continue from the newest checkpoint: the state and the counters (publications go on,
@@ -594,13 +604,14 @@ class LearnerService:
         state, record = self.checkpointer.restore(self.training.host_state())
         self.training.state = self.training.place(state)
         self.counters = Counters(**record["counters"])
+        self.policy_age.resume(record.get("policy_age_rows", {}))  # absent: a checkpoint from before it
         earlier = record.get("incarnations", [record["incarnation"]] if "incarnation" in record else [])
         self.server.know_incarnations(int(i) for i in earlier)
         self.data.restored(self.counters)
 
     def log(self, final: bool = False) -> dict:
         """Write one metrics record (to the sink, if any) and return it; the ``final`` one (at shutdown)
-        also holds ``policy_age_distribution``, over every row this start took."""
+        also holds ``policy_age_distribution``, over every row the run took (resumes included)."""
         now = time.monotonic()
         elapsed = now - self._clock["start"]
         since = now - self._clock["log"]
