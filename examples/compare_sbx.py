@@ -317,7 +317,8 @@ def report(root: Path, out: Path, which: str) -> dict:
                                                                           "eval_return_mean", "policy_age")}}
                        for run, summary in done]}
     (out / "results.json").write_text(json.dumps(result, indent=2) + "\n")
-    (out / "table.md").write_text(markdown(rows) + "\n" + path_table(groups.get(("HalfCheetah-v5", "sac"), {})))
+    (out / "table.md").write_text(markdown(rows) + "\n" + cost_table(rows) + "\n"
+                                  + path_table(groups.get(("HalfCheetah-v5", "sac"), {})))
     plot_curves(groups, out.with_name(out.name + ".png"))  # beside the folder, as docs/figures keeps them
     keep_artifacts([root / run.name for run, _ in done], out / "runs")
     return result
@@ -337,6 +338,21 @@ def markdown(rows: list[dict]) -> str:
                          f"(n={len(figures['returns'])})")
         lines.append(f"| {row['env']} | {row['algorithm']} | {row['steps']:,} | " + " | ".join(cells)
                      + f" | {row.get('ratio', '')} | {row['published'] or ''} |")
+    return "\n".join(lines) + "\n"
+
+
+def cost_table(rows: list[dict]) -> str:
+    """What a run cost each side: mean wall clock and CPU seconds of the runs that ended at that
+    length, and embodyrl's CPU over SBX's (wall clock moves with the machine's load; CPU less)."""
+    lines = ["| task | algorithm | run length | SBX wall s | SBX CPU s | embodyrl wall s | embodyrl CPU s "
+             "| CPU, embodyrl / SBX |", "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for row in rows:
+        sbx, ours = row.get("sbx", {}), row.get("embodyrl", {})
+        if sbx.get("cpu_s") is None or ours.get("cpu_s") is None:
+            continue
+        lines.append(f"| {row['env']} | {row['algorithm']} | {row['steps']:,} | {sbx['wall_s']:,.0f} | "
+                     f"{sbx['cpu_s']:,.0f} | {ours['wall_s']:,.0f} | {ours['cpu_s']:,.0f} | "
+                     f"{ours['cpu_s'] / sbx['cpu_s']:.2f} |")
     return "\n".join(lines) + "\n"
 
 

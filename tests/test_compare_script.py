@@ -81,7 +81,9 @@ def test_the_report_gives_intervals_ratios_and_keeps_every_run(compare, tmp_path
     assert at_50k["ratio"] == round(np.mean(ours) / np.mean(sbx), 3) and at_50k["within_or_above_sbx_interval"]
     assert at_50k["sbx"]["wall_s"] == 103.5  # the runs that ended at 50k: seeds 3 and 4
     assert at_100k["embodyrl"]["returns"] == [2 * v for v in ours[:3]] and at_100k["published"] == 5514
-    assert "| HalfCheetah-v5 | td3 | 50,000 |" in (out / "table.md").read_text()
+    table = (out / "table.md").read_text()
+    assert "| HalfCheetah-v5 | td3 | 50,000 |" in table
+    assert "| SBX wall s | SBX CPU s | embodyrl wall s |" in table  # what a run cost each side
     assert (tmp_path / "report.png").stat().st_size > 10_000
     assert len(list((out / "runs").glob("*/summary.json"))) == 10
 
