@@ -72,11 +72,18 @@ def make_update(networks: DDPGNetworks, config: DDPGConfig):
         actor_before = state.actor_params
         if networks.encoder is not None:  # the actor reads the encoder the critic just trained
             actor_before = share(actor_before, critic_params)
-        a_loss, a_grads = jax.value_and_grad(actor_loss)(actor_before, critic_params, batch)
-        a_updates, new_actor_opt_state = actor_opt.update(a_grads, state.actor_opt_state)
-        new_actor = optax.apply_updates(actor_before, a_updates)
         move = (state.steps % config.policy_delay) == 0
-        actor_params = _select(move, new_actor, actor_before)
+
+        def actor_step(_):
+            a_loss, a_grads = jax.value_and_grad(actor_loss)(actor_before, critic_params, batch)
+            a_updates, opt_state = actor_opt.update(a_grads, state.actor_opt_state)
+            return optax.apply_updates(actor_before, a_updates), opt_state, a_loss
+
+        def actor_waits(_):  # the loss alone (a forward pass) keeps the metric every step
+            return actor_before, state.actor_opt_state, actor_loss(actor_before, critic_params, batch)
+
+        # a conditional, not a select: the actor's gradient is computed only on the steps it moves
+        actor_params, actor_opt_state, a_loss = jax.lax.cond(move, actor_step, actor_waits, None)
         move_targets = move if config.delay_targets else True
         target_actor = _select(move_targets, optax.incremental_update(actor_params, state.target_actor_params,
                                                                       config.tau), state.target_actor_params)
@@ -85,7 +92,7 @@ def make_update(networks: DDPGNetworks, config: DDPGConfig):
         new_state = TrainingState(
             actor_params=actor_params, critic_params=critic_params,
             target_actor_params=target_actor, target_critic_params=target_critic,
-            actor_opt_state=_select(move, new_actor_opt_state, state.actor_opt_state),
+            actor_opt_state=actor_opt_state,
             critic_opt_state=critic_opt_state, key=key, steps=state.steps + 1)
         return new_state, {"critic_loss": c_loss, "actor_loss": a_loss, **c_aux}
 
