@@ -68,8 +68,8 @@ class Run:
 def plan(which: str) -> list[Run]:
     """The runs of a plan, in the order they are taken: seed by seed, sides interleaved. ``async``
     is the synchronous loop beside the parity runs' embodyrl SAC (the same seeds, the same runs),
-    then the path's parts changed one at a time; ``all`` is both, each seed's synchronous run
-    beside its parity runs."""
+    then the path's parts changed one at a time; ``parity`` ends with SAC's :data:`OPTIONS`; ``all``
+    is both, each seed's synchronous run beside its parity runs."""
     runs: list[Run] = []
     parity, sync = which in ("parity", "all"), which in ("async", "all")
     for seed in range(5):
@@ -87,6 +87,9 @@ def plan(which: str) -> list[Run]:
     if sync:
         for variant in VARIANTS:
             runs += [Run(f"embodyrl:{variant}", "sac", "HalfCheetah-v5", seed, 50_000) for seed in range(3)]
+    if parity:
+        for option in OPTIONS:
+            runs += [Run(f"embodyrl:{option}", "sac", "HalfCheetah-v5", seed, 100_000) for seed in range(3)]
     return runs
 
 
@@ -100,6 +103,13 @@ VARIANTS: dict[str, list[str]] = {
 actor run a quarter as far ahead of the updates (and the learner ahead of the ratio) as the default;
 ``weights`` publishes after every training call; ``prefetch`` samples each batch when it is
 trained on; ``calls`` trains one update per call and publishes each."""
+
+OPTIONS: dict[str, list[str]] = {
+    "clip": ["--sac.log_std_bounds", "clip", "--sac.log_std_min", "-20"],
+}
+"""One of embodyrl's algorithm settings set to SBX's, on the first 3 SAC seeds to 100k: ``clip``
+holds the actor's log std by clipping into [-20, 2] (SBX's; a fresh actor explores with std about
+1) where the default rescales a tanh into [-5, 2] (std 0.22)."""
 
 
 def embodyrl_command(run: Run, out: Path) -> list[str]:
@@ -116,7 +126,7 @@ def embodyrl_command(run: Run, out: Path) -> list[str]:
     if side == "sync":
         command.append("--synchronous")
     if variant:
-        command += VARIANTS[variant]
+        command += {**VARIANTS, **OPTIONS}[variant]
     return command
 
 
@@ -325,7 +335,7 @@ def report(root: Path, out: Path, which: str) -> dict:
 
 
 def markdown(rows: list[dict]) -> str:
-    sides = [side for side in ("sbx", "embodyrl", "sync", *(f"embodyrl:{v}" for v in VARIANTS))
+    sides = [side for side in ("sbx", "embodyrl", "sync", *(f"embodyrl:{v}" for v in (*VARIANTS, *OPTIONS)))
              if any(side in row for row in rows)]
     lines = ["| task | algorithm | steps | " + " | ".join(sides) + " | embodyrl / SBX | published |",
              "| --- | --- | ---: | " + " | ".join("---:" for _ in sides) + " | ---: | ---: |"]

@@ -33,7 +33,8 @@ def test_every_embodyrl_command_of_the_plans_parses_and_validates(compare, tmp_p
     for run in compare.plan("all"):
         if run.side != "sbx":
             distinct.setdefault((run.side, run.algorithm, run.env), run)
-    assert {side for side, _, _ in distinct} >= {"embodyrl", "sync", *(f"embodyrl:{v}" for v in compare.VARIANTS)}
+    assert {side for side, _, _ in distinct} >= {"embodyrl", "sync",
+                                                  *(f"embodyrl:{v}" for v in (*compare.VARIANTS, *compare.OPTIONS))}
     for run in distinct.values():
         command = compare.embodyrl_command(run, tmp_path / run.name)
         assert command[1:4] == ["-m", "embodyrl.cli", "train"]
@@ -45,6 +46,8 @@ def test_every_embodyrl_command_of_the_plans_parses_and_validates(compare, tmp_p
         assert (algo.hidden_sizes, algo.batch_size, algo.actor_lr, algo.critic_lr) == ((256, 256), 256, 3e-4, 3e-4)
         assert config.actor.random_steps == config.learner.min_replay == 10_000
         assert config.synchronous == (run.side == "sync")
+        if run.side == "embodyrl:clip":  # SBX's log-std bound
+            assert (algo.log_std_bounds, algo.log_std_min) == ("clip", -20.0)
 
 
 def test_the_plan_interleaves_sides_and_runs_the_first_seeds_to_100k(compare):
