@@ -368,24 +368,27 @@ def cost_table(rows: list[dict]) -> str:
 
 def path_table(sides: dict) -> str:
     """The synchronous loop against the real path and its parts changed one at a time (SAC,
-    HalfCheetah, 50k): return, its gap to the synchronous loop, the policy age, wall clock, CPU."""
+    HalfCheetah, 50k), on the synchronous loop's seeds: return, its gap to the synchronous loop over
+    the same seeds, the policy age, wall clock, CPU."""
     import numpy as np
 
-    if not any(at(s, 50_000) is not None for _, s in sides.get("sync", [])):
+    sync = {r.seed: at(s, 50_000) for r, s in sides.get("sync", []) if at(s, 50_000) is not None}
+    if not sync:
         return ""
-    sync = [at(s, 50_000) for _, s in sides["sync"] if at(s, 50_000) is not None]
     lines = ["| path | return at 50k: mean [95 % interval] (seeds) | minus synchronous | policy age, mean "
              "updates | wall clock s (50k) | CPU s (50k) |", "| --- | ---: | ---: | ---: | ---: | ---: |"]
     for side in ("sync", "embodyrl", *(f"embodyrl:{v}" for v in VARIANTS)):
-        runs = [(r, s) for r, s in sides.get(side, []) if at(s, 50_000) is not None]
+        runs = sorted(((r, s) for r, s in sides.get(side, []) if r.seed in sync and at(s, 50_000) is not None),
+                      key=lambda pair: pair[0].seed)
         if not runs:
             continue
         returns = [at(s, 50_000) for _, s in runs]
         low, high = bootstrap_interval(returns)
+        gap = np.mean(returns) - np.mean([sync[r.seed] for r, _ in runs])
         ages = [s["policy_age"]["mean"] for _, s in runs if s.get("policy_age", {}).get("rows")]
         ended = [s for r, s in runs if r.steps == 50_000]
         lines.append(f"| {side} | {np.mean(returns):,.0f} [{low:,.0f}, {high:,.0f}] "
-                     f"({', '.join(f'{v:,.0f}' for v in returns)}) | {np.mean(returns) - np.mean(sync):+,.0f} | "
+                     f"({', '.join(f's{r.seed} {at(s, 50_000):,.0f}' for r, s in runs)}) | {gap:+,.0f} | "
                      f"{np.mean(ages) if ages else 0:.0f} | "
                      + (f"{np.mean([s['wall_s'] for s in ended]):,.0f} | {np.mean([s['cpu_s'] for s in ended]):,.0f} |"
                         if ended else "(100k runs) | |"))

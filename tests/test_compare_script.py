@@ -98,12 +98,17 @@ def test_the_path_table_gives_each_part_its_gap_to_the_synchronous_loop(compare)
                   "policy_age": {"rows": 40_000, "mean": age}}) for seed, v in enumerate(values)]
 
     table = compare.path_table({"sync": runs("sync", [3000, 3200, 3400], 50_000, 0.0),
-                                "embodyrl": runs("embodyrl", [2800, 3000, 3200], 100_000, 120.0),
-                                "embodyrl:weights": runs("embodyrl:weights", [3100, 3200, 3300], 50_000, 40.0)})
+                                # seeds 3 and 4 have no synchronous run to stand beside: left out
+                                "embodyrl": runs("embodyrl", [2800, 3000, 3200, 9000, 9000], 100_000, 120.0),
+                                "embodyrl:weights": runs("embodyrl:weights", [3100, 3200, 3300], 50_000, 40.0),
+                                # a part with 2 seeds done is measured against the same 2 seeds
+                                "embodyrl:calls": runs("embodyrl:calls", [2900, 3300], 50_000, 1.0)})
     rows = table.splitlines()[2:]
     assert rows[0].startswith("| sync | 3,200 [") and "| +0 | 0 | 300 | 500 |" in rows[0]
     assert rows[1].startswith("| embodyrl | 3,000 [") and "| -200 | 120 | (100k runs) |" in rows[1]
+    assert "(s0 2,800, s1 3,000, s2 3,200)" in rows[1]
     assert rows[2].startswith("| embodyrl:weights | 3,200 [") and "| +0 | 40 |" in rows[2]
+    assert rows[3].startswith("| embodyrl:calls | 3,100 [") and "| +0 | 1 |" in rows[3]
     assert compare.path_table({"embodyrl": runs("embodyrl", [1], 50_000, 1.0)}) == ""  # nothing to measure against
 
 
