@@ -192,9 +192,9 @@ def sbx_main(algorithm: str, env_id: str, seed: int, steps: int, out: Path) -> N
 
 
 # -- the runner --------------------------------------------------------------------------------
-def _claim(run: Run, root: Path) -> bool:
-    """Take ``run`` for this process: False when another live process holds it. A claim whose
-    process is gone (a lane cut off) is taken over, so lanes share a plan without colliding."""
+def _claim(run: Run, root: Path) -> Path | None:
+    """Take ``run`` for this process: its claim file, or None when another live process holds it. A
+    claim whose process is gone (a lane cut off) is taken over, so lanes share a plan without colliding."""
     root.mkdir(parents=True, exist_ok=True)
     claim = root / f"{run.name}.claim"
     while True:
@@ -203,7 +203,7 @@ def _claim(run: Run, root: Path) -> bool:
         except FileExistsError:
             try:
                 os.kill(int(claim.read_text() or 0), 0)
-                return False  # held by a live lane
+                return None  # held by a live lane
             except (ProcessLookupError, ValueError):
                 claim.unlink(missing_ok=True)  # its lane is gone
                 continue
@@ -211,22 +211,22 @@ def _claim(run: Run, root: Path) -> bool:
                 continue
         os.write(fd, str(os.getpid()).encode())
         os.close(fd)
-        return True
+        return claim
 
 
 def run_one(run: Run, root: Path) -> None:
-    out = root / run.name
-    if (out / "summary.json").exists() or not _claim(run, root):
+    claim = _claim(run, root)
+    if claim is None:
         return
     try:
-        _run_claimed(run, out)
+        _run_claimed(run, root / run.name)
     finally:
-        (root / f"{run.name}.claim").unlink(missing_ok=True)
+        claim.unlink(missing_ok=True)
 
 
 def _run_claimed(run: Run, out: Path) -> None:
     root = out.parent
-    if (out / "summary.json").exists():  # finished by another lane between the check and the claim
+    if (out / "summary.json").exists():  # done (checked under the claim: no other lane is writing it)
         return
     if out.exists():  # a run cut off: start it again
         shutil.rmtree(out)

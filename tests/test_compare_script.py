@@ -117,8 +117,8 @@ def test_lanes_share_a_plan_a_live_lanes_claim_is_skipped_a_dead_ones_taken_over
     claim = tmp_path / f"{run.name}.claim"
     with subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]) as live:
         claim.write_text(str(live.pid))
-        assert not compare._claim(run, tmp_path)  # another lane is on it
+        assert compare._claim(run, tmp_path) is None  # another lane is on it
         live.kill()
     live.wait()
-    assert compare._claim(run, tmp_path) and claim.read_text() == str(os.getpid())
-    assert not compare._claim(run, tmp_path)  # now this lane's claim stands against the others
+    assert compare._claim(run, tmp_path) == claim and claim.read_text() == str(os.getpid())
+    assert compare._claim(run, tmp_path) is None  # now this lane's claim stands against the others
