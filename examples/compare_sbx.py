@@ -33,6 +33,7 @@ around it (the machine is shared: compare CPU seconds where load differs).
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import json
 import os
 import resource
@@ -439,6 +440,8 @@ def main(argv: list[str] | None = None) -> None:
     r.add_argument("--plan", choices=("parity", "async", "all"), default="parity")
     r.add_argument("--sides", default="", help="comma-separated sides to run (default: all of the plan's)")
     r.add_argument("--root", type=Path, default=Path("runs/compare"))
+    r.add_argument("--only", default="*", help="run only the plan's runs whose names match this pattern "
+                                               "(fnmatch, e.g. '*-sac-HalfCheetah-v5-s3')")
     rp = sub.add_parser("report", help="tables, curves and kept artifacts of the runs done so far")
     rp.add_argument("--plan", choices=("parity", "async", "all"), default="parity")
     rp.add_argument("--root", type=Path, default=Path("runs/compare"))
@@ -452,7 +455,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.command == "run":
         sides = set(filter(None, args.sides.split(",")))
         for run in plan(args.plan):
-            if not sides or run.side.partition(":")[0] in sides:
+            if (not sides or run.side.partition(":")[0] in sides) and fnmatch.fnmatch(run.name, args.only):
                 run_one(run, args.root)
 
 

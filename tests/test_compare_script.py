@@ -122,3 +122,12 @@ def test_lanes_share_a_plan_a_live_lanes_claim_is_skipped_a_dead_ones_taken_over
     live.wait()
     assert compare._claim(run, tmp_path) == claim and claim.read_text() == str(os.getpid())
     assert compare._claim(run, tmp_path) is None  # now this lane's claim stands against the others
+
+
+def test_only_and_sides_pick_the_runs_a_lane_takes(compare, monkeypatch, tmp_path):
+    taken = []
+    monkeypatch.setattr(compare, "run_one", lambda run, root: taken.append(run.name))
+    compare.main(["run", "--plan", "parity", "--sides", "sbx,embodyrl", "--only", "*-HalfCheetah-v5-s3",
+                  "--root", str(tmp_path)])
+    assert taken == ["sbx-td3-HalfCheetah-v5-s3", "embodyrl-td3-HalfCheetah-v5-s3",
+                     "sbx-sac-HalfCheetah-v5-s3", "embodyrl-sac-HalfCheetah-v5-s3"]
