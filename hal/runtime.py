@@ -59,11 +59,13 @@ class ExportError(ValueError):
 
 
 OPS = ("concat", "dense", "relu", "tanh", "scale", "gaussian_head", "gaussian_noise", "categorical", "argmax",
-       "image", "conv2d", "flatten", "layer_norm", "append")
+       "image", "conv2d", "flatten", "layer_norm", "append", "batch_norm")
 # Pixels (the conv encoder of embodyrl.algos.encoders): ``image`` stacks uint8 HxWxC fields on the
 # channel axis as float32 in [0, 1]; ``conv2d`` is a VALID convolution (kernel [kh, kw, in, out],
 # ``stride``); ``flatten`` joins H, W, C; ``layer_norm`` normalises the last axis (``epsilon``,
 # ``scale``, ``bias``); ``append`` concatenates flattened state fields after the features.
+# ``batch_norm`` normalises each feature by a network's running moments (``mean``, ``var``,
+# ``epsilon``), then ``scale`` and ``bias`` (CrossQ's batch-renormalised actor, as it acts).
 FIRST_OPS = ("concat", "image")
 ACTION_OPS = ("scale", "categorical", "argmax")
 """Ops that read the action spec: a graph without one (a classifier's) refuses them."""
@@ -107,7 +109,7 @@ class Graph:
         """Array name -> the role it plays, for every array the graph reads."""
         names = {}
         for op in self.ops:
-            for role in ("kernel", "bias", "center", "half_range", "log_std", "scale"):
+            for role in ("kernel", "bias", "center", "half_range", "log_std", "scale", "mean", "var"):
                 if role in op:
                     names[op[role]] = role
         return names
@@ -158,6 +160,12 @@ class Graph:
                 for role in ("scale", "bias"):
                     if out[op[role]].shape != (width,):
                         raise ExportError(f"{op[role]}: shape {out[op[role]].shape}; expected ({width},)")
+            elif op["op"] == "batch_norm":
+                for role in ("mean", "var", "scale", "bias"):
+                    if out[op[role]].shape != (width,):
+                        raise ExportError(f"{op[role]}: shape {out[op[role]].shape}; expected ({width},)")
+                if (out[op["var"]] < 0).any() or not float(op["epsilon"]) > 0:
+                    raise ExportError(f"{op['var']}: a variance below 0, or epsilon {op['epsilon']} not above 0")
             elif op["op"] == "append":
                 width += sum(self.observation_spec[f].size for f in op["fields"])
             elif op["op"] == "dense":
@@ -222,6 +230,9 @@ class Graph:
             elif kind == "layer_norm":
                 mean, var = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
                 x = (x - mean) / np.sqrt(var + float(op["epsilon"])) * arrays[op["scale"]] + arrays[op["bias"]]
+            elif kind == "batch_norm":
+                x = ((x - arrays[op["mean"]]) / np.sqrt(arrays[op["var"]] + float(op["epsilon"])) * arrays[op["scale"]]
+                     + arrays[op["bias"]])
             elif kind == "append":
                 x = np.concatenate([x, *self._fields(observation, op["fields"], flat=True)], axis=-1)
             elif kind == "dense":

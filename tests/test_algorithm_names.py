@@ -1,6 +1,6 @@
 """No code picks an algorithm by comparing its name: names live in their package and the registry.
 
-Fails when an algorithm's name ("ddpg", "td3", "sac", "rlpd", "ppo", "dqn") appears as a string
+Fails when an algorithm's name ("ddpg", "td3", "sac", "rlpd", "crossq", "ppo", "dqn") appears as a string
 literal (a whole string constant, f-strings' literal parts included) in Python under embodyrl/,
 hal/ or envs/, outside embodyrl/algos/<its package>/ (td3 belongs to ddpg, rlpd to sac) and
 embodyrl/algos/registry.py. What it does not look at:
@@ -15,7 +15,8 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-OWNER = {"ddpg": "ddpg", "td3": "ddpg", "sac": "sac", "rlpd": "sac", "ppo": "ppo", "dqn": "dqn"}
+OWNER = {"ddpg": "ddpg", "td3": "ddpg", "sac": "sac", "rlpd": "sac", "crossq": "crossq", "ppo": "ppo",
+         "dqn": "dqn"}
 REGISTRY = Path("embodyrl/algos/registry.py")
 EXEMPT_ASSIGNMENTS = {Path("embodyrl/config.py"): {"TASK_DEFAULTS"}}
 

@@ -109,7 +109,7 @@ def test_sac_samples_and_log_probabilities_equal_jax_for_the_same_noise(monkeypa
         assert abs(extras["log_prob"] - (float(log_prob) - np.log(half_range).sum())) < 1e-4
 
 
-@pytest.mark.parametrize("name", ["ddpg", "sac", "ppo", "dqn"])
+@pytest.mark.parametrize("name", ["ddpg", "sac", "crossq", "ppo", "dqn"])
 def test_exploration_statistics_match_jax(name):
     jax_policy, numpy_policy = both(name)
     observation = observations(1, seed=5)[0]

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from embodyrl.algos import registry
+from embodyrl.algos.crossq import CrossQConfig
 from embodyrl.algos.ddpg import DDPGConfig
 from embodyrl.algos.dqn import DQNConfig
 from embodyrl.algos.heads import over
@@ -28,7 +29,8 @@ MEMBERS = ("name", "config", "on_policy", "action_spaces", "batch_size", "discou
 
 def _small(name: str) -> Algorithm:
     entry = registry.get(name)
-    return registry.build(name, entry.config_type(hidden_sizes=(8,)))
+    wide = {f.name for f in dataclasses.fields(entry.config_type)} & {"critic_hidden_sizes"}  # CrossQ's critics
+    return registry.build(name, entry.config_type(hidden_sizes=(8,), **dict.fromkeys(wide, (8,))))
 
 
 def _observations(n: int, seed: int = 0) -> dict:
@@ -99,11 +101,13 @@ def test_the_cli_and_the_config_offer_what_the_registry_holds():
 
 
 def test_lookups_by_name_and_by_config_type():
-    assert registry.names() == ("ddpg", "td3", "sac", "rlpd", "ppo", "dqn")
-    assert registry.sections() == {"ddpg": DDPGConfig, "sac": SACConfig, "ppo": PPOConfig, "dqn": DQNConfig}
-    with pytest.raises(ValueError, match="unknown algorithm 'a2c'; known: ddpg, td3, sac, rlpd, ppo, dqn"):
+    assert registry.names() == ("ddpg", "td3", "sac", "rlpd", "crossq", "ppo", "dqn")
+    assert registry.sections() == {"ddpg": DDPGConfig, "sac": SACConfig, "crossq": CrossQConfig, "ppo": PPOConfig,
+                                   "dqn": DQNConfig}
+    with pytest.raises(ValueError, match="unknown algorithm 'a2c'; known: ddpg, td3, sac, rlpd, crossq, ppo, dqn"):
         registry.get("a2c")
-    for config, name in ((DDPGConfig(), "ddpg"), (SACConfig(), "sac"), (PPOConfig(), "ppo"), (DQNConfig(), "dqn")):
+    for config, name in ((DDPGConfig(), "ddpg"), (SACConfig(), "sac"), (CrossQConfig(), "crossq"),
+                         (PPOConfig(), "ppo"), (DQNConfig(), "dqn")):
         algorithm = registry.as_algorithm(config)
         assert algorithm.name == name and algorithm.config == config and registry.as_algorithm(algorithm) is algorithm
     with pytest.raises(TypeError):

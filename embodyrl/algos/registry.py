@@ -1,7 +1,8 @@
 """The algorithms by name: one :class:`~embodyrl.algos.interface.Entry` each, listed from their packages.
 
 ``ddpg`` and ``td3`` share DDPG's code and config section (``td3`` applies
-TD3's options on top); ``sac`` and ``rlpd`` share SAC's; ``ppo`` is
+TD3's options on top); ``sac`` and ``rlpd`` share SAC's; ``crossq`` is SAC with
+batch-renormalised critics and no targets; ``ppo`` is
 on-policy; ``dqn`` acts on discrete actions. Every name resolves to an
 :class:`~embodyrl.algos.interface.Algorithm`. The command line's choices,
 the config's sections, export and evaluation all read this table, so a new
@@ -13,10 +14,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import ddpg, dqn, ppo, sac  # their settings and entries: no JAX until an algorithm is built
+# their settings and entries: no JAX until an algorithm is built
+from . import crossq, ddpg, dqn, ppo, sac
 from .interface import Algorithm, Entry
 
-ENTRIES: tuple[Entry, ...] = (*ddpg.ENTRIES, *sac.ENTRIES, *ppo.ENTRIES, *dqn.ENTRIES)
+ENTRIES: tuple[Entry, ...] = (*ddpg.ENTRIES, *sac.ENTRIES, *crossq.ENTRIES, *ppo.ENTRIES, *dqn.ENTRIES)
 """In the order the command line offers them and config.json writes their sections."""
 
 DEFAULT = "ddpg"

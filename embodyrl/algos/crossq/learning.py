@@ -1,0 +1,133 @@
+"""CrossQ's state, update and action selection (Bhatt et al. 2024): SAC's losses with batch-renormalised
+critics and no target networks. Pure functions, jit-compiled by the caller.
+
+The critic's step passes the batch's (o, a) and (o', a') through the critics as one batch in training
+mode, so both halves are normalised with the same moments, and takes its target from the second half,
+gradient stopped. Every ``policy_delay``-th step also moves the actor and the temperature.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from ...hal.specs import ArraySpec, DictSpec
+from ..scan import sample_weights, scanned
+from .config import CrossQConfig
+from .networks import CrossQNetworks, acting, make_networks
+
+
+class TrainingState(NamedTuple):
+    actor_params: dict
+    actor_stats: dict
+    critic_params: dict
+    critic_stats: dict
+    log_alpha: jax.Array
+    actor_opt_state: optax.OptState
+    critic_opt_state: optax.OptState
+    temperature_opt_state: optax.OptState
+    key: jax.Array
+    steps: jax.Array
+
+
+def _optimizers(config: CrossQConfig):
+    return (optax.adam(config.actor_lr, b1=config.adam_b1), optax.adam(config.critic_lr, b1=config.adam_b1),
+            optax.adam(config.temperature_lr))
+
+
+def init(key: jax.Array, observation_spec: DictSpec, action_spec: ArraySpec,
+         config: CrossQConfig) -> tuple[CrossQNetworks, TrainingState]:
+    net_key, state_key = jax.random.split(key)
+    networks, actor, actor_stats, critic, critic_stats = make_networks(observation_spec, action_spec, config,
+                                                                       net_key)
+    actor_opt, critic_opt, temp_opt = _optimizers(config)
+    log_alpha = jnp.asarray(jnp.log(config.init_temperature), jnp.float32)
+    return networks, TrainingState(actor, actor_stats, critic, critic_stats, log_alpha, actor_opt.init(actor),
+                                   critic_opt.init(critic), temp_opt.init(log_alpha), state_key,
+                                   jnp.zeros((), jnp.int32))
+
+
+def actor_params(state: TrainingState) -> dict:
+    """What the learner publishes: the actor's layers and norms with their running moments."""
+    return acting(state.actor_params, state.actor_stats)
+
+
+def make_update(networks: CrossQNetworks, config: CrossQConfig):
+    actor_opt, critic_opt, temp_opt = _optimizers(config)
+
+    def critic_loss(critic_params, state: TrainingState, alpha, batch, key):
+        (mean, log_std), _ = networks.distribution(state.actor_params, state.actor_stats,
+                                                   batch["next_observation"])
+        next_action, next_logp = networks.sample_from(mean, log_std, key)
+        joint = jax.tree.map(lambda a, b: jnp.concatenate([a, b]), batch["observation"], batch["next_observation"])
+        qs, stats = networks.q_values(critic_params, state.critic_stats, joint,
+                                      jnp.concatenate([batch["action"], next_action]), train=True)
+        q, next_qs = jnp.split(qs, 2, axis=1)
+        next_v = jnp.min(jax.lax.stop_gradient(next_qs), axis=0) - alpha * next_logp
+        y = batch["reward"] + batch["discount"] * next_v
+        per_sample = jnp.sum((q - y) ** 2, axis=0)
+        aux = {"q_mean": jnp.mean(q), "target_mean": jnp.mean(y)}
+        if "weight" in batch:  # prioritised: each sample's TD error is its new priority
+            aux["td_error"] = jax.lax.stop_gradient(jnp.mean(jnp.abs(q - y), axis=0))
+        return jnp.mean(sample_weights(batch) * per_sample), (stats, aux)
+
+    def actor_loss(params, actor_stats, critic_params, critic_stats, alpha, batch, key):
+        (mean, log_std), stats = networks.distribution(params, actor_stats, batch["observation"], train=True)
+        action, logp = networks.sample_from(mean, log_std, key)
+        qs, _ = networks.q_values(critic_params, critic_stats, batch["observation"], action)
+        return jnp.mean(alpha * logp - jnp.min(qs, axis=0)), (stats, -jnp.mean(logp))
+
+    target_entropy = config.target_entropy_per_dim * networks.action_spec.size
+
+    def update(state: TrainingState, batch) -> tuple[TrainingState, dict]:
+        key, critic_key, actor_key = jax.random.split(state.key, 3)
+        alpha = jnp.exp(state.log_alpha)
+        (c_loss, (critic_stats, c_aux)), c_grads = jax.value_and_grad(critic_loss, has_aux=True)(
+            state.critic_params, state, alpha, batch, critic_key)
+        c_updates, critic_opt_state = critic_opt.update(c_grads, state.critic_opt_state)
+        critic_params = optax.apply_updates(state.critic_params, c_updates)
+        state = state._replace(critic_params=critic_params, critic_stats=critic_stats,
+                               critic_opt_state=critic_opt_state, key=key, steps=state.steps + 1)
+
+        def actor_step(state):
+            (a_loss, (actor_stats, entropy)), a_grads = jax.value_and_grad(actor_loss, has_aux=True)(
+                state.actor_params, state.actor_stats, state.critic_params, state.critic_stats, alpha, batch,
+                actor_key)
+            a_updates, actor_opt_state = actor_opt.update(a_grads, state.actor_opt_state)
+            t_loss, t_grad = jax.value_and_grad(lambda la: la * jax.lax.stop_gradient(entropy - target_entropy))(
+                state.log_alpha)
+            t_update, temperature_opt_state = temp_opt.update(t_grad, state.temperature_opt_state)
+            return state._replace(actor_params=optax.apply_updates(state.actor_params, a_updates),
+                                  actor_stats=actor_stats, actor_opt_state=actor_opt_state,
+                                  log_alpha=optax.apply_updates(state.log_alpha, t_update),
+                                  temperature_opt_state=temperature_opt_state), (a_loss, t_loss, entropy)
+
+        def actor_waits(state):  # the losses for the metrics only: no gradient, nothing moves
+            a_loss, (_, entropy) = actor_loss(state.actor_params, state.actor_stats, state.critic_params,
+                                              state.critic_stats, alpha, batch, actor_key)
+            return state, (a_loss, state.log_alpha * (entropy - target_entropy), entropy)
+
+        state, (a_loss, t_loss, entropy) = jax.lax.cond(state.steps % config.policy_delay == 0, actor_step,
+                                                        actor_waits, state)
+        return state, {"critic_loss": c_loss, "actor_loss": a_loss, "temperature": alpha,
+                       "temperature_loss": t_loss, "entropy": entropy, "target_entropy": target_entropy, **c_aux}
+
+    return update
+
+
+def make_update_many(networks: CrossQNetworks, config: CrossQConfig):
+    """``update_many(state, batches)``: the update scanned over the batches' leading axis."""
+    return scanned(make_update(networks, config))
+
+
+def act(networks: CrossQNetworks, config: CrossQConfig, actor, observation, key: jax.Array,
+        explore: bool = True) -> tuple[jax.Array, dict]:
+    """A sample of the policy (exploring) or its mean action, from an :func:`acting` actor; ``log_prob``
+    of the applied action in the environment's units (for the step record)."""
+    if not explore:
+        return networks.mean_action(actor, observation), {}
+    action, logp = networks.sample(actor, observation, key)
+    return action, {"log_prob": logp - jnp.sum(jnp.log(networks.scale.half_range))}
