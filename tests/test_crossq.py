@@ -80,9 +80,9 @@ def test_the_critics_step_every_update_and_the_actor_and_temperature_every_third
     _, states, _, _ = trained
     changed = [not all(np.array_equal(a, b) for a, b in zip(jax.tree.leaves(s.actor_params),
                                                              jax.tree.leaves(t.actor_params), strict=True))
-               for s, t in zip(states, states[1:])]
+               for s, t in zip(states, states[1:], strict=False)]
     assert changed == [False, False, True, False, False, True]
-    assert [float(s.log_alpha) != float(t.log_alpha) for s, t in zip(states, states[1:])] == changed
+    assert [float(s.log_alpha) != float(t.log_alpha) for s, t in zip(states, states[1:], strict=False)] == changed
     assert [int(s.critic_stats["count"][0]) for s in states] == [0, 1, 2, 3, 4, 5, 6]  # a pass per critic step
     assert [int(s.actor_stats["count"]) for s in states] == [0, 0, 0, 1, 1, 1, 2]
     assert not hasattr(states[0], "target_critic_params")  # no target networks
