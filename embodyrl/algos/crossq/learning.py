@@ -1,9 +1,6 @@
 """CrossQ's state, update and action selection (Bhatt et al. 2024): SAC's losses with batch-renormalised
-critics and no target networks. Pure functions, jit-compiled by the caller.
-
-The critic's step passes the batch's (o, a) and (o', a') through the critics as one batch in training
-mode, so both halves are normalised with the same moments, and takes its target from the second half,
-gradient stopped. Every ``policy_delay``-th step also moves the actor and the temperature.
+critics and no target networks (:mod:`.losses`). Pure functions, jit-compiled by the caller. Every
+step moves the critics; every ``policy_delay``-th also the actor and the temperature.
 """
 
 from __future__ import annotations
@@ -15,8 +12,9 @@ import jax.numpy as jnp
 import optax
 
 from ...hal.specs import ArraySpec, DictSpec
-from ..scan import sample_weights, scanned
+from ..scan import scanned
 from .config import CrossQConfig
+from .losses import make_losses
 from .networks import CrossQNetworks, acting, make_networks
 
 
@@ -58,28 +56,7 @@ def actor_params(state: TrainingState) -> dict:
 def make_update(networks: CrossQNetworks, config: CrossQConfig):
     actor_opt, critic_opt, temp_opt = _optimizers(config)
 
-    def critic_loss(critic_params, state: TrainingState, alpha, batch, key):
-        (mean, log_std), _ = networks.distribution(state.actor_params, state.actor_stats,
-                                                   batch["next_observation"])
-        next_action, next_logp = networks.sample_from(mean, log_std, key)
-        joint = jax.tree.map(lambda a, b: jnp.concatenate([a, b]), batch["observation"], batch["next_observation"])
-        qs, stats = networks.q_values(critic_params, state.critic_stats, joint,
-                                      jnp.concatenate([batch["action"], next_action]), train=True)
-        q, next_qs = jnp.split(qs, 2, axis=1)
-        next_v = jnp.min(jax.lax.stop_gradient(next_qs), axis=0) - alpha * next_logp
-        y = batch["reward"] + batch["discount"] * next_v
-        per_sample = jnp.sum((q - y) ** 2, axis=0)
-        aux = {"q_mean": jnp.mean(q), "target_mean": jnp.mean(y)}
-        if "weight" in batch:  # prioritised: each sample's TD error is its new priority
-            aux["td_error"] = jax.lax.stop_gradient(jnp.mean(jnp.abs(q - y), axis=0))
-        return jnp.mean(sample_weights(batch) * per_sample), (stats, aux)
-
-    def actor_loss(params, actor_stats, critic_params, critic_stats, alpha, batch, key):
-        (mean, log_std), stats = networks.distribution(params, actor_stats, batch["observation"], train=True)
-        action, logp = networks.sample_from(mean, log_std, key)
-        qs, _ = networks.q_values(critic_params, critic_stats, batch["observation"], action)
-        return jnp.mean(alpha * logp - jnp.min(qs, axis=0)), (stats, -jnp.mean(logp))
-
+    critic_loss, actor_loss = make_losses(networks)
     target_entropy = config.target_entropy_per_dim * networks.action_spec.size
 
     def update(state: TrainingState, batch) -> tuple[TrainingState, dict]:
