@@ -131,3 +131,20 @@ def test_only_and_sides_pick_the_runs_a_lane_takes(compare, monkeypatch, tmp_pat
                   "--root", str(tmp_path)])
     assert taken == ["sbx-td3-HalfCheetah-v5-s3", "embodyrl-td3-HalfCheetah-v5-s3",
                      "sbx-sac-HalfCheetah-v5-s3", "embodyrl-sac-HalfCheetah-v5-s3"]
+
+
+def test_the_crossq_plan_runs_the_papers_settings_on_both_sides(compare, tmp_path):
+    from embodyrl.cli.commands import build_parser, train_config
+
+    runs = compare.plan("crossq")
+    assert len(runs) == 20 and {r.algorithm for r in runs} == {"crossq"} and {r.steps for r in runs} == {100_000}
+    assert [r.side for r in runs[:4]] == ["sbx", "embodyrl", "sbx", "embodyrl"]
+    command = compare.embodyrl_command(runs[1], tmp_path / runs[1].name)
+    args, args.overrides = build_parser().parse_known_args(command[3:])
+    config = train_config(args, None)
+    algo = config.algo.config
+    assert config.algorithm == "crossq"
+    assert (algo.hidden_sizes, algo.critic_hidden_sizes, algo.batch_size) == ((256, 256), (2048, 2048), 256)
+    assert (algo.actor_lr, algo.critic_lr, algo.temperature_lr, algo.adam_b1, algo.policy_delay) == (1e-3, 1e-3, 1e-3,
+                                                                                                      0.5, 3)
+    assert config.actor.random_steps == config.learner.min_replay == 5_000
