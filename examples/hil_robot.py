@@ -477,6 +477,8 @@ def main(argv=None) -> int:
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--quick", action="store_true", help="a tiny run of every step (minutes)")
     parser.add_argument("--seeds", type=int, help="number of seeds (default 3; 1 with --quick)")
+    parser.add_argument("--seed", type=int, action="append", help="run only this seed (repeatable): another "
+                                                                   "process, --out, --keep and --port take the others")
     parser.add_argument("--steps", type=int, help="environment steps per run")
     parser.add_argument("--port", type=int, help="the robot server's port on 127.0.0.1")
     parser.add_argument("--keep", type=Path, help="copy finished runs' small artifacts here, and resume from "
@@ -485,6 +487,8 @@ def main(argv=None) -> int:
     plan = Plan.quick() if args.quick else Plan()
     if args.seeds is not None:
         plan = replace(plan, seeds=tuple(range(args.seeds)))
+    if args.seed:
+        plan = replace(plan, seeds=tuple(args.seed))
     if args.steps is not None:
         plan = replace(plan, steps=args.steps)
     if args.port is not None:
