@@ -22,8 +22,10 @@ that moment plays 5 deterministic episodes on the seeded episodes
 
 Runs go one at a time, niced, their turns interleaved (for each seed, each
 side in turn), each in its own process; a run is done when its
-``summary.json`` exists, so the same command resumes after an interruption
-(a run cut off starts again). Several lanes may walk one plan at once (for
+``summary.json`` exists, so the same command resumes after an interruption:
+a run cut off goes on from its last checkpoint (embodyrl's own, through
+``embodyrl train --resume``; SBX's model and replay buffer, saved every 10k
+steps), and starts again if it had none (the synchronous loop always does). Several lanes may walk one plan at once (for
 example ``--sides sbx`` beside ``--sides embodyrl,sync``): each run is
 claimed by the lane that starts it. Each run directory keeps ``config.json``,
 ``metrics.jsonl``, ``eval.jsonl`` and ``summary.json``; the summary holds
@@ -176,7 +178,18 @@ def sbx_main(algorithm: str, env_id: str, seed: int, steps: int, out: Path) -> N
                       learning_rate=CROSSQ["learning_rate"], policy_delay=CROSSQ["policy_delay"],
                       policy_kwargs={"net_arch": {"pi": CROSSQ["actor_hidden_sizes"], "qf": CROSSQ["critic_hidden_sizes"]},
                                      "optimizer_kwargs": {"b1": CROSSQ["adam_b1"]}})
-    model = {"td3": sbx.TD3, "sac": sbx.SAC, "crossq": sbx.CrossQ}[algorithm]("MlpPolicy", env, **kwargs)
+    kind = {"td3": sbx.TD3, "sac": sbx.SAC, "crossq": sbx.CrossQ}[algorithm]
+    saved = out / SBX_CHECKPOINT
+    resume = _read_json(saved / "resume.json")  # {} unless a checkpoint was written whole
+    if resume:
+        model = kind.load(saved / "model.zip", env=env)
+        model.load_replay_buffer(saved / "replay_buffer.pkl")  # this run's own file, never from a socket
+        for name in ("metrics.jsonl", "eval.jsonl"):  # what came after the checkpoint is done again
+            lines = (out / name).read_text().splitlines() if (out / name).exists() else []
+            kept = [line for line in lines if json.loads(line)["env_steps"] <= resume["env_steps"]]
+            (out / name).write_text("".join(line + "\n" for line in kept))
+    else:
+        model = kind("MlpPolicy", env, **kwargs)
     config = {"side": "sbx", "sbx": sbx.__version__, "algorithm": algorithm, "task": f"gym:{env_id}",
               "seed": seed, "steps": steps, **(CROSSQ if algorithm == "crossq" else SETTINGS),
               **{k: getattr(model, k) for k in ("gamma", "tau", "buffer_size", "learning_starts", "batch_size")
@@ -195,8 +208,18 @@ def sbx_main(algorithm: str, env_id: str, seed: int, steps: int, out: Path) -> N
             action, _ = model.predict(observation["observation"], deterministic=True)
             return np.asarray(action, dtype=np.float32), {}
 
-    started = time.monotonic()
-    metrics, evals = (out / "metrics.jsonl").open("w"), (out / "eval.jsonl").open("w")
+    started = time.monotonic() - resume.get("time", 0.0)
+    mode = "a" if resume else "w"
+    metrics, evals = (out / "metrics.jsonl").open(mode), (out / "eval.jsonl").open(mode)
+
+    def checkpoint() -> None:
+        """Model and replay buffer, then ``resume.json``: a run cut off goes on from here."""
+        saved.mkdir(exist_ok=True)
+        (saved / "resume.json").unlink(missing_ok=True)
+        model.save(saved / "model.zip")
+        model.save_replay_buffer(saved / "replay_buffer.pkl")
+        (saved / "resume.json").write_text(json.dumps({"env_steps": model.num_timesteps,
+                                                        "time": round(time.monotonic() - started, 3)}))
 
     class Record(BaseCallback):
         def _on_step(self) -> bool:
@@ -213,11 +236,14 @@ def sbx_main(algorithm: str, env_id: str, seed: int, steps: int, out: Path) -> N
                                         "time": round(time.monotonic() - started, 3),
                                         "return_mean": result["return_mean"], "returns": result["returns"]}) + "\n")
                 evals.flush()
+            if self.num_timesteps % CHECKPOINT_EVERY == 0 and self.num_timesteps < steps:
+                checkpoint()
             return True
 
-    model.learn(steps, callback=Record())
+    model.learn(steps - model.num_timesteps, callback=Record(), reset_num_timesteps=not resume)
     metrics.close()
     evals.close()
+    shutil.rmtree(saved, ignore_errors=True)  # the run is whole: its checkpoint is no longer needed
 
 
 # -- the runner --------------------------------------------------------------------------------
@@ -257,14 +283,18 @@ def _run_claimed(run: Run, out: Path) -> None:
     root = out.parent
     if (out / "summary.json").exists():  # done (checked under the claim: no other lane is writing it)
         return
-    if out.exists():  # a run cut off: start it again
+    resumed = out.exists() and resumable(run, out)
+    if out.exists() and not resumed:  # a run cut off before its first checkpoint: start it again
         shutil.rmtree(out)
-    if run.side == "sbx":
-        out.mkdir(parents=True)
+    starts = _read_json(out / RUNNER).get("starts", 1) + 1 if resumed else 1  # it was cut off once at least
+    out.mkdir(parents=True, exist_ok=True)
+    (out / RUNNER).write_text(json.dumps({"starts": starts}) + "\n")
+    if run.side == "sbx":  # resumes by itself from its checkpoint (:func:`sbx_main`)
         command = [sys.executable, __file__, "_sbx", run.algorithm, run.env, str(run.seed), str(run.steps), str(out)]
     else:
-        command = embodyrl_command(run, out)
-    print(f"{time.strftime('%H:%M:%S')} {run.name}: {' '.join(command[1:4])} ...", flush=True)
+        command = embodyrl_command(run, out) + (["--resume"] if resumed else [])
+    print(f"{time.strftime('%H:%M:%S')} {run.name}: {' '.join(command[1:4])}{' (resumed)' if resumed else ''} ...",
+          flush=True)
     load_before, cpu_before = os.getloadavg(), _children_cpu_s()
     started = time.monotonic()
     with (root / f"{run.name}.log").open("w") as log:
@@ -275,12 +305,29 @@ def _run_claimed(run: Run, out: Path) -> None:
         return
     summary = {**_read_json(out / "summary.json"), "side": run.side, "algorithm": run.algorithm, "env": run.env,
                "seed": run.seed, "steps": run.steps, "wall_s": round(wall_s, 1), "cpu_s": round(cpu_s, 1),
+               "starts": starts,  # above 1: resumed, and wall_s and cpu_s are the last start's only
                "load_before": [round(x, 2) for x in load_before], "load_after": [round(x, 2) for x in os.getloadavg()],
                "evals": [json.loads(line) for line in (out / "eval.jsonl").read_text().splitlines()]}
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     last = summary["evals"][-1] if summary["evals"] else {}
     print(f"  {wall_s:.0f} s wall, {cpu_s:.0f} s CPU, return {last.get('return_mean', float('nan')):.0f} "
           f"at {last.get('env_steps')}", flush=True)
+
+
+RUNNER = "runner.json"
+"""The runner's record in a run directory: how many times the run was started."""
+SBX_CHECKPOINT = "resume"
+"""An SBX run's checkpoint folder: its model, replay buffer and ``resume.json`` (written last)."""
+CHECKPOINT_EVERY = 10_000
+"""Environment steps between an SBX run's checkpoints (embodyrl's runs keep their own)."""
+
+
+def resumable(run: Run, out: Path) -> bool:
+    """Whether a cut-off run goes on from a checkpoint: an SBX run's own, or an embodyrl run's (``embodyrl
+    train --resume``). The synchronous loop does not resume: it starts again."""
+    if run.side == "sbx":
+        return (out / SBX_CHECKPOINT / "resume.json").exists()
+    return run.side != "sync" and (out / "config.json").exists() and any((out / "checkpoints").glob("*"))
 
 
 def _children_cpu_s() -> float:
@@ -338,7 +385,7 @@ def report(root: Path, out: Path, which: str) -> dict:
                 if not values:
                     continue
                 returns = [v for _, v in values]
-                full = [s for r, s in runs if r.steps == mark]  # runs that ended here: their cost
+                full = [s for r, s in runs if r.steps == mark and s.get("starts", 1) == 1]  # ended here, in one start
                 row[side] = {"seeds": [seed for seed, _ in values], "returns": [round(v, 1) for v in returns],
                              "mean": round(float(np.mean(returns)), 1),
                              "interval": [round(x, 1) for x in bootstrap_interval(returns)],

@@ -148,3 +148,39 @@ def test_the_crossq_plan_runs_the_papers_settings_on_both_sides(compare, tmp_pat
     assert (algo.actor_lr, algo.critic_lr, algo.temperature_lr, algo.adam_b1, algo.policy_delay) == (1e-3, 1e-3, 1e-3,
                                                                                                       0.5, 3)
     assert config.actor.random_steps == config.learner.min_replay == 5_000
+
+
+def test_a_cut_off_run_goes_on_from_its_checkpoint_and_one_without_starts_again(compare, tmp_path, monkeypatch):
+    commands = []
+
+    def finish(command, **_):  # what a run leaves when it ends, without training
+        commands.append(command)
+        out = Path(command[command.index("--run-dir") + 1] if "--run-dir" in command else command[-1])
+        (out / "eval.jsonl").write_text(json.dumps({"env_steps": 50_000, "return_mean": 1.0}) + "\n")
+        (out / "summary.json").write_text("{}")
+        return subprocess.CompletedProcess(command, 0)
+
+    monkeypatch.setattr(compare.subprocess, "run", finish)
+    ours, sync, sbx = (compare.Run(side, "sac", "HalfCheetah-v5", 0, 50_000) for side in ("embodyrl", "sync", "sbx"))
+    for run in (ours, sync, sbx):  # cut off after a checkpoint
+        out = tmp_path / run.name
+        (out / "checkpoints" / "7").mkdir(parents=True)
+        (out / "config.json").write_text("{}")
+        (out / compare.SBX_CHECKPOINT).mkdir()
+        (out / compare.SBX_CHECKPOINT / "resume.json").write_text(json.dumps({"env_steps": 10_000, "time": 1.0}))
+        (out / "stale").write_text("from the run cut off")
+    assert [compare.resumable(run, tmp_path / run.name) for run in (ours, sync, sbx)] == [True, False, True]
+    for run in (ours, sync, sbx):
+        compare.run_one(run, tmp_path)
+    assert commands[0][-1] == "--resume" and "--resume" not in commands[1]
+    assert commands[2][2:4] == ["_sbx", "sac"]  # the SBX side finds its checkpoint itself
+    assert (tmp_path / ours.name / "stale").exists() and (tmp_path / sbx.name / "stale").exists()
+    assert not (tmp_path / sync.name / "stale").exists()  # started again
+    starts = [json.loads((tmp_path / run.name / "summary.json").read_text())["starts"] for run in (ours, sync, sbx)]
+    assert starts == [2, 1, 2]
+    # a run cut off before any checkpoint starts again, whatever its side
+    fresh = compare.Run("embodyrl", "sac", "HalfCheetah-v5", 1, 50_000)
+    (tmp_path / fresh.name).mkdir()
+    (tmp_path / fresh.name / "stale").write_text("no checkpoint yet")
+    compare.run_one(fresh, tmp_path)
+    assert "--resume" not in commands[-1] and not (tmp_path / fresh.name / "stale").exists()
