@@ -395,8 +395,11 @@ def report(root: Path, out: Path, which: str) -> dict:
                 if row["sbx"]["mean"] > 0:  # a ratio of returns means something only above zero
                     row["ratio"] = round(row["embodyrl"]["mean"] / row["sbx"]["mean"], 3)
                 row["within_or_above_sbx_interval"] = row["embodyrl"]["mean"] >= row["sbx"]["interval"][0]
-            if "sync" in row and "embodyrl" in row:
-                row["async_minus_sync"] = round(row["embodyrl"]["mean"] - row["sync"]["mean"], 1)
+            if "sync" in row and "embodyrl" in row:  # over the synchronous loop's seeds, as the path table
+                ours = dict(zip(row["embodyrl"]["seeds"], row["embodyrl"]["returns"], strict=True))
+                same = [ours[seed] for seed in row["sync"]["seeds"] if seed in ours]
+                if same:
+                    row["async_minus_sync"] = round(float(np.mean(same)) - row["sync"]["mean"], 1)
             if any(side in row for side in sides):
                 rows.append(row)
     result = {"settings": SETTINGS, "plan": which, "rows": rows,
