@@ -23,8 +23,8 @@ from flax import nnx
 from ..hal.layout import Layout
 from ..hal.runtime import bounded_log_std
 from .heads import HeadedMLP, RoutedCritics, init, make_critics, padded_rows
+from .networks import squashed_gaussian
 from .sac import SACConfig
-from .sac.networks import LOG_2
 
 __all__ = ["HeteroSACNetworks", "init", "make_networks"]  # init: heads' serves SAC's configs too
 
@@ -63,11 +63,8 @@ class HeteroSACNetworks(RoutedCritics):
         _, device, lead = padded_rows(observation)
         mean, log_std = self.distribution(actor_params, observation)
         mask = self._mask(device)
-        u = mean + jnp.exp(log_std) * jax.random.normal(key, mean.shape)
-        gaussian = -0.5 * ((u - mean) / jnp.exp(log_std)) ** 2 - log_std - 0.5 * jnp.log(2 * jnp.pi)
-        squash = 2.0 * (LOG_2 - u - jax.nn.softplus(-2.0 * u))
-        logp = jnp.sum((gaussian - squash) * mask, axis=-1)
-        return (jnp.tanh(u) * mask).reshape(*lead, -1), logp.reshape(lead)
+        unit, logp = squashed_gaussian(mean, log_std, key)
+        return (unit * mask).reshape(*lead, -1), jnp.sum(logp * mask, axis=-1).reshape(lead)
 
 
 def make_networks(layout: Layout, config: SACConfig, key: jax.Array):

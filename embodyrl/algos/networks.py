@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import jax
@@ -10,6 +11,8 @@ import numpy as np
 from flax import nnx
 
 from ..hal.specs import ArraySpec, DictSpec
+
+LOG_2 = math.log(2.0)
 
 
 class MLP(nnx.Module):
@@ -28,6 +31,17 @@ class MLP(nnx.Module):
                 x = self.norms[i](x)
             x = jax.nn.relu(x)
         return self.layers[-1](x)
+
+
+def squashed_gaussian(mean: jax.Array, log_std: jax.Array, key: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """(tanh(u) in [-1, 1], log-density of each dimension of it) for u ~ N(mean, exp(log_std)),
+    reparameterised; the caller sums the densities over the dimensions it counts (SAC's actor, a
+    headed actor's own dimensions, CrossQ's)."""
+    u = mean + jnp.exp(log_std) * jax.random.normal(key, mean.shape)
+    gaussian = -0.5 * ((u - mean) / jnp.exp(log_std)) ** 2 - log_std - 0.5 * jnp.log(2 * jnp.pi)
+    # log(1 - tanh(u)^2), written stably (SAC appendix C)
+    squash = 2.0 * (LOG_2 - u - jax.nn.softplus(-2.0 * u))
+    return jnp.tanh(u), gaussian - squash
 
 
 def observation_size(spec: DictSpec) -> int:

@@ -84,8 +84,9 @@ def finish(algo: str, version: PolicyVersion, observation_spec, action_spec, exp
     return meta, {k: np.asarray(v, np.float32) for k, v in arrays.items()}
 
 
-def _bounded(head: PolicyHead, graph: list[dict], scale: ActionScale, arrays: dict, version: PolicyVersion,
+def bounded_graph(head: PolicyHead, graph: list[dict], scale: ActionScale, arrays: dict, version: PolicyVersion,
              observation_spec, action_spec, device: dict | None = None):
+    """``graph`` (the actor up to its output), then ``head``'s ops and the action bounds."""
     return finish(head.algo, version, observation_spec, action_spec, head.exploration,
                   [*graph, *head.ops, SCALE], {**arrays, **scale_arrays(scale)}, device)
 
@@ -101,7 +102,7 @@ def bounded_policy(networks, actor_params, head: PolicyHead,
         inputs = export_ops(networks.encoder, actor_params["encoder"], "actor/encoder")
         prefix, body = "actor/policy", actor_params["policy"]
     layers = mlp_layers(networks.actor_graph, body, prefix, "actor")
-    return _bounded(head, inputs + dense_relu(layers), networks.scale, published(actor_params), version,
+    return bounded_graph(head, inputs + dense_relu(layers), networks.scale, published(actor_params), version,
                     networks.observation_spec, networks.action_spec)
 
 
@@ -117,6 +118,6 @@ def device_policy(layout, actor_params, device_id: int, head: PolicyHead,
               f"actor/outputs/{device_id}"]
     every = published(actor_params)
     arrays = {n: every[n] for name in layers for n in (f"{name}/kernel", f"{name}/bias")}
-    return _bounded(head, [concat(kind.observation_spec), *dense_relu(layers)], ActionScale(kind.action_spec),
+    return bounded_graph(head, [concat(kind.observation_spec), *dense_relu(layers)], ActionScale(kind.action_spec),
                     arrays, version, kind.observation_spec, kind.action_spec,
                     device={"id": device_id, "kind": kind.name})

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import jax
-
 from ...hal.steps import NO_POLICY
 from ..actor_critic import ActorCritic
 from . import learning
@@ -30,4 +28,4 @@ class CrossQ(ActorCritic):
         return networks.mean_action(actor_params, observation)
 
     def export(self, networks, actor_params, version=NO_POLICY):
-        return export_crossq(networks, jax.device_get(actor_params), version)
+        return export_crossq(networks, actor_params, version)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...hal.steps import NO_POLICY, PolicyVersion
-from ..runtime_graph import SCALE, PolicyHead, concat, finish, published, scale_arrays
+from ..runtime_graph import PolicyHead, bounded_graph, concat, published
 from .networks import CrossQNetworks
 
 FAMILY = "crossq"
@@ -32,7 +32,5 @@ def export_crossq(networks: CrossQNetworks, actor: dict,
         graph.append({"op": "dense", "kernel": f"actor/layers/{i}/kernel", "bias": f"actor/layers/{i}/bias"})
         if i < layers - 1:
             graph.append({"op": "relu"})
-    policy_head = head(networks)
-    return finish(policy_head.algo, version, networks.observation_spec, networks.action_spec,
-                  policy_head.exploration, [*graph, *policy_head.ops, SCALE],
-                  {**published(actor), **scale_arrays(networks.scale)})
+    return bounded_graph(head(networks), graph, networks.scale, published(actor), version,
+                         networks.observation_spec, networks.action_spec)

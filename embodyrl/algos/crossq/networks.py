@@ -10,7 +10,6 @@ parameters (:func:`acting`) join the two, so the numpy runtime has everything it
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import jax
@@ -20,10 +19,8 @@ from ...hal.runtime import bounded_log_std
 from ...hal.specs import ArraySpec, DictSpec
 from ..encoder_config import EncoderConfig
 from ..encoders import image_fields
-from ..networks import ActionScale, flatten_observation, observation_size
+from ..networks import ActionScale, flatten_observation, observation_size, squashed_gaussian
 from .config import CrossQConfig
-
-LOG_2 = math.log(2.0)
 
 
 @dataclass(frozen=True)
@@ -124,10 +121,8 @@ class CrossQNetworks:
 
     def sample_from(self, mean, log_std, key) -> tuple[jax.Array, jax.Array]:
         """(action in bounds, log-probability of the unit-range action), reparameterised."""
-        u = mean + jnp.exp(log_std) * jax.random.normal(key, mean.shape)
-        gaussian = -0.5 * ((u - mean) / jnp.exp(log_std)) ** 2 - log_std - 0.5 * jnp.log(2 * jnp.pi)
-        squash = 2.0 * (LOG_2 - u - jax.nn.softplus(-2.0 * u))  # log(1 - tanh(u)^2), stably
-        return self.scale.to_env(jnp.tanh(u)), jnp.sum(gaussian - squash, axis=-1)
+        unit, logp = squashed_gaussian(mean, log_std, key)
+        return self.scale.to_env(unit), jnp.sum(logp, axis=-1)
 
     def mean_action(self, actor, observation) -> jax.Array:
         """tanh(mean) in the action bounds, from an :func:`acting` actor (evaluation, export parity)."""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import jax
@@ -12,10 +11,8 @@ from flax import nnx
 from ...hal.runtime import bounded_log_std
 from ...hal.specs import ArraySpec, DictSpec
 from ..encoders import ObservationEncoder, features, make_encoder, network_inputs
-from ..networks import MLP, ActionScale, observation_size
+from ..networks import MLP, ActionScale, observation_size, squashed_gaussian
 from .config import SECTION
-
-LOG_2 = math.log(2.0)
 
 
 @dataclass(frozen=True, eq=False)
@@ -50,12 +47,8 @@ class SACNetworks:
 
     def sample(self, actor_params, observation, key) -> tuple[jax.Array, jax.Array]:
         """(action in bounds, log-probability of the unit-range action), reparameterised."""
-        mean, log_std = self.distribution(actor_params, observation)
-        u = mean + jnp.exp(log_std) * jax.random.normal(key, mean.shape)
-        gaussian = -0.5 * ((u - mean) / jnp.exp(log_std)) ** 2 - log_std - 0.5 * jnp.log(2 * jnp.pi)
-        # log(1 - tanh(u)^2), written stably (SAC appendix C)
-        squash = 2.0 * (LOG_2 - u - jax.nn.softplus(-2.0 * u))
-        return self.scale.to_env(jnp.tanh(u)), jnp.sum(gaussian - squash, axis=-1)
+        unit, logp = squashed_gaussian(*self.distribution(actor_params, observation), key)
+        return self.scale.to_env(unit), jnp.sum(logp, axis=-1)
 
     def action_dims(self, observation) -> int:
         """Action dimensions per row (one device kind: the action's size), for the entropy target."""
