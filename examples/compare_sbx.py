@@ -60,8 +60,17 @@ CROSSQ = {"actor_hidden_sizes": [256, 256], "critic_hidden_sizes": [2048, 2048],
 default is 1024), 5k random steps first as its code takes them."""
 
 
+CROSSQ_WIDTHS = {"crossq": 2048, "crossq-256": 256}
+"""CrossQ's runs by their critics' width: the paper's, and one a CPU trains in minutes rather than
+hours (everything else as :data:`CROSSQ`)."""
+
+
+def crossq_settings(algorithm: str) -> dict:
+    return {**CROSSQ, "critic_hidden_sizes": [CROSSQ_WIDTHS[algorithm]] * 2}
+
+
 def random_steps(algorithm: str) -> int:
-    return CROSSQ["random_steps"] if algorithm == "crossq" else RANDOM_STEPS
+    return CROSSQ["random_steps"] if algorithm in CROSSQ_WIDTHS else RANDOM_STEPS
 
 
 @dataclass(frozen=True)
@@ -82,7 +91,9 @@ def plan(which: str) -> list[Run]:
     is the synchronous loop beside the parity runs' embodyrl SAC (the same seeds, the same runs),
     then the path's parts changed one at a time; ``parity`` ends with SAC's :data:`OPTIONS`; ``all``
     is both, each seed's synchronous run beside its parity runs; ``crossq`` is CrossQ on both sides,
-    HalfCheetah and Hopper, 5 seeds to 100k (:data:`CROSSQ`: hours a run on a CPU, minutes on a GPU)."""
+    HalfCheetah and Hopper, 5 seeds to 100k (:data:`CROSSQ`: hours a run on a CPU, minutes on a GPU);
+    ``crossq-cpu`` is the same with critics 256 wide, 3 seeds to 50k, beside the parity plan's SAC
+    runs of those seeds (taken last: copy them in from its root to skip them)."""
     runs: list[Run] = []
     parity, sync = which in ("parity", "all"), which in ("async", "all")
     for seed in range(5):
@@ -107,6 +118,13 @@ def plan(which: str) -> list[Run]:
         for seed in range(5):
             for env in ("HalfCheetah-v5", "Hopper-v5"):
                 runs += [Run(side, "crossq", env, seed, 100_000) for side in ("sbx", "embodyrl")]
+    if which == "crossq-cpu":
+        for env in ("HalfCheetah-v5", "Hopper-v5"):
+            for seed in range(3):
+                runs += [Run(side, "crossq-256", env, seed, 50_000) for side in ("sbx", "embodyrl")]
+        for seed in range(3):
+            runs += [Run(side, "sac", "HalfCheetah-v5", seed, 100_000) for side in ("sbx", "embodyrl")]
+            runs += [Run(side, "sac", "Hopper-v5", seed, 50_000) for side in ("sbx", "embodyrl")]
     return runs
 
 
@@ -136,13 +154,15 @@ def embodyrl_command(run: Run, out: Path) -> list[str]:
                "--actor.random_steps", warm_up, "--learner.min_replay", warm_up,
                "--eval_episodes", str(EVAL_EPISODES), "--eval_every", str(EVAL_EVERY),
                "--actor.credit_timeout_s", "3600"]
-    if run.algorithm == "crossq":  # the package's defaults are the paper's; said here as SBX is told them
-        command += ["--crossq.hidden_sizes", str(CROSSQ["actor_hidden_sizes"]),
-                    "--crossq.critic_hidden_sizes", str(CROSSQ["critic_hidden_sizes"]),
-                    "--crossq.batch_size", str(CROSSQ["batch_size"]), "--crossq.adam_b1", str(CROSSQ["adam_b1"]),
-                    "--crossq.policy_delay", str(CROSSQ["policy_delay"]),
-                    "--crossq.actor_lr", str(CROSSQ["learning_rate"]), "--crossq.critic_lr", str(CROSSQ["learning_rate"]),
-                    "--crossq.temperature_lr", str(CROSSQ["learning_rate"])]
+    if run.algorithm in CROSSQ_WIDTHS:  # the package's defaults are the paper's; said here as SBX is told them
+        settings = crossq_settings(run.algorithm)
+        command[command.index(run.algorithm)] = "crossq"
+        command += ["--crossq.hidden_sizes", str(settings["actor_hidden_sizes"]),
+                    "--crossq.critic_hidden_sizes", str(settings["critic_hidden_sizes"]),
+                    "--crossq.batch_size", str(settings["batch_size"]), "--crossq.adam_b1", str(settings["adam_b1"]),
+                    "--crossq.policy_delay", str(settings["policy_delay"]),
+                    "--crossq.actor_lr", str(settings["learning_rate"]), "--crossq.critic_lr", str(settings["learning_rate"]),
+                    "--crossq.temperature_lr", str(settings["learning_rate"])]
         return command
     section = "ddpg" if run.algorithm == "td3" else "sac"
     command += [f"--{section}.actor_lr", "3e-4", f"--{section}.critic_lr", "3e-4",
@@ -173,12 +193,13 @@ def sbx_main(algorithm: str, env_id: str, seed: int, steps: int, out: Path) -> N
                   gradient_steps=1, policy_kwargs={"net_arch": [256, 256]}, seed=seed, verbose=0)
     if algorithm == "td3":
         kwargs["action_noise"] = NormalActionNoise(np.zeros(dims), 0.1 * np.ones(dims))
-    if algorithm == "crossq":
-        kwargs.update(learning_starts=CROSSQ["random_steps"], batch_size=CROSSQ["batch_size"],
-                      learning_rate=CROSSQ["learning_rate"], policy_delay=CROSSQ["policy_delay"],
-                      policy_kwargs={"net_arch": {"pi": CROSSQ["actor_hidden_sizes"], "qf": CROSSQ["critic_hidden_sizes"]},
-                                     "optimizer_kwargs": {"b1": CROSSQ["adam_b1"]}})
-    kind = {"td3": sbx.TD3, "sac": sbx.SAC, "crossq": sbx.CrossQ}[algorithm]
+    settings = crossq_settings(algorithm) if algorithm in CROSSQ_WIDTHS else SETTINGS
+    if algorithm in CROSSQ_WIDTHS:
+        kwargs.update(learning_starts=settings["random_steps"], batch_size=settings["batch_size"],
+                      learning_rate=settings["learning_rate"], policy_delay=settings["policy_delay"],
+                      policy_kwargs={"net_arch": {"pi": settings["actor_hidden_sizes"], "qf": settings["critic_hidden_sizes"]},
+                                     "optimizer_kwargs": {"b1": settings["adam_b1"]}})
+    kind = sbx.CrossQ if algorithm in CROSSQ_WIDTHS else {"td3": sbx.TD3, "sac": sbx.SAC}[algorithm]
     saved = out / SBX_CHECKPOINT
     resume = _read_json(saved / "resume.json")  # {} unless a checkpoint was written whole
     if resume:
@@ -191,7 +212,7 @@ def sbx_main(algorithm: str, env_id: str, seed: int, steps: int, out: Path) -> N
     else:
         model = kind("MlpPolicy", env, **kwargs)
     config = {"side": "sbx", "sbx": sbx.__version__, "algorithm": algorithm, "task": f"gym:{env_id}",
-              "seed": seed, "steps": steps, **(CROSSQ if algorithm == "crossq" else SETTINGS),
+              "seed": seed, "steps": steps, **settings,
               **{k: getattr(model, k) for k in ("gamma", "tau", "buffer_size", "learning_starts", "batch_size")
                  if hasattr(model, k)},
               **({"policy_delay": model.policy_delay, "target_policy_noise": model.target_policy_noise,
@@ -516,13 +537,13 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     r = sub.add_parser("run", help="run what the plan has not done yet")
-    r.add_argument("--plan", choices=("parity", "async", "all", "crossq"), default="parity")
+    r.add_argument("--plan", choices=("parity", "async", "all", "crossq", "crossq-cpu"), default="parity")
     r.add_argument("--sides", default="", help="comma-separated sides to run (default: all of the plan's)")
     r.add_argument("--root", type=Path, default=Path("runs/compare"))
     r.add_argument("--only", default="*", help="run only the plan's runs whose names match this pattern "
                                                "(fnmatch, e.g. '*-sac-HalfCheetah-v5-s3')")
     rp = sub.add_parser("report", help="tables, curves and kept artifacts of the runs done so far")
-    rp.add_argument("--plan", choices=("parity", "async", "all", "crossq"), default="parity")
+    rp.add_argument("--plan", choices=("parity", "async", "all", "crossq", "crossq-cpu"), default="parity")
     rp.add_argument("--root", type=Path, default=Path("runs/compare"))
     rp.add_argument("--out", type=Path, default=Path("runs/compare-report"))
     args = parser.parse_args(argv)

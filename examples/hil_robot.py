@@ -99,7 +99,22 @@ VARIANTS = {
     "demos": {"algorithm": "rlpd", "demos": True, "person": False, "classifier": False},
     "demos_interventions": {"algorithm": "rlpd", "demos": True, "person": True, "classifier": False},
     "classifier_reward": {"algorithm": "rlpd", "demos": True, "person": True, "classifier": True},
+    "crossq_demos_interventions": {"algorithm": "crossq", "demos": True, "person": True, "classifier": False},
 }
+"""The last is the person-in-the-loop variant with CrossQ's critics (batch-renormalised, no target
+networks) in place of RLPD's ensemble, under RLPD's mixing (:data:`CROSSQ_FLAGS`)."""
+
+CROSSQ_FLAGS = ("--learner.mix", "{demonstration: 0.5, online: 0.5}", "--crossq.critic_hidden_sizes", "[256, 256]")
+"""CrossQ under RLPD's 50/50 sampling of demonstrations (and interventions) against online steps,
+its critics 256 wide as RLPD's are (the paper's 2048 train 20x slower on a CPU)."""
+
+
+def settings(plan: Plan, algorithm: str) -> list[str]:
+    """The plan's shared settings in ``algorithm``'s section (RLPD is SAC's), and CrossQ's own flags."""
+    section = "crossq" if algorithm == "crossq" else "sac"
+    flags = [f"--{section}." + flag.removeprefix("--sac.") if flag.startswith("--sac.") else flag
+             for flag in plan.settings]
+    return flags + list(CROSSQ_FLAGS) if algorithm == "crossq" else flags
 
 
 def cli(*args: str, cwd: Path, log: Path | None = None, timeout: float | None = None) -> str:
@@ -219,7 +234,7 @@ def train_to(out: Path, plan: Plan, variant: str, seed: int, steps: int) -> None
             "--algorithm", spec["algorithm"], "--steps", str(steps), "--seed", str(seed), "--quiet",
             "--eval_episodes", "1", "--learner.updates_per_step", str(plan.updates_per_step),
             "--actor.credit_timeout_s", "3600",  # a learner slowed by other work is waited for, not failed
-            "--learner.replay_capacity", str(replay_rows(plan)), *plan.settings]
+            "--learner.replay_capacity", str(replay_rows(plan)), *settings(plan, spec["algorithm"])]
     if spec["demos"]:
         args += ["--demos", "demos"]
     if spec["person"]:
@@ -339,7 +354,8 @@ def goals(variants: dict, plan: Plan) -> dict:
 
 LABELS = {"scratch": "SAC from scratch", "demos": "RLPD + 20 demonstrations",
           "demos_interventions": "RLPD + demonstrations + interventions",
-          "classifier_reward": "the same, reward from the classifier"}
+          "classifier_reward": "the same, reward from the classifier",
+          "crossq_demos_interventions": "CrossQ + demonstrations + interventions"}
 
 
 def plot(result: dict, path: Path) -> None:

@@ -133,18 +133,20 @@ def test_only_and_sides_pick_the_runs_a_lane_takes(compare, monkeypatch, tmp_pat
                      "sbx-sac-HalfCheetah-v5-s3", "embodyrl-sac-HalfCheetah-v5-s3"]
 
 
-def test_the_crossq_plan_runs_the_papers_settings_on_both_sides(compare, tmp_path):
+@pytest.mark.parametrize("which, width, count, steps", [("crossq", 2048, 20, 100_000), ("crossq-cpu", 256, 12, 50_000)])
+def test_the_crossq_plans_run_the_papers_settings_on_both_sides(compare, tmp_path, which, width, count, steps):
     from embodyrl.cli.commands import build_parser, train_config
 
-    runs = compare.plan("crossq")
-    assert len(runs) == 20 and {r.algorithm for r in runs} == {"crossq"} and {r.steps for r in runs} == {100_000}
+    runs = [r for r in compare.plan(which) if r.algorithm != "sac"]  # crossq-cpu ends with SAC's parity runs
+    assert len(runs) == count and {r.steps for r in runs} == {steps}
     assert [r.side for r in runs[:4]] == ["sbx", "embodyrl", "sbx", "embodyrl"]
+    assert compare.crossq_settings(runs[1].algorithm)["critic_hidden_sizes"] == [width, width]
     command = compare.embodyrl_command(runs[1], tmp_path / runs[1].name)
     args, args.overrides = build_parser().parse_known_args(command[3:])
     config = train_config(args, None)
     algo = config.algo.config
     assert config.algorithm == "crossq"
-    assert (algo.hidden_sizes, algo.critic_hidden_sizes, algo.batch_size) == ((256, 256), (2048, 2048), 256)
+    assert (algo.hidden_sizes, algo.critic_hidden_sizes, algo.batch_size) == ((256, 256), (width, width), 256)
     assert (algo.actor_lr, algo.critic_lr, algo.temperature_lr, algo.adam_b1, algo.policy_delay) == (1e-3, 1e-3, 1e-3,
                                                                                                       0.5, 3)
     assert config.actor.random_steps == config.learner.min_replay == 5_000

@@ -149,3 +149,25 @@ def test_bad_settings_and_camera_observations_are_refused_by_name():
     pixels = DictSpec.of(ArraySpec("top", (8, 8, 3), np.uint8))
     with pytest.raises(ValueError, match=r"crossq reads state observations; \['top'\] are camera images"):
         crossq.init(jax.random.key(0), pixels, ACT, CONFIG)
+
+
+def test_a_reward_only_camera_is_sent_but_never_read_by_the_networks_or_the_runtime():
+    """A robot file's ``reward_only`` camera arrives as ``crossq.encoder.ignore_fields``: the learnt
+    reward reads it at the edge; the networks and the exported graph read only the state."""
+    from dataclasses import replace
+
+    from embodyrl.algos.encoder_config import EncoderConfig
+
+    spec = DictSpec.of(ArraySpec("pos", (3,), np.float32), ArraySpec("top", (8, 8, 3), np.uint8))
+    config = replace(CONFIG, encoder=EncoderConfig(ignore_fields=("top",)))
+    algorithm = registry.build("crossq", config)
+    networks, state = algorithm.init(jax.random.key(0), spec, ACT)
+    assert list(networks.inputs) == ["pos"]
+    meta, arrays = algorithm.export(networks, algorithm.actor_params(state))
+    assert meta["graph"][0] == {"op": "concat", "fields": ["pos"]}
+    obs = {"pos": np.ones((4, 3), np.float32), "top": np.zeros((4, 8, 8, 3), np.uint8)}
+    np.testing.assert_allclose(runtime.NumpyPolicy(meta, arrays).mean_action(obs),
+                               algorithm.mean_action(networks, algorithm.actor_params(state), obs), atol=1e-5)
+    reading = registry.build("crossq", replace(CONFIG, encoder=EncoderConfig(image_fields=("top",))))
+    with pytest.raises(ValueError, match=r"\['top'\] are camera images"):  # an encoder it does not have
+        reading.init(jax.random.key(0), spec, ACT)

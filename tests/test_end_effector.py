@@ -199,7 +199,7 @@ def test_a_wrong_end_effector_section_is_refused_by_field(tmp_path, change, mess
 
 
 def test_the_quick_experiment_writes_every_key_keeps_its_runs_and_resumes_without_redoing_work(tmp_path):
-    """``examples/ee_reach.py --quick``: both variants through ``embodyrl train`` and evaluation, tiny."""
+    """``examples/ee_reach.py --quick``: every variant through ``embodyrl train`` and evaluation, tiny."""
     import subprocess
     import sys
 
@@ -210,7 +210,7 @@ def test_the_quick_experiment_writes_every_key_keeps_its_runs_and_resumes_withou
     proc = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads((tmp_path / "out" / "results.json").read_text())
-    assert set(result["variants"]) == {"joint", "end_effector"} and result["wall_s"] > 0
+    assert set(result["variants"]) == {"joint", "end_effector", "end_effector_crossq"} and result["wall_s"] > 0
     for variant in result["variants"].values():
         assert len(variant["steps"]) == 1 and variant["steps"][0] >= 400
         for key in ("success_rate", "final_distance"):
@@ -219,6 +219,9 @@ def test_the_quick_experiment_writes_every_key_keeps_its_runs_and_resumes_withou
     for name in ("plan.json", "results.json", "progress/joint-s0.json", "progress/end_effector-s0.json"):
         assert (tmp_path / "kept" / name).is_file(), name
     assert (tmp_path / "kept.png").is_file()
-    assert all(has_artifacts(tmp_path / "kept" / "runs" / run) for run in ("joint-s0", "end_effector-s0"))
+    kept_runs = ("joint-s0", "end_effector-s0", "end_effector_crossq-s0")
+    assert all(has_artifacts(tmp_path / "kept" / "runs" / run) for run in kept_runs)
+    crossq = json.loads((tmp_path / "out" / "runs" / "end_effector_crossq-s0" / "config.json").read_text())
+    assert crossq["algorithm"] == "crossq" and crossq["task"] == "arm_reach_ee"
     again = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0 and "success" not in again.stdout.split("{")[0]  # nothing trained again

@@ -29,17 +29,22 @@ def test_the_quick_experiment_writes_every_key_and_resumes_without_redoing_work(
     proc = subprocess.run(command, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads((tmp_path / "hil" / "results.json").read_text())
-    assert set(result["variants"]) == {"scratch", "demos", "demos_interventions", "classifier_reward"}
+    assert set(result["variants"]) == {"scratch", "demos", "demos_interventions", "classifier_reward",
+                                       "crossq_demos_interventions"}
     for name, variant in result["variants"].items():
         assert len(variant["steps"]) == len(variant["success_rate"]) == 1 and variant["steps"][0] >= 300
         assert 0.0 <= variant["success_rate"][0] <= 1.0
         assert set(variant["success_rate_by_seed"]) == {"0"}
-        assert ("intervention_rate" in variant) == (name in ("demos_interventions", "classifier_reward"))
+        assert ("intervention_rate" in variant) == (name in ("demos_interventions", "classifier_reward",
+                                                             "crossq_demos_interventions"))
     assert 0.0 < result["variants"]["demos_interventions"]["intervention_rate"][0] <= 1.0  # the person acted
     assert {"precision", "recall"} <= set(result["classifier"]) and result["wall_s"] > 0
     assert result["demonstrations"]["episodes"] == 3 and result["goals"]["complete"]
     for run in ("scratch-s0", "classifier_reward-s0"):  # every run is a real run directory
         assert (tmp_path / "hil" / "runs" / run / "config.json").exists()
+    crossq = json.loads((tmp_path / "hil" / "runs" / "crossq_demos_interventions-s0" / "config.json").read_text())
+    assert crossq["algorithm"] == "crossq" and crossq["learner"]["mix"] == {"demonstration": 0.5, "online": 0.5}
+    assert crossq["algo"]["discount"] == 0.97 and crossq["algo"]["critic_hidden_sizes"] == [256, 256]
     robot = json.loads((tmp_path / "hil" / "runs" / "classifier_reward-s0" / "config.json").read_text())["robot"]
     recorded = robot["files"]["push_classifier.yaml"]
     assert recorded["declaration"]["task"]["reward"] == "classifier:classifier" and recorded["classifier"]["sha256"]
@@ -52,7 +57,7 @@ def test_the_quick_experiment_writes_every_key_and_resumes_without_redoing_work(
 
     # another machine: an empty --out goes on from what --keep holds, training nothing again
     kept = tmp_path / "kept"
-    assert len(kept_runs(kept / "runs")) == 4 and all(has_artifacts(run) for run in kept_runs(kept / "runs"))
+    assert len(kept_runs(kept / "runs")) == 5 and all(has_artifacts(run) for run in kept_runs(kept / "runs"))
     assert (kept / "classifier" / "metrics.json").exists() and (kept / "progress.json").exists()
     elsewhere = [*command[:3], str(tmp_path / "elsewhere"), *command[4:]]
     started = time.monotonic()

@@ -1,6 +1,8 @@
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from ..encoder_config import EncoderConfig
 
 SECTION = "crossq"
 """The TrainConfig section holding these settings."""
@@ -37,6 +39,9 @@ class CrossQConfig:
     """Batch renormalisation in the actor too (the paper's); the numpy runtime runs it as ``batch_norm``."""
     log_std_min: float = -20.0
     log_std_max: float = 2.0
+    encoder: EncoderConfig = field(default_factory=EncoderConfig)
+    """Only ``ignore_fields`` (fields no network reads, as a robot file's reward-only cameras): CrossQ
+    here has no image encoder, and ``image_fields`` are refused when the networks are built."""
 
     def __post_init__(self):
         if self.policy_delay < 1:

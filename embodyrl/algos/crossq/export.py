@@ -23,7 +23,7 @@ def head(networks: CrossQNetworks) -> PolicyHead:
 def export_crossq(networks: CrossQNetworks, actor: dict,
                   version: PolicyVersion = NO_POLICY) -> tuple[dict, dict[str, np.ndarray]]:
     """(graph, arrays) of an :func:`~.networks.acting` actor: its mean action, and samples of its policy."""
-    graph = [concat(networks.observation_spec)]
+    graph = [concat(networks.inputs)]  # an ignored field is sent and never read
     layers = len(actor["layers"])
     for i in range(layers):
         if i in actor["norms"]:

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 from ...hal.runtime import bounded_log_std
 from ...hal.specs import ArraySpec, DictSpec
 from ..encoder_config import EncoderConfig
-from ..encoders import image_fields
+from ..encoders import image_fields, network_inputs
 from ..networks import ActionScale, flatten_observation, observation_size, squashed_gaussian
 from .config import CrossQConfig
 
@@ -106,15 +106,12 @@ class CrossQNetworks:
     norm: Norm
     log_std_min: float
     log_std_max: float
-
-    @property
-    def inputs(self) -> DictSpec:
-        """The fields the networks read: all of them (export reads this)."""
-        return self.observation_spec
+    inputs: DictSpec
+    """The fields the networks read: all but ``crossq.encoder.ignore_fields`` (export reads this)."""
 
     def distribution(self, actor_params, actor_stats, observation, train: bool = False):
         """((mean, log_std) of the pre-tanh Gaussian, the actor's new stats)."""
-        out, stats = mlp(actor_params, actor_stats, flatten_observation(observation, self.observation_spec),
+        out, stats = mlp(actor_params, actor_stats, flatten_observation(observation, self.inputs),
                          self.norm, train)
         mean, raw = jnp.split(out, 2, axis=-1)
         return (mean, bounded_log_std(raw, self.log_std_min, self.log_std_max, "clip", jnp)), stats
@@ -136,7 +133,7 @@ class CrossQNetworks:
 
     def q_values(self, critic_params, critic_stats, observation, action, train: bool = False):
         """(every critic's Q(o, a) [critics, batch...], the critics' new stats)."""
-        xa = jnp.concatenate([flatten_observation(observation, self.observation_spec),
+        xa = jnp.concatenate([flatten_observation(observation, self.inputs),
                               self.scale.to_unit(action)], axis=-1)
         out, stats = jax.vmap(lambda p, s: mlp(p, s, xa, self.norm, train))(critic_params, critic_stats)
         return out[..., 0], stats
@@ -149,17 +146,20 @@ def _stats(actor: dict) -> dict:
 
 def make_networks(observation_spec: DictSpec, action_spec: ArraySpec, config: CrossQConfig, key: jax.Array):
     """(networks, actor params, actor stats, critic params, critic stats); the critics' are stacked
-    on a leading axis. Camera images are refused: CrossQ here reads state observations."""
-    images = image_fields(observation_spec, EncoderConfig(image_fields=("auto",)), "crossq")
-    if images:
-        raise ValueError(f"crossq reads state observations; {list(images)} are camera images "
-                         "(sac and ddpg train through the image encoder)")
-    obs_size, act_size = observation_size(observation_spec), action_spec.size
+    on a leading axis. They read every field but ``config.encoder.ignore_fields`` (a robot file's
+    reward-only cameras); camera images read are refused: CrossQ here has no image encoder."""
+    inputs = network_inputs(observation_spec, config.encoder, "crossq.encoder")
+    images = image_fields(inputs, EncoderConfig(image_fields=("auto",)), "crossq")
+    if images or config.encoder.image_fields:
+        raise ValueError(f"crossq reads state observations; {list(images or config.encoder.image_fields)} are "
+                         "camera images (sac and ddpg train through the image encoder; list a camera in "
+                         "crossq.encoder.ignore_fields, or reward_only in a robot file, if no network reads it)")
+    obs_size, act_size = observation_size(inputs), action_spec.size
     actor_key, *critic_keys = jax.random.split(key, 1 + config.num_critics)
     actor_params, actor_stats = init_mlp(actor_key, [obs_size, *config.hidden_sizes, 2 * act_size],
                                          config.actor_batch_norm)
     critics = [init_mlp(k, [obs_size + act_size, *config.critic_hidden_sizes, 1], True) for k in critic_keys]
     critic_params, critic_stats = (jax.tree.map(lambda *xs: jnp.stack(xs), *[c[i] for c in critics]) for i in (0, 1))
     networks = CrossQNetworks(observation_spec, action_spec, ActionScale(action_spec), Norm.of(config),
-                              config.log_std_min, config.log_std_max)
+                              config.log_std_min, config.log_std_max, inputs)
     return networks, actor_params, actor_stats, critic_params, critic_stats
