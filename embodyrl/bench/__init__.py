@@ -32,7 +32,8 @@ def run(name: str, quick: bool = False) -> dict:
     return module.run(quick=quick)
 
 
-for _name in ("hal", "replay", "transport", "drivers", "algos", "chaos", "coupling", "coupling_c", "pixels", "hetero", "console", "weights", "scale"):
+for _name in ("hal", "replay", "transport", "drivers", "algos", "chaos", "coupling", "coupling_c", "pixels", "hetero", "console", "weights", "scale",
+              "crossq"):
     register(_name, _name)
 
 
