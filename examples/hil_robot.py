@@ -349,6 +349,7 @@ def goals(variants: dict, plan: Plan) -> dict:
         "intervention_rate_final": final_rate,
         "intervention_rate_below_5pct": final_rate is not None and final_rate < 0.05,
         "classifier_within_10_points": abs(d["success_rate"][-1] - c["success_rate"][-1]) <= 0.10,
+        "crossq_steps_to_90": first_reaching(variants["crossq_demos_interventions"], 0.9),
     }
 
 

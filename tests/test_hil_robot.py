@@ -44,7 +44,7 @@ def test_the_quick_experiment_writes_every_key_and_resumes_without_redoing_work(
         assert (tmp_path / "hil" / "runs" / run / "config.json").exists()
     crossq = json.loads((tmp_path / "hil" / "runs" / "crossq_demos_interventions-s0" / "config.json").read_text())
     assert crossq["algorithm"] == "crossq" and crossq["learner"]["mix"] == {"demonstration": 0.5, "online": 0.5}
-    assert crossq["algo"]["discount"] == 0.97 and crossq["algo"]["critic_hidden_sizes"] == [256, 256]
+    assert crossq["crossq"]["discount"] == 0.97 and crossq["crossq"]["critic_hidden_sizes"] == [256, 256]
     robot = json.loads((tmp_path / "hil" / "runs" / "classifier_reward-s0" / "config.json").read_text())["robot"]
     recorded = robot["files"]["push_classifier.yaml"]
     assert recorded["declaration"]["task"]["reward"] == "classifier:classifier" and recorded["classifier"]["sha256"]

@@ -29,6 +29,8 @@ class TrainingState(NamedTuple):
     temperature_opt_state: optax.OptState
     key: jax.Array
     steps: jax.Array
+    actor_metrics: jax.Array
+    """(actor loss, temperature loss, entropy) of the last actor step: what the steps between report."""
 
 
 def _optimizers(config: CrossQConfig):
@@ -45,7 +47,7 @@ def init(key: jax.Array, observation_spec: DictSpec, action_spec: ArraySpec,
     log_alpha = jnp.asarray(jnp.log(config.init_temperature), jnp.float32)
     return networks, TrainingState(actor, actor_stats, critic, critic_stats, log_alpha, actor_opt.init(actor),
                                    critic_opt.init(critic), temp_opt.init(log_alpha), state_key,
-                                   jnp.zeros((), jnp.int32))
+                                   jnp.zeros((), jnp.int32), jnp.zeros(3, jnp.float32))
 
 
 def actor_params(state: TrainingState) -> dict:
@@ -80,15 +82,13 @@ def make_update(networks: CrossQNetworks, config: CrossQConfig):
             return state._replace(actor_params=optax.apply_updates(state.actor_params, a_updates),
                                   actor_stats=actor_stats, actor_opt_state=actor_opt_state,
                                   log_alpha=optax.apply_updates(state.log_alpha, t_update),
-                                  temperature_opt_state=temperature_opt_state), (a_loss, t_loss, entropy)
+                                  temperature_opt_state=temperature_opt_state,
+                                  actor_metrics=jnp.stack([a_loss, t_loss, entropy]).astype(jnp.float32))
 
-        def actor_waits(state):  # the losses for the metrics only: no gradient, nothing moves
-            a_loss, (_, entropy) = actor_loss(state.actor_params, state.actor_stats, state.critic_params,
-                                              state.critic_stats, alpha, batch, actor_key)
-            return state, (a_loss, state.log_alpha * (entropy - target_entropy), entropy)
-
-        state, (a_loss, t_loss, entropy) = jax.lax.cond(state.steps % config.policy_delay == 0, actor_step,
-                                                        actor_waits, state)
+        # between actor steps nothing is computed for the actor: the last step's losses are reported
+        # (a forward pass of the critics for the metrics alone cost 15 to 25 % of an update)
+        state = jax.lax.cond(state.steps % config.policy_delay == 0, actor_step, lambda state: state, state)
+        a_loss, t_loss, entropy = state.actor_metrics
         return state, {"critic_loss": c_loss, "actor_loss": a_loss, "temperature": alpha,
                        "temperature_loss": t_loss, "entropy": entropy, "target_entropy": target_entropy, **c_aux}
 
