@@ -13,6 +13,10 @@ def test_task_defaults_apply():
     pendulum = default_config("pendulum")
     assert pendulum.algorithm == "sac" and pendulum.steps == 30_000 and pendulum.sac.discount == 0.99
     assert TrainConfig().algorithm == "ddpg" and TrainConfig().steps == 20_000
+    cheetah = default_config("gym:HalfCheetah-v5")  # the measured CrossQ, not the paper's GPU width
+    assert cheetah.algorithm == "crossq" and cheetah.steps == 50_000 and cheetah.crossq.critic_hidden_sizes == (256, 256)
+    assert cheetah.actor.random_steps == cheetah.learner.min_replay == 5_000
+    assert default_config("gym:Hopper-v5").algorithm == "ddpg"  # a task not measured keeps the generic default
 
 
 @pytest.mark.parametrize(("change", "message"), [
