@@ -16,6 +16,8 @@ def test_task_defaults_apply():
     cheetah = default_config("gym:HalfCheetah-v5")  # the measured CrossQ, not the paper's GPU width
     assert cheetah.algorithm == "crossq" and cheetah.steps == 50_000 and cheetah.crossq.critic_hidden_sizes == (256, 256)
     assert cheetah.actor.random_steps == cheetah.learner.min_replay == 5_000
+    learner = cheetah.learner  # CrossQ's younger policy, from its registry entry
+    assert (learner.rate_tolerance, learner.credit_quantum, learner.publish_every) == (256, 128, 16)
     assert default_config("gym:Hopper-v5").algorithm == "ddpg"  # a task not measured keeps the generic default
 
 
