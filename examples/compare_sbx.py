@@ -69,6 +69,11 @@ def crossq_settings(algorithm: str) -> dict:
     return {**CROSSQ, "critic_hidden_sizes": [CROSSQ_WIDTHS[algorithm]] * 2}
 
 
+def registered(algorithm: str) -> str:
+    """The name each library knows a run's algorithm by: every CrossQ width is CrossQ."""
+    return "crossq" if algorithm in CROSSQ_WIDTHS else algorithm
+
+
 def random_steps(algorithm: str) -> int:
     return CROSSQ["random_steps"] if algorithm in CROSSQ_WIDTHS else RANDOM_STEPS
 
@@ -149,14 +154,13 @@ holds the actor's log std by clipping into [-20, 2] (SBX's; a fresh actor explor
 
 def embodyrl_command(run: Run, out: Path) -> list[str]:
     warm_up = str(random_steps(run.algorithm))
-    command = [sys.executable, "-m", "embodyrl.cli", "train", f"gym:{run.env}", "--algorithm", run.algorithm,
+    command = [sys.executable, "-m", "embodyrl.cli", "train", f"gym:{run.env}", "--algorithm", registered(run.algorithm),
                "--steps", str(run.steps), "--seed", str(run.seed), "--run-dir", str(out), "--quiet",
                "--actor.random_steps", warm_up, "--learner.min_replay", warm_up,
                "--eval_episodes", str(EVAL_EPISODES), "--eval_every", str(EVAL_EVERY),
                "--actor.credit_timeout_s", "3600"]
     if run.algorithm in CROSSQ_WIDTHS:  # the package's defaults are the paper's; said here as SBX is told them
         settings = crossq_settings(run.algorithm)
-        command[command.index(run.algorithm)] = "crossq"
         command += ["--crossq.hidden_sizes", str(settings["actor_hidden_sizes"]),
                     "--crossq.critic_hidden_sizes", str(settings["critic_hidden_sizes"]),
                     "--crossq.batch_size", str(settings["batch_size"]), "--crossq.adam_b1", str(settings["adam_b1"]),
@@ -193,13 +197,14 @@ def sbx_main(algorithm: str, env_id: str, seed: int, steps: int, out: Path) -> N
                   gradient_steps=1, policy_kwargs={"net_arch": [256, 256]}, seed=seed, verbose=0)
     if algorithm == "td3":
         kwargs["action_noise"] = NormalActionNoise(np.zeros(dims), 0.1 * np.ones(dims))
-    settings = crossq_settings(algorithm) if algorithm in CROSSQ_WIDTHS else SETTINGS
-    if algorithm in CROSSQ_WIDTHS:
+    crossq = algorithm in CROSSQ_WIDTHS
+    settings = crossq_settings(algorithm) if crossq else SETTINGS
+    if crossq:
         kwargs.update(learning_starts=settings["random_steps"], batch_size=settings["batch_size"],
                       learning_rate=settings["learning_rate"], policy_delay=settings["policy_delay"],
                       policy_kwargs={"net_arch": {"pi": settings["actor_hidden_sizes"], "qf": settings["critic_hidden_sizes"]},
                                      "optimizer_kwargs": {"b1": settings["adam_b1"]}})
-    kind = sbx.CrossQ if algorithm in CROSSQ_WIDTHS else {"td3": sbx.TD3, "sac": sbx.SAC}[algorithm]
+    kind = {"td3": sbx.TD3, "sac": sbx.SAC, "crossq": sbx.CrossQ}[registered(algorithm)]
     saved = out / SBX_CHECKPOINT
     resume = _read_json(saved / "resume.json")  # {} unless a checkpoint was written whole
     if resume:

@@ -28,15 +28,14 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from hil_robot import cli, save_json
+from hil_robot import CROSSQ_CPU_WIDTH, cli, save_json
 
 VARIANTS = {"joint": ("arm_reach", "sac"), "end_effector": ("arm_reach_ee", "sac"),
             "end_effector_crossq": ("arm_reach_ee", "crossq")}
 """variant -> (task, algorithm)."""
 LABELS = {"joint": "SAC, joint torques (arm_reach)", "end_effector": "SAC, end-effector moves (arm_reach_ee)",
           "end_effector_crossq": "CrossQ, end-effector moves"}
-ALGORITHM_FLAGS = {"sac": [], "crossq": ["--crossq.critic_hidden_sizes", "[256, 256]"]}
-"""CrossQ's critics as wide as SAC's: the paper's 2048 train 20x slower on a CPU."""
+ALGORITHM_FLAGS = {"sac": (), "crossq": CROSSQ_CPU_WIDTH}
 
 
 @dataclass(frozen=True)

@@ -104,9 +104,10 @@ VARIANTS = {
 """The last is the person-in-the-loop variant with CrossQ's critics (batch-renormalised, no target
 networks) in place of RLPD's ensemble, under RLPD's mixing (:data:`CROSSQ_FLAGS`)."""
 
-CROSSQ_FLAGS = ("--learner.mix", "{demonstration: 0.5, online: 0.5}", "--crossq.critic_hidden_sizes", "[256, 256]")
-"""CrossQ under RLPD's 50/50 sampling of demonstrations (and interventions) against online steps,
-its critics 256 wide as RLPD's are (the paper's 2048 train 20x slower on a CPU)."""
+CROSSQ_CPU_WIDTH = ("--crossq.critic_hidden_sizes", "[256, 256]")
+"""CrossQ's critics as wide as SAC's and RLPD's: the paper's 2048 train 20x slower on a CPU."""
+CROSSQ_FLAGS = ("--learner.mix", "{demonstration: 0.5, online: 0.5}", *CROSSQ_CPU_WIDTH)
+"""CrossQ under RLPD's 50/50 sampling of demonstrations (and interventions) against online steps."""
 
 
 def settings(plan: Plan, algorithm: str) -> list[str]:
