@@ -7,7 +7,8 @@
   pendulum_pixels_stacked, halfcheetah);
 * ``gym:ID``, any Gymnasium id with a ``Box`` action space, driven through
   :mod:`embodyrl.hal.drivers.gymnasium` (``gym:Pendulum-v1``,
-  ``gym:HalfCheetah-v5``).
+  ``gym:HalfCheetah-v5``; ``gym:MODULE:ID`` imports the module that registers
+  the id first, as ``gymnasium.make`` does).
 
 Tasks joined by ``+`` (``pendulum+arm_reach``) name a run over devices of
 different shapes, one policy with per-device heads; ``parts(name)`` splits
@@ -86,7 +87,13 @@ def is_known(name: str) -> bool:
     except ImportError:
         return False
     register_gymnasium()
-    return name[len(GYM_PREFIX):] in gymnasium.registry
+    module, _, env_id = name[len(GYM_PREFIX):].rpartition(":")
+    if module:  # Gymnasium's "module:id": the module registers the id on import
+        try:
+            import_module(module)
+        except ImportError:
+            return False
+    return env_id in gymnasium.registry
 
 
 def unknown_reason(name: str) -> str:

@@ -5,7 +5,8 @@ observation becomes one field named ``observation``, a ``Dict`` of boxes one
 field per key; the action space must be a ``Box``. ``GymTask(device)`` gives
 the environment's own reward and termination to the actor loop, and its
 time limit (``env.spec.max_episode_steps``) as ``max_episode_steps``, so
-termination and truncation stay distinct.
+termination and truncation stay distinct; an env that reports
+``info["is_success"]`` gives the episode's success too.
 
 The task reads what the device's last ``step`` returned, so it must be asked
 in the loop's order: ``device.step(a)`` then ``task.reward(o, a, o')`` and
@@ -100,6 +101,12 @@ class GymTask(Task):
     def truncated(self, next_observation) -> bool:
         """The env's own truncation (its time limit, or any other reason it gives)."""
         return self.device.last_truncated
+
+    def episode_metrics(self, observations) -> dict[str, float]:
+        """``success`` where the env's last step said (``info["is_success"]``, Gymnasium-Robotics' and
+        Stable-Baselines3's convention), so a recording is labelled without asking a person."""
+        info = self.device.last_info
+        return {"success": float(bool(info["is_success"]))} if "is_success" in info else {}
 
 
 def make(env_id: str, **kwargs) -> tuple[GymDevice, GymTask]:
