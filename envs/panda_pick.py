@@ -206,6 +206,9 @@ person = Person()
 
 EPISODE_LOG = "EMBODYRL_PANDA_PICK_EPISODES"
 """Where :func:`logged` appends one JSON line per episode, when this environment variable names a file."""
+STEP_COUNT = "EMBODYRL_PANDA_PICK_STEPS"
+"""Where :func:`logged` keeps the count of steps this process has taken (rewritten every step), when set:
+the fault experiment reads what an actor took before it was killed, unfinished episode included."""
 
 
 class EpisodeLog:
@@ -250,6 +253,8 @@ def logged(env):
     if not path:
         return env
     log = EpisodeLog(Path(path))
+    counter = os.environ.get(STEP_COUNT)
+    taken = [0]
 
     class Logged(gymnasium.Wrapper):
         def reset(self, **kwargs):
@@ -260,6 +265,9 @@ def logged(env):
         def step(self, action):
             result = self.env.step(action)
             log.step(result[1], result[2] or result[3])
+            if counter:
+                taken[0] += 1
+                Path(counter).write_text(str(taken[0]))
             return result
 
     return Logged(env)

@@ -44,7 +44,7 @@ TASK = "gym:embodyrl.envs.panda_pick:embodyrl/PandaPickCube-v0"
 EXPERT = "script:embodyrl.envs.panda_pick:expert"
 PERSON = "script:embodyrl.envs.panda_pick:person"
 LEROBOT_TASK = "PandaPickCubeScripted-v0"
-EPISODE_LOG = "EMBODYRL_PANDA_PICK_EPISODES"
+EPISODE_LOG, STEP_COUNT = "EMBODYRL_PANDA_PICK_EPISODES", "EMBODYRL_PANDA_PICK_STEPS"
 VERSIONS = {"torch": "2.9.1", "lerobot": "0.4.4", "gym-hil": "0.1.14", "grpcio": "1.73.1"}
 SIDES = ("embodyrl", "lerobot")
 
@@ -89,11 +89,13 @@ def venv_python(venv: Path) -> Path:
     return python
 
 
-def environ(episodes: Path | None = None) -> dict:
+def environ(episodes: Path | None = None, step_count: Path | None = None) -> dict:
     env = {**os.environ, "MUJOCO_GL": os.environ.get("MUJOCO_GL", "egl"), "HF_HUB_OFFLINE": "1",
            "WANDB_MODE": "disabled", "PYTHONPATH": str(REPO)}
     if episodes is not None:
         env[EPISODE_LOG] = str(episodes)
+    if step_count is not None:
+        env[STEP_COUNT] = str(step_count)
     return env
 
 
@@ -131,7 +133,8 @@ print(json.dumps(out))
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def lerobot_config(run: Path, who: str, seed: int, plan: Plan, bounds: dict, demos: Path) -> Path:
+def lerobot_config(run: Path, who: str, seed: int, plan: Plan, bounds: dict, demos: Path,
+                   resume: bool = False) -> Path:
     """LeRobot's HIL-SERL config for this run's learner or actor (``who``; the same but for the output
     directory), written from LeRobot 0.4.4's config classes (its shipped configs live on the Hugging
     Face Hub, which is not reachable here)."""
@@ -141,7 +144,7 @@ def lerobot_config(run: Path, who: str, seed: int, plan: Plan, bounds: dict, dem
     stats = {"observation.state": bounds["state"], "observation.environment_state": bounds["environment_state"],
              "action": {"min": [-1.0, -1.0, -1.0], "max": [1.0, 1.0, 1.0]}}
     config = {
-        "output_dir": str(run / who), "job_name": f"pick-{seed}", "resume": False, "seed": seed,
+        "output_dir": str(run / who), "job_name": f"pick-{seed}", "resume": resume, "seed": seed,
         "batch_size": plan.batch, "steps": 10**9, "log_freq": 100, "save_checkpoint": True,
         "save_freq": plan.save_every, "num_workers": 0, "wandb": {"enable": False},
         "dataset": {"repo_id": "local/panda_pick_demos", "root": str(demos), "use_imagenet_stats": False},
@@ -186,16 +189,24 @@ def niced(command: list[str]) -> list[str]:
     return ["nice", "-n", "5", *command]
 
 
+def embodyrl_settings(plan: Plan) -> list[str]:
+    """embodyrl's side: RLPD as its person-in-the-loop experiment runs it, the shared settings, and
+    LayerNorm in the actor (as SERL's networks have): gym-hil's state holds the gripper command in
+    0..255 unscaled, which saturated the plain actor's tanh (entropy near -10 against a target of -2,
+    the temperature growing without end, no success in 10k steps)."""
+    return ["--algorithm", "rlpd", "--learner.updates_per_step", "2", "--learner.n_step", "3",
+            "--sac.discount", str(plan.discount), "--sac.init_temperature", str(plan.temperature),
+            "--sac.actor_layer_norm", "true",
+            "--actor.random_steps", str(plan.learning_starts), "--learner.min_replay", str(plan.learning_starts)]
+
+
 def run_embodyrl(python: Path, root: Path, seed: int, plan: Plan) -> dict:
     run = root / "embodyrl" / f"seed{seed}"
     run.parent.mkdir(parents=True, exist_ok=True)
     episodes = run.parent / f"seed{seed}.episodes.jsonl"
-    command = [str(python), "-m", "embodyrl.cli", "train", TASK, "--algorithm", "rlpd", "--demos",
-               str(root / "demos"), "--teleop", PERSON, "--steps", str(plan.steps), "--seed", str(seed),
-               "--run-dir", str(run), "--quiet", "--eval_episodes", "0", "--learner.updates_per_step", "2",
-               "--learner.n_step", "3", "--sac.discount", str(plan.discount), "--sac.init_temperature",
-               str(plan.temperature), "--actor.random_steps", str(plan.learning_starts),
-               "--learner.min_replay", str(plan.learning_starts)]
+    command = [str(python), "-m", "embodyrl.cli", "train", TASK, "--demos", str(root / "demos"), "--teleop",
+               PERSON, "--steps", str(plan.steps), "--seed", str(seed), "--run-dir", str(run), "--quiet",
+               "--eval_episodes", "0", *embodyrl_settings(plan)]
     with (run.parent / f"seed{seed}.log").open("w") as log:
         started = time.time()
         proc = subprocess.Popen(niced(command), env=environ(episodes), cwd=root, stdout=log, stderr=log)
@@ -240,6 +251,85 @@ def curve(rows: list[dict], started: float, window: int) -> list[dict]:
     return points
 
 
+def on_grid(points: list[dict], key: str, grid, x: str = "steps"):
+    """``key`` of a run's curve at each ``grid`` value of ``x`` (the latest point at or before it)."""
+    import numpy as np
+
+    xs = np.array([p[x] for p in points])
+    ys = np.array([p[key] for p in points])
+    return np.array([ys[xs <= g][-1] if (xs <= g).any() else np.nan for g in grid])
+
+
+def first_reaching(points: list[dict], level: float, x: str) -> float | None:
+    return next((p[x] for p in points if p["unaided_success"] >= level), None)
+
+
+def summarise(progress: dict, plan: Plan) -> dict:
+    """Per side: the final success without help (mean of each seed's last window), the person's share,
+    resources; and steps and seconds for each embodyrl seed to reach LeRobot's final level."""
+    import numpy as np
+
+    out = {"plan": asdict(plan), "versions": VERSIONS, "sides": {}}
+    for side in SIDES:
+        runs = [progress[f"{side}/seed{seed}"] for seed in plan.seeds if f"{side}/seed{seed}" in progress]
+        if not runs:
+            continue
+        finals = [r["curve"][-1]["unaided_success"] if r["curve"] else 0.0 for r in runs]
+        shares = [r["curve"][-1]["person_share"] if r["curve"] else None for r in runs]
+        cpu = [sum(p.get("cpu_s", 0.0) for p in r["processes"].values()) for r in runs]
+        peak = [sum(p.get("peak_mb", 0.0) for p in r["processes"].values()) for r in runs]
+        out["sides"][side] = {"seeds": len(runs), "final_unaided_success": float(np.mean(finals)),
+                              "final_unaided_success_by_seed": finals, "final_person_share_by_seed": shares,
+                              "wall_s": float(np.mean([r["wall_s"] for r in runs])),
+                              "cpu_s": float(np.mean(cpu)), "peak_mb_sum_of_processes": float(np.mean(peak))}
+    if {"embodyrl", "lerobot"} <= set(out["sides"]):
+        level = out["sides"]["lerobot"]["final_unaided_success"]
+        reach = {}
+        for side in SIDES:
+            runs = [progress[f"{side}/seed{s}"] for s in plan.seeds if f"{side}/seed{s}" in progress]
+            reach[side] = {"steps": [first_reaching(r["curve"], level, "steps") for r in runs],
+                           "wall_s": [first_reaching(r["curve"], level, "wall_s") for r in runs]}
+        out["reach_lerobot_final"] = {"level": level, **reach}
+    return out
+
+
+def plot(progress: dict, plan: Plan, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+    grid = np.linspace(0, plan.steps, 41)[1:]
+    for side, colour in zip(SIDES, ("C0", "C1"), strict=True):
+        runs = [progress[f"{side}/seed{s}"] for s in plan.seeds if f"{side}/seed{s}" in progress]
+        for key, ax in (("unaided_success", axes[0]), ("person_share", axes[2])):
+            ys = np.array([on_grid(r["curve"], key, grid) for r in runs if r["curve"]])
+            if len(ys):
+                ax.plot(grid, np.nanmean(ys, 0), color=colour, label=f"{side} ({len(ys)} seeds)")
+                ax.fill_between(grid, np.nanmin(ys, 0), np.nanmax(ys, 0), color=colour, alpha=0.2)
+        for r in runs:
+            axes[1].plot([p["wall_s"] for p in r["curve"]], [p["unaided_success"] for p in r["curve"]],
+                         color=colour, alpha=0.7)
+    axes[0].set(xlabel="environment steps", ylabel=f"success without help (last {plan.window} episodes)")
+    axes[1].set(xlabel="wall clock (s)", ylabel="success without help (each seed)")
+    axes[2].set(xlabel="environment steps", ylabel="the person's share of steps")
+    axes[0].legend()
+    fig.suptitle("gym-hil PandaPickCube (state): embodyrl (RLPD) against LeRobot's HIL-SERL (SAC)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def report(root: Path, plan: Plan) -> dict:
+    progress = json.loads((root / "progress.json").read_text())
+    summary = summarise(progress, plan)
+    (root / "summary.json").write_text(json.dumps(summary, indent=2))
+    plot(progress, plan, root / "curves.png")
+    return summary
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--root", type=Path, required=True)
@@ -272,6 +362,7 @@ def main(argv=None) -> int:
             progress_path.write_text(json.dumps(progress, indent=2))
             last = result["curve"][-1] if result["curve"] else {}
             print(f"{key}: {len(rows)} episodes, {result['wall_s']:.0f} s, last window {last}", flush=True)
+    print(json.dumps(report(root, plan)["sides"]), flush=True)
     return 0
 
 

@@ -148,6 +148,33 @@ def test_a_restarted_learner_is_greeted_as_soon_as_it_listens(tmp_path):
     learner.crash()
 
 
+def test_a_learner_stopped_before_its_budget_says_so_and_its_actors_dial_its_restart(tmp_path):
+    """A learner stopped cleanly (Ctrl-C) before its budget commits, acks and says BYE with
+    ``restart``: the link keeps its spool and greets the learner started again on the same port,
+    which takes the rows spooled meanwhile. Only a BYE without it (the run complete) ends the link."""
+    learner = Learner(free_port(), tmp_path / "learner")
+    learner.start()
+    link = make_link(learner.port, peer_timeout_s=30.0)
+    connect(learner, link)
+    link.send_steps(0, batch(16))
+    assert pump(link, lambda: link.acked_seq == 1)
+    closing = threading.Thread(target=learner.served.close, kwargs={"restart": True})
+    closing.start()  # the link is polled meanwhile, as an actor's loop polls it
+    assert pump(link, lambda: not link.connected, timeout_s=5)
+    closing.join()
+    assert link.bye_reason is None
+    link.send_steps(0, batch(16))  # spooled while the learner is down
+    learner.start()
+    assert pump(link, lambda: link.acked_seq == 2, timeout_s=10)
+    assert link.bye_reason is None and learner.read(lambda s: s.server.stats.duplicates) == 0
+    closing = threading.Thread(target=learner.served.close)  # the run complete: goodbye
+    closing.start()
+    assert pump(link, lambda: link.bye_reason is not None, timeout_s=5)
+    closing.join()
+    assert link.bye_reason == "the test is over"
+    link.close()
+
+
 def test_the_final_flush_outlasts_a_slow_restart_and_says_what_it_gives_up(tmp_path):
     """The failure this fixes: the actor's last batch was spooled when the learner was SIGKILLed,
     and its final flush gave up before the restarted learner listened; the process exited 0."""

@@ -145,7 +145,8 @@ def test_numpy_actor_example_runs_an_episode_without_jax(tmp_path):
     assert report["jax_imported"] is False
 
 
-@pytest.mark.parametrize("bounds", [{}, {"log_std_bounds": "clip", "log_std_min": -20.0}])
+@pytest.mark.parametrize("bounds", [{}, {"log_std_bounds": "clip", "log_std_min": -20.0},
+                                    {"actor_layer_norm": True}])
 def test_sac_export_matches_jax_and_samples_like_it(bounds):
     from embodyrl.algos import sac
     from embodyrl.cli.export import export_sac
@@ -157,8 +158,11 @@ def test_sac_export_matches_jax_and_samples_like_it(bounds):
     numpy_policy = runtime.NumpyPolicy(*export_sac(networks, state.actor_params, config, PolicyVersion(3, 4)), seed=0)
     rng = np.random.default_rng(1)
     obs = {"pos": rng.normal(size=(64, 3)).astype(np.float32), "vel": rng.normal(size=(64, 2)).astype(np.float32)}
+    obs["pos"][:, 0] *= 255.0  # a field far from unit scale (a gripper command)
     np.testing.assert_allclose(numpy_policy.mean_action(obs), networks.mean_action(state.actor_params, obs),
                                rtol=1e-5, atol=1e-5)
+    ops = [op["op"] for op in numpy_policy.ops]
+    assert ops.count("layer_norm") == (len(config.hidden_sizes) if config.actor_layer_norm else 0)
     one = {k: v[0] for k, v in obs.items()}
     samples = np.array([numpy_policy.act(one, explore=True)[0] for _ in range(4000)])
     jax_samples = np.asarray(jax.vmap(lambda k: networks.sample(state.actor_params, one, k)[0])(

@@ -69,6 +69,9 @@ class HeteroSACNetworks(RoutedCritics):
 
 def make_networks(layout: Layout, config: SACConfig, key: jax.Array):
     """(networks, actor_params, critic_params), the critics stacked on a leading axis."""
+    if config.actor_layer_norm:
+        raise ValueError("sac.actor_layer_norm: the actor over devices of different shapes has no LayerNorm "
+                         "(its numpy export is per device); leave it false with tasks joined by +")
     actor_key, *critic_keys = jax.random.split(key, 1 + config.num_critics)
     actor_graph, actor_state = nnx.split(HeadedMLP(layout.observation_sizes, config.hidden_sizes,
                                                    [2 * m for m in layout.action_sizes], rngs=nnx.Rngs(actor_key)))

@@ -54,12 +54,23 @@ def dense_relu(layers: list[str]) -> list[dict]:
     return ops
 
 
-def mlp_layers(graph: nnx.GraphDef, params, prefix: str, what: str) -> list[str]:
-    """The array prefixes of a plain :class:`MLP`'s layers; other modules are refused by name."""
+def mlp_ops(graph: nnx.GraphDef, params, prefix: str, what: str) -> list[dict]:
+    """An :class:`MLP`'s ops by array prefix: dense layers, ReLU between them (after a LayerNorm where
+    the MLP has them), the last layer linear; other modules are refused by name."""
     module = nnx.merge(graph, params)
-    if type(module) is not MLP or module.norms is not None:
-        raise NotImplementedError(f"export covers the plain MLP {what}, not {type(module).__name__}")
-    return [f"{prefix}/layers/{i}" for i in range(len(module.layers))]
+    if type(module) is not MLP:
+        raise NotImplementedError(f"export covers the MLP {what}, not {type(module).__name__}")
+    ops = dense_relu([f"{prefix}/layers/{i}" for i in range(len(module.layers))])
+    if module.norms is None:
+        return ops
+    with_norms: list[dict] = []
+    for op in ops:
+        if op["op"] == "relu":
+            i = sum(o["op"] == "relu" for o in with_norms)
+            with_norms.append({"op": "layer_norm", "scale": f"{prefix}/norms/{i}/scale",
+                               "bias": f"{prefix}/norms/{i}/bias", "epsilon": float(module.norms[i].epsilon)})
+        with_norms.append(op)
+    return with_norms
 
 
 def published(actor_params) -> dict[str, np.ndarray]:
@@ -101,9 +112,8 @@ def bounded_policy(networks, actor_params, head: PolicyHead,
     else:  # the encoder's ops, then the MLP's parameters under ``policy``
         inputs = export_ops(networks.encoder, actor_params["encoder"], "actor/encoder")
         prefix, body = "actor/policy", actor_params["policy"]
-    layers = mlp_layers(networks.actor_graph, body, prefix, "actor")
-    return bounded_graph(head, inputs + dense_relu(layers), networks.scale, published(actor_params), version,
-                    networks.observation_spec, networks.action_spec)
+    return bounded_graph(head, inputs + mlp_ops(networks.actor_graph, body, prefix, "actor"), networks.scale,
+                         published(actor_params), version, networks.observation_spec, networks.action_spec)
 
 
 def device_policy(layout, actor_params, device_id: int, head: PolicyHead,

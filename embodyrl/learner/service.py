@@ -379,19 +379,24 @@ class LearnerService:
             self.compile_s = self.training.compile(example)
 
     def run(self, should_stop: Callable[[], bool] = lambda: False) -> Counters:
-        """Publish, serve until the step budget or ``should_stop()``, then shut down (saves)."""
+        """Publish, serve until the step budget or ``should_stop()``, then shut down (saves). Stopped
+        before its budget, the learner tells its actors the run goes on (they dial again and keep
+        their spools for the learner started again with ``--resume``)."""
         self.publish()
+        complete = False
         try:
-            self.serve(should_stop)
+            complete = self.serve(should_stop)
         finally:
-            error = self.shutdown("training complete")
+            error = (self.shutdown("training complete") if complete
+                     else self.shutdown("learner stopped before its step budget", restart=True))
         if error is not None:  # the loop ended normally, the last commit did not
             raise error
         return self.counters
 
-    def serve(self, should_stop: Callable[[], bool] = lambda: False) -> None:
-        """The loop, without start or shutdown. Over several hosts, each turn's decisions are taken
-        together (:mod:`.hosts`): an update is a collective every host must join."""
+    def serve(self, should_stop: Callable[[], bool] = lambda: False) -> bool:
+        """The loop, without start or shutdown; whether it ended at the step budget (else stopped).
+        Over several hosts, each turn's decisions are taken together (:mod:`.hosts`): an update is
+        a collective every host must join."""
         wait_ms = 0
         while True:
             self.poll(wait_ms)
@@ -399,10 +404,10 @@ class LearnerService:
                                     stop=should_stop(), checkpoint=self._checkpoint_due())
             self._elsewhere = turn.env_steps - self.counters.env_steps
             if turn.stop:
-                return
+                return False
             if self.budget is not None and turn.env_steps >= self.budget:
                 self._train_owed(should_stop)
-                return
+                return True
             if turn.checkpoint:
                 self.checkpoint()
             if turn.train:
@@ -473,9 +478,10 @@ class LearnerService:
         self.counters.discarded += self.data.published(self.version)
         self.server.publish(self.version, self.training.actor_weights())
 
-    def shutdown(self, reason: str) -> Exception | None:
-        """Log, commit and ack what is left, say goodbye, save, close. A failed final commit is
-        returned (the caller raises it once everything is closed), never left to skip the rest."""
+    def shutdown(self, reason: str, restart: bool = False) -> Exception | None:
+        """Log, commit and ack what is left, say goodbye (``restart``: the run goes on, see
+        :meth:`LearnerServer.bye`), save, close. A failed final commit is returned (the caller raises
+        it once everything is closed), never left to skip the rest."""
         self.log(final=True)
         error = None
         try:
@@ -483,7 +489,7 @@ class LearnerService:
         except Exception as err:  # noqa: BLE001 - returned to be raised after the cleanup
             error = err
         self._ack(self.data.durable())  # only what a commit made durable, failed or not
-        self.server.bye(reason if error is None else "learner stopped: replay failed")
+        self.server.bye(reason if error is None else "learner stopped: replay failed", restart=restart)
         if self.save_policy is not None:
             self.save_policy(self.version, self.training.actor_weights())
         if self.checkpointer is not None:

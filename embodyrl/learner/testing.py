@@ -174,6 +174,7 @@ class ServedLearner(BetweenTurns):
             self.data.close(failed=False)
             raise
         self._stop, self._killed = threading.Event(), threading.Event()
+        self._restart = False
         self.service = LearnerService(self.server, _Recorded(self.data, self.taken, dies_on, self._killed),
                                       training or NoTraining(weights),
                                       incarnation=self.server.incarnation, log_every_s=3600.0)
@@ -202,7 +203,7 @@ class ServedLearner(BetweenTurns):
                 self.server.close()
                 self.data.close(failed=True)  # as a crash: what the writer has not committed is gone
                 return
-            error = self.service.shutdown("the test is over")
+            error = self.service.shutdown("the test is over", restart=self._restart)
             if error is not None:
                 raise error
         except BaseException as err:  # noqa: BLE001 - kept for the test, raised by close()
@@ -239,9 +240,11 @@ class ServedLearner(BetweenTurns):
         """How many messages the server refused for ``reason``."""
         return self.read(lambda service: service.server.stats.rejected.get(reason, 0))
 
-    def close(self, timeout_s: float = 10.0) -> None:
+    def close(self, timeout_s: float = 10.0, restart: bool = False) -> None:
         """Stop serving: the service's own shutdown (final commit and ACKs, BYE, close); a no-op
-        after :meth:`kill`."""
+        after :meth:`kill`. ``restart``: the BYE says the run goes on (a learner stopped before its
+        budget, to be started again)."""
+        self._restart = restart
         self._stop.set()
         self._thread.join(timeout_s)
         if self.error is not None:

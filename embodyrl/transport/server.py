@@ -525,16 +525,18 @@ class LearnerServer:
                 "duplicates_dropped": st.duplicates, "seq_gaps": st.seq_gaps, "weights_sent": dict(self.publisher.sent),
                 "last_refusal": {k: v for k, v in st.last_refusal.items() if k in DATA_REFUSALS}}
 
-    def bye(self, reason: str, wait_s: float = BYE_WAIT_S) -> None:
+    def bye(self, reason: str, wait_s: float = BYE_WAIT_S, *, restart: bool = False) -> None:
         """Say goodbye to every session, then keep serving until each has answered with its own BYE
         (it has read ours), or ``wait_s`` has passed; a session that begins meanwhile is told too.
         Step batches that arrive meanwhile are neither returned nor acknowledged (the actor's spool
-        keeps them)."""
+        keeps them). ``restart``: the run is not over (the learner was stopped before its budget):
+        actors keep their spools and dial again, as after a learner that died."""
         told: set[bytes] = set()
         deadline = time.monotonic() + wait_s
+        fields = {"reason": reason, **({"restart": True} if restart else {})}
         while True:
             for identity in [i for i in self.sessions if i not in told]:
-                self._send(identity, P.BYE, {"reason": reason}, reply=False)
+                self._send(identity, P.BYE, fields, reply=False)
                 told.add(identity)
             if not self.sessions or time.monotonic() >= deadline:
                 return

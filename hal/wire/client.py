@@ -480,6 +480,10 @@ class LearnerLink:
         elif msg.kind == P.REFUSED and f.get("retry") is True:
             self._waiting_for = P.field(f, "reason", str)
             self._next_hello = time.monotonic() + RETRY_REFUSED_S
+        elif msg.kind == P.BYE and f.get("restart") is True:  # the run goes on: keep the spool, dial again
+            self._send(P.BYE, {"reason": "dialling again"})
+            self._disconnect()
+            self._next_hello = time.monotonic() + RETRY_REFUSED_S
         elif msg.kind in (P.REFUSED, P.BYE):
             self.bye_reason = P.field(f, "reason", str)
         elif msg.kind == P.HEARTBEAT:

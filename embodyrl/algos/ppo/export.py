@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...hal.steps import NO_POLICY, PolicyVersion
-from ..runtime_graph import SCALE, concat, dense_relu, finish, mlp_layers, published, scale_arrays
+from ..runtime_graph import SCALE, concat, finish, mlp_ops, published, scale_arrays
 from .networks import PPONetworks
 
 
@@ -15,8 +15,8 @@ def export_ppo(networks: PPONetworks, actor_params,
     learned ``log_std`` then the action scale (Gaussian), or its logits sampled or maxed (categorical).
     ``actor_params`` as published: ``{"policy": ..., "log_std": ...}``; the runtime returns the
     sample's log-probability, so a numpy actor can feed asynchronous PPO."""
-    layers = mlp_layers(networks.policy_graph, actor_params["policy"], "actor/policy", "policy")
-    graph = [concat(networks.observation_spec), *dense_relu(layers)]
+    graph = [concat(networks.observation_spec),
+             *mlp_ops(networks.policy_graph, actor_params["policy"], "actor/policy", "policy")]
     arrays = published(actor_params)
     if networks.discrete:
         graph.append({"op": "categorical"})

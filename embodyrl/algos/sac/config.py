@@ -24,6 +24,10 @@ class SACConfig:
     """The target takes the minimum over this many critics drawn at random each step (RLPD's subset)."""
     critic_layer_norm: bool = False
     """LayerNorm in the critics (RLPD): keeps Q bounded at high update-to-data ratios."""
+    actor_layer_norm: bool = False
+    """LayerNorm before each ReLU of the actor too (SERL's and HIL-SERL's networks): an input far from
+    unit scale (a gripper command in 0..255, joint velocities) then cannot saturate the squashed
+    Gaussian, whose entropy a saturated tanh drives far below the target while the temperature grows."""
     actor_q: str = "min"
     """How the actor reads the ensemble: min (SAC) or mean (RLPD)."""
     init_temperature: float = 1.0

@@ -73,7 +73,8 @@ def make_networks(observation_spec: DictSpec, action_spec: ArraySpec, config, ke
     obs_size = encoder.size if encoder is not None else observation_size(inputs)
     act_size = action_spec.size
     actor_key, *critic_keys = jax.random.split(key, 1 + config.num_critics)
-    actor_graph, actor_state = nnx.split(MLP(obs_size, config.hidden_sizes, 2 * act_size, rngs=nnx.Rngs(actor_key)))
+    actor_graph, actor_state = nnx.split(MLP(obs_size, config.hidden_sizes, 2 * act_size, rngs=nnx.Rngs(actor_key),
+                                             layer_norm=config.actor_layer_norm))
     critics = [nnx.split(MLP(obs_size + act_size, config.hidden_sizes, 1, rngs=nnx.Rngs(k),
                              layer_norm=config.critic_layer_norm)) for k in critic_keys]
     critic_params = jax.tree.map(lambda *xs: jnp.stack(xs), *[nnx.to_pure_dict(s) for _, s in critics])
