@@ -63,10 +63,13 @@ class FaultPlan:
     checkpoint_every_s: float = 2.0
     """embodyrl's learner checkpoints this often in this run (default 60 s), so that a checkpoint is
     being written within seconds of the fault's moment."""
+    lerobot_save_every: int = 200
+    """LeRobot's learner checkpoints (and rewrites its replay) every this many updates in this run
+    (its config's ``save_freq``), so that it has checkpointed before the first learner fault."""
 
     @classmethod
     def quick(cls) -> FaultPlan:
-        return cls(every=150, tail=100, recover_s=60.0, port=50072)
+        return cls(every=150, tail=100, recover_s=120.0, port=50072, lerobot_save_every=50)
 
 
 class Side:
@@ -212,7 +215,8 @@ class LeRobot(Side):
         self.learner_starts = 0
 
     def config(self, who: str, resume: bool = False) -> Path:
-        plan = Plan(**{**asdict(self.plan), "port": self.faults.port, "steps": 10**6, "seeds": (self.faults.seed,)})
+        plan = Plan(**{**asdict(self.plan), "port": self.faults.port, "steps": 10**6, "seeds": (self.faults.seed,),
+                       "save_every": self.faults.lerobot_save_every})
         return lerobot_config(self.run, who, self.faults.seed, plan, self.bounds, self.root / "demos", resume=resume)
 
     def actor_command(self) -> list[str]:
@@ -224,8 +228,11 @@ class LeRobot(Side):
 
     def start_learner(self, resume: bool = False) -> None:
         self.learner_starts += 1
-        config = self.config(self.learner_name(), resume)
-        command = [str(self.python), "-m", "lerobot.rl.learner", "--config_path", str(config)]
+        config = self.config(self.learner_name())
+        if resume:  # LeRobot resumes from the config its last checkpoint saved, named as --config_path=PATH
+            config = self.run / self.learner_name() / "checkpoints" / "last" / "pretrained_model" / "train_config.json"
+        command = [str(self.python), "-m", "lerobot.rl.learner", f"--config_path={config}",
+                   *(["--resume=true"] if resume else [])]
         self.learner = subprocess.Popen(niced(command), cwd=self.run, stdout=self.learner_log_path().open("w"),
                                         stderr=subprocess.STDOUT, env=environ())
 
@@ -267,6 +274,17 @@ def ctrl_c_in_checkpoint(side: Side) -> dict:
 
 
 def run_faults(side: Side) -> dict:
+    """:func:`faults` on ``side``; whatever happens, no process of it outlives the call."""
+    try:
+        return faults(side)
+    finally:
+        for proc in (side.actor, side.learner):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
+def faults(side: Side) -> dict:
     f = side.faults
     events = {}
     side.start_learner()

@@ -330,15 +330,81 @@ def report(root: Path, plan: Plan) -> dict:
     return summary
 
 
+def table(summary: dict, faults: dict | None = None) -> str:
+    """The docs' tables: the two systems side by side, and the faults."""
+    sides = summary["sides"]
+    rows = ["| | embodyrl | LeRobot |", "| --- | ---: | ---: |"]
+
+    def row(name, key, fmt):
+        rows.append(f"| {name} | " + " | ".join(fmt(sides[s][key]) if s in sides else "-" for s in SIDES) + " |")
+
+    row("seeds", "seeds", str)
+    row("success without help, last window (mean)", "final_unaided_success", lambda v: f"{v:.2f}")
+    row("by seed", "final_unaided_success_by_seed", lambda v: " / ".join(f"{x:.2f}" for x in v))
+    row("the person's share, last window, by seed", "final_person_share_by_seed",
+        lambda v: " / ".join("-" if x is None else f"{x:.2f}" for x in v))
+    row("wall clock a run (s)", "wall_s", lambda v: f"{v:,.0f}")
+    row("CPU a run (s, every process)", "cpu_s", lambda v: f"{v:,.0f}")
+    row("peak memory (MB, processes summed)", "peak_mb_sum_of_processes", lambda v: f"{v:,.0f}")
+    out = "\n".join(rows)
+    reach = summary.get("reach_lerobot_final")
+    if reach:
+        out += (f"\n\nLeRobot's final level {reach['level']:.2f}: steps to reach it by seed, embodyrl "
+                f"{reach['embodyrl']['steps']}, LeRobot {reach['lerobot']['steps']}; seconds, embodyrl "
+                f"{[None if x is None else round(x) for x in reach['embodyrl']['wall_s']]}, LeRobot "
+                f"{[None if x is None else round(x) for x in reach['lerobot']['wall_s']]}")
+    if faults:
+        out += "\n\n| fault | " + " | ".join(faults) + " |\n| --- |" + " --- |" * len(faults)
+        names = next(iter(faults.values()))["faults"]
+        for name in names:
+            out += f"\n| `{name}` | " + " | ".join(json.dumps(r["faults"].get(name)) for r in faults.values()) + " |"
+        for key in ("steps_taken", "rows_held_at_end", "rows_lost"):
+            out += f"\n| {key} | " + " | ".join(str(r.get(key)) for r in faults.values()) + " |"
+    return out
+
+
+def keep(root: Path, into: Path) -> None:
+    """Copy what the docs cite into ``into``: the plan, progress, summary, faults and figure, each run's
+    episode log, embodyrl's config, summary and metrics (gzipped), LeRobot's configs."""
+    import gzip
+    import shutil
+
+    into.mkdir(parents=True, exist_ok=True)
+    for name in ("plan.json", "progress.json", "summary.json", "faults.json", "curves.png"):
+        if (root / name).exists():
+            shutil.copy2(root / name, into / name)
+    for side in SIDES:
+        for episodes in sorted((root / side).glob("seed*.episodes.jsonl")):
+            (into / side).mkdir(exist_ok=True)
+            shutil.copy2(episodes, into / side / episodes.name)
+    for run in sorted((root / "embodyrl").glob("seed*/")):
+        for name in ("config.json", "summary.json"):
+            shutil.copy2(run / name, into / "embodyrl" / f"{run.name}.{name}")
+        with (run / "metrics.jsonl").open("rb") as f, gzip.open(into / "embodyrl" / f"{run.name}.metrics.jsonl.gz",
+                                                                 "wb") as out:
+            shutil.copyfileobj(f, out)
+    for run in sorted((root / "lerobot").glob("seed*/")):
+        for who in ("learner", "actor"):
+            shutil.copy2(run / f"{who}.json", into / "lerobot" / f"{run.name}.{who}.json")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--root", type=Path, required=True)
     parser.add_argument("--venv", type=Path, default=None, help="the experiment's environment (default ROOT/venv)")
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--sides", default=",".join(SIDES))
+    parser.add_argument("--table", action="store_true", help="print the tables of what ROOT holds, run nothing")
+    parser.add_argument("--keep", type=Path, default=None, help="with --table: copy the artifacts here")
     args = parser.parse_args(argv)
     plan = Plan.quick() if args.quick else Plan()
     root = args.root.resolve()
+    if args.table:
+        faults = root / "faults.json"
+        print(table(report(root, plan), json.loads(faults.read_text()) if faults.exists() else None))
+        if args.keep is not None:
+            keep(root, args.keep)
+        return 0
     root.mkdir(parents=True, exist_ok=True)
     python = venv_python((args.venv or root / "venv").resolve())
     (root / "plan.json").write_text(json.dumps(asdict(plan), indent=2))

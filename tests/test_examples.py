@@ -62,6 +62,12 @@ EXAMPLES: dict[str, Example] = {
     "heterogeneous_robots.py": Example(("--steps", "600", "--episodes", "1", "--run-dir", "{tmp}/hetero")),
     "compare_sbx.py": Example(covered="tests/test_compare_script.py (every embodyrl command parsed and validated, "
                                       "the report on runs' summaries); the runs themselves take hours"),
+    "hilserl_side_by_side.py": Example(covered="tests/test_hilserl.py (its parts here; --quick beside "
+                                               "hilserl_faults.py where EMBODYRL_HILSERL_VENV names the "
+                                               "experiment's environment: torch, LeRobot, gym-hil)"),
+    "hilserl_faults.py": Example(covered="tests/test_hilserl.py (--quick, in the experiment's environment)"),
+    "hilserl_lerobot_actor.py": Example(covered="tests/test_hilserl.py (LeRobot's actor, started by "
+                                                "hilserl_side_by_side.py --quick in the experiment's environment)"),
     "ppo_staleness.py": Example(("--seeds", "0", "--staleness", "0", "--steps", "2000", "--root", "{tmp}/ppo",
                                  "--out", "{tmp}/ppo.json"), expect="k=0 seed=0", needs=("matplotlib",)),
 }

@@ -313,7 +313,7 @@ def _learner(args) -> int:
     print(json.dumps({"endpoint": learner.endpoint, "run_dir": str(run_dir),
                       "resumed_from_updates": learner.counters.updates if learner.resumed else None}),
           file=lines, flush=True)
-    counters = learner.run(should_stop)
+    counters = learner.run(should_stop, restart_on_stop=True)  # its actors run elsewhere: they wait for it
     print(json.dumps(dataclasses.asdict(counters)), file=lines, flush=True)
     return 130 if should_stop() else 0
 

@@ -378,17 +378,20 @@ class LearnerService:
         if example is not None:
             self.compile_s = self.training.compile(example)
 
-    def run(self, should_stop: Callable[[], bool] = lambda: False) -> Counters:
-        """Publish, serve until the step budget or ``should_stop()``, then shut down (saves). Stopped
-        before its budget, the learner tells its actors the run goes on (they dial again and keep
-        their spools for the learner started again with ``--resume``)."""
+    def run(self, should_stop: Callable[[], bool] = lambda: False, restart_on_stop: bool = False) -> Counters:
+        """Publish, serve until the step budget or ``should_stop()``, then shut down (saves).
+        ``restart_on_stop`` (``embodyrl learner``, whose actors run elsewhere): stopped before its
+        budget, the learner tells its actors the run goes on, so they dial again and keep their
+        spools for the learner started again with ``--resume``; otherwise (``train``, ``launch``:
+        the actors are stopped with it) every stop ends the run for them."""
         self.publish()
         complete = False
         try:
             complete = self.serve(should_stop)
         finally:
-            error = (self.shutdown("training complete") if complete
-                     else self.shutdown("learner stopped before its step budget", restart=True))
+            restart = restart_on_stop and not complete
+            error = self.shutdown("learner stopped before its step budget" if restart else "training complete",
+                                  restart=restart)
         if error is not None:  # the loop ended normally, the last commit did not
             raise error
         return self.counters

@@ -8,8 +8,9 @@
     learner -> actor   ACK(seq committed, credits granted)
     learner -> actor   WEIGHTS(version, encoding, parameter frames)
     both ways          HEARTBEAT(time); BYE(reason)
-    learner -> actor   BYE(reason, restart): stopped before its step budget; the actor keeps
-                       its spool and dials again (the learner is started again with --resume)
+    learner -> actor   BYE(reason, restart): `embodyrl learner` stopped before its step budget;
+                       the actor keeps its spool and dials again (the learner is started again
+                       with --resume)
 
 HELLO carries the actor's wire ``protocol`` and is itself written in
 protocol 1 (it has no arrays), so a learner of any version can read it and
