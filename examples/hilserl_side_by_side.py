@@ -36,7 +36,7 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -65,6 +65,9 @@ class Plan:
     port: int = 50061
     window: int = 20
     """Episodes per point of the success curve."""
+    lerobot_fps: int = 1000
+    """LeRobot's actor paces itself to ``env.fps``: 1000 leaves it unpaced, as embodyrl's actor is
+    against a simulator; 10 is gym-hil's control rate, the pace of LeRobot's own sim guide."""
 
     @classmethod
     def quick(cls) -> Plan:
@@ -148,7 +151,7 @@ def lerobot_config(run: Path, who: str, seed: int, plan: Plan, bounds: dict, dem
         "batch_size": plan.batch, "steps": 10**9, "log_freq": 100, "save_checkpoint": True,
         "save_freq": plan.save_every, "num_workers": 0, "wandb": {"enable": False},
         "dataset": {"repo_id": "local/panda_pick_demos", "root": str(demos), "use_imagenet_stats": False},
-        "env": {"type": "gym_manipulator", "name": "gym_hil", "task": LEROBOT_TASK, "fps": 1000,
+        "env": {"type": "gym_manipulator", "name": "gym_hil", "task": LEROBOT_TASK, "fps": plan.lerobot_fps,
                 "features": {**features, **action}, "features_map": {key: key for key in {**features, **action}},
                 "processor": {"control_mode": "gamepad", "gripper": {"use_gripper": True,
                                                                       "gripper_penalty": -0.02}}},
@@ -264,7 +267,20 @@ def first_reaching(points: list[dict], level: float, x: str) -> float | None:
     return next((p[x] for p in points if p["unaided_success"] >= level), None)
 
 
-def summarise(progress: dict, plan: Plan) -> dict:
+def updates_of(root: Path, side: str, seed: int) -> int | None:
+    """Gradient updates a run made, from each system's own record: embodyrl's last metrics line,
+    LeRobot's last "Number of optimization step" log line (it logs every ``log_freq``)."""
+    run = root / side / f"seed{seed}"
+    if side == "embodyrl":
+        lines = (run / "metrics.jsonl").read_text().splitlines() if (run / "metrics.jsonl").exists() else []
+        return json.loads(lines[-1]).get("updates") if lines else None
+    log = run / "learner.log"
+    said = [line for line in log.read_text(errors="replace").splitlines()
+            if "Number of optimization step:" in line] if log.exists() else []
+    return int(said[-1].rsplit(":", 1)[1]) if said else None
+
+
+def summarise(progress: dict, plan: Plan, root: Path | None = None) -> dict:
     """Per side: the final success without help (mean of each seed's last window), the person's share,
     resources; and steps and seconds for each embodyrl seed to reach LeRobot's final level."""
     import numpy as np
@@ -278,7 +294,10 @@ def summarise(progress: dict, plan: Plan) -> dict:
         shares = [r["curve"][-1]["person_share"] if r["curve"] else None for r in runs]
         cpu = [sum(p.get("cpu_s", 0.0) for p in r["processes"].values()) for r in runs]
         peak = [sum(p.get("peak_mb", 0.0) for p in r["processes"].values()) for r in runs]
+        updates = [updates_of(root, side, seed) for seed in plan.seeds
+                   if f"{side}/seed{seed}" in progress] if root is not None else []
         out["sides"][side] = {"seeds": len(runs), "final_unaided_success": float(np.mean(finals)),
+                              "updates_by_seed": updates,
                               "final_unaided_success_by_seed": finals, "final_person_share_by_seed": shares,
                               "wall_s": float(np.mean([r["wall_s"] for r in runs])),
                               "cpu_s": float(np.mean(cpu)), "peak_mb_sum_of_processes": float(np.mean(peak))}
@@ -324,7 +343,7 @@ def plot(progress: dict, plan: Plan, path: Path) -> None:
 
 def report(root: Path, plan: Plan) -> dict:
     progress = json.loads((root / "progress.json").read_text())
-    summary = summarise(progress, plan)
+    summary = summarise(progress, plan, root)
     (root / "summary.json").write_text(json.dumps(summary, indent=2))
     plot(progress, plan, root / "curves.png")
     return summary
@@ -343,6 +362,7 @@ def table(summary: dict, faults: dict | None = None) -> str:
     row("by seed", "final_unaided_success_by_seed", lambda v: " / ".join(f"{x:.2f}" for x in v))
     row("the person's share, last window, by seed", "final_person_share_by_seed",
         lambda v: " / ".join("-" if x is None else f"{x:.2f}" for x in v))
+    row("gradient updates by seed", "updates_by_seed", lambda v: " / ".join(f"{x:,}" if x else "-" for x in v))
     row("wall clock a run (s)", "wall_s", lambda v: f"{v:,.0f}")
     row("CPU a run (s, every process)", "cpu_s", lambda v: f"{v:,.0f}")
     row("peak memory (MB, processes summed)", "peak_mb_sum_of_processes", lambda v: f"{v:,.0f}")
@@ -396,8 +416,14 @@ def main(argv=None) -> int:
     parser.add_argument("--sides", default=",".join(SIDES))
     parser.add_argument("--table", action="store_true", help="print the tables of what ROOT holds, run nothing")
     parser.add_argument("--keep", type=Path, default=None, help="with --table: copy the artifacts here")
+    parser.add_argument("--seeds", type=int, nargs="+", default=None, help="these seeds only")
+    parser.add_argument("--lerobot-fps", type=int, default=None, help="pace LeRobot's actor (Plan.lerobot_fps)")
     args = parser.parse_args(argv)
     plan = Plan.quick() if args.quick else Plan()
+    if args.seeds is not None:
+        plan = replace(plan, seeds=tuple(args.seeds))
+    if args.lerobot_fps is not None:
+        plan = replace(plan, lerobot_fps=args.lerobot_fps)
     root = args.root.resolve()
     if args.table:
         faults = root / "faults.json"

@@ -172,7 +172,8 @@ def test_the_quick_plan_runs_both_systems_and_every_fault(tmp_path):
 def test_the_tables_put_the_systems_side_by_side_and_name_every_fault():
     sides = {side: {"seeds": 3, "final_unaided_success": 0.5, "final_unaided_success_by_seed": [0.5, 0.4, 0.6],
                     "final_person_share_by_seed": [0.1, None, 0.2], "wall_s": 600.0, "cpu_s": 900.0,
-                    "peak_mb_sum_of_processes": 1500.0} for side in side_by_side.SIDES}
+                    "peak_mb_sum_of_processes": 1500.0, "updates_by_seed": [20_000, None, 5]}
+             for side in side_by_side.SIDES}
     summary = {"sides": sides, "reach_lerobot_final": {"level": 0.5, "embodyrl": {"steps": [100, None, 200],
                                                                                    "wall_s": [10.4, None, 20.6]},
                                                          "lerobot": {"steps": [300, 400, None],
@@ -183,4 +184,4 @@ def test_the_tables_put_the_systems_side_by_side_and_name_every_fault():
     assert "| success without help, last window (mean) | 0.50 | 0.50 |" in text
     assert "0.10 / - / 0.20" in text and "[10, None, 21]" in text
     assert '| `actor_sigkill` | {"recover_s": 1.5} | {"recover_s": 1.5} |' in text
-    assert "| rows_lost | 1 | 1 |" in text
+    assert "| rows_lost | 1 | 1 |" in text and "20,000 / - / 5" in text
