@@ -243,9 +243,14 @@ def load_episodes(path: Path) -> list[dict]:
 
 
 def curve(rows: list[dict], started: float, window: int) -> list[dict]:
-    """Per window of episodes: steps and seconds at its end, success without help, the person's share."""
+    """Per window of episodes: steps and seconds at its end, success without help, the person's share;
+    the last point is the run's last ``window`` episodes (overlapping the one before it where the
+    episodes do not divide evenly), so every run's final point covers its end."""
     points = []
-    for end in range(window, len(rows) + 1, window):
+    ends = list(range(window, len(rows) + 1, window))
+    if ends and ends[-1] != len(rows):
+        ends.append(len(rows))
+    for end in ends:
         chunk = rows[end - window:end]
         steps = sum(r["episode_steps"] for r in chunk)
         points.append({"steps": chunk[-1]["steps"], "wall_s": chunk[-1]["wall"] - started,
@@ -298,6 +303,9 @@ def summarise(progress: dict, plan: Plan, root: Path | None = None) -> dict:
                    if f"{side}/seed{seed}" in progress] if root is not None else []
         out["sides"][side] = {"seeds": len(runs), "final_unaided_success": float(np.mean(finals)),
                               "updates_by_seed": updates,
+                              "best_window_by_seed": [max((p["unaided_success"] for p in r["curve"]), default=0.0)
+                                                      for r in runs],
+                              "steps_to_half_by_seed": [first_reaching(r["curve"], 0.5, "steps") for r in runs],
                               "final_unaided_success_by_seed": finals, "final_person_share_by_seed": shares,
                               "wall_s": float(np.mean([r["wall_s"] for r in runs])),
                               "cpu_s": float(np.mean(cpu)), "peak_mb_sum_of_processes": float(np.mean(peak))}
@@ -343,6 +351,8 @@ def plot(progress: dict, plan: Plan, path: Path) -> None:
 
 def report(root: Path, plan: Plan) -> dict:
     progress = json.loads((root / "progress.json").read_text())
+    for result in progress.values():  # the curves from the episode logs, as this version draws them
+        result["curve"] = curve(load_episodes(root / result["episodes"]), result["started"], plan.window)
     summary = summarise(progress, plan, root)
     (root / "summary.json").write_text(json.dumps(summary, indent=2))
     plot(progress, plan, root / "curves.png")
@@ -362,6 +372,9 @@ def table(summary: dict, faults: dict | None = None) -> str:
     row("by seed", "final_unaided_success_by_seed", lambda v: " / ".join(f"{x:.2f}" for x in v))
     row("the person's share, last window, by seed", "final_person_share_by_seed",
         lambda v: " / ".join("-" if x is None else f"{x:.2f}" for x in v))
+    row("best window by seed", "best_window_by_seed", lambda v: " / ".join(f"{x:.2f}" for x in v))
+    row("steps to 0.5 without help, by seed", "steps_to_half_by_seed",
+        lambda v: " / ".join("never" if x is None else f"{x:,}" for x in v))
     row("gradient updates by seed", "updates_by_seed", lambda v: " / ".join(f"{x:,}" if x else "-" for x in v))
     row("wall clock a run (s)", "wall_s", lambda v: f"{v:,.0f}")
     row("CPU a run (s, every process)", "cpu_s", lambda v: f"{v:,.0f}")

@@ -141,6 +141,8 @@ def test_the_curve_scores_success_without_help_and_the_persons_share_by_window()
     points = side_by_side.curve(rows, started=100.0, window=2)
     assert points == [{"steps": 20, "wall_s": 1.0, "unaided_success": 0.5, "person_share": 0.0},
                       {"steps": 40, "wall_s": 3.0, "unaided_success": 0.0, "person_share": 0.5}]
+    tail = side_by_side.curve(rows[:3], started=100.0, window=2)  # the last window covers the end
+    assert [p["steps"] for p in tail] == [20, 30] and tail[-1]["unaided_success"] == 0.0
 
 
 def test_a_processs_cpu_and_peak_memory_come_from_wait4_and_a_late_one_is_killed():
@@ -172,7 +174,8 @@ def test_the_quick_plan_runs_both_systems_and_every_fault(tmp_path):
 def test_the_tables_put_the_systems_side_by_side_and_name_every_fault():
     sides = {side: {"seeds": 3, "final_unaided_success": 0.5, "final_unaided_success_by_seed": [0.5, 0.4, 0.6],
                     "final_person_share_by_seed": [0.1, None, 0.2], "wall_s": 600.0, "cpu_s": 900.0,
-                    "peak_mb_sum_of_processes": 1500.0, "updates_by_seed": [20_000, None, 5]}
+                    "peak_mb_sum_of_processes": 1500.0, "updates_by_seed": [20_000, None, 5],
+                    "best_window_by_seed": [0.5, 0.4, 0.6], "steps_to_half_by_seed": [900, None, 1000]}
              for side in side_by_side.SIDES}
     summary = {"sides": sides, "reach_lerobot_final": {"level": 0.5, "embodyrl": {"steps": [100, None, 200],
                                                                                    "wall_s": [10.4, None, 20.6]},
@@ -184,4 +187,4 @@ def test_the_tables_put_the_systems_side_by_side_and_name_every_fault():
     assert "| success without help, last window (mean) | 0.50 | 0.50 |" in text
     assert "0.10 / - / 0.20" in text and "[10, None, 21]" in text
     assert '| `actor_sigkill` | {"recover_s": 1.5} | {"recover_s": 1.5} |' in text
-    assert "| rows_lost | 1 | 1 |" in text and "20,000 / - / 5" in text
+    assert "| rows_lost | 1 | 1 |" in text and "20,000 / - / 5" in text and "900 / never / 1,000" in text
