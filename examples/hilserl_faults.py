@@ -139,14 +139,29 @@ class Side:
 
     def restarted_learner(self) -> dict:
         """Start the learner again with its resume flag: seconds until it took the actor's steps again;
-        where it cannot resume, why (its log's last line), and a fresh start, as a user would."""
+        where it did not (it failed: the exception its log ends with; or no actor's rows came within
+        ``recover_s``), why, and a fresh start in a new directory, as a user would."""
         recover_s = self.learner_recovered(resume=True)
-        if recover_s is not None or self.learner.poll() is None:
+        failure = self.learner_failure()
+        if failure is None and recover_s is not None:
             return {"recover_s": recover_s}
-        lines = self.learner_log_path().read_text(errors="replace").strip().splitlines()
+        if self.learner.poll() is None:  # up, but failed inside (or silent): stopped, as a user would
+            self.learner.kill()
+            self.learner.wait()
         self.fresh += 1
-        return {"recover_s": None, "resume_failed": lines[-1][-300:] if lines else "",
+        return {"recover_s": None, "not_recovered": failure or "it took no rows from the actor within recover_s",
+                "learner_process_stayed_up": failure is not None and self.learner.returncode == -signal.SIGKILL,
                 "fresh_start_recover_s": self.learner_recovered(resume=False)}
+
+    def learner_failure(self) -> str | None:
+        """The exception the learner's log ends a traceback with, if it has one, or why it exited."""
+        lines = self.learner_log_path().read_text(errors="replace").splitlines()
+        if any(line.startswith("Traceback") for line in lines):
+            errors = [line for line in lines if line and not line[0].isspace() and "Error" in line.split(":")[0]]
+            return (errors[-1] if errors else lines[-1])[-300:]
+        if self.learner.poll() is not None:
+            return f"exited {self.learner.returncode}"
+        return None
 
     def actor_recovered(self) -> float | None:
         """Start the actor; seconds to its first episode."""
@@ -200,10 +215,17 @@ class Embodyrl(Side):
     def learner_recovered(self, resume: bool = True) -> float | None:
         before = self.actor_rows()
         self.start_learner(resume)
-        return self.until(lambda: self.actor_rows() > before, self.faults.recover_s)
+        return self.until(lambda: self.actor_rows() > before or self.learner_failure() is not None,
+                          self.faults.recover_s)
 
-    def final_rows(self) -> int:
-        return self.actor_rows()
+    def final_rows(self) -> int | None:
+        """Stop the learner; the environment steps it holds, by its own count (the counters line it
+        prints on the way out; the replay's rows add one closing row per finished episode)."""
+        self.learner.send_signal(signal.SIGINT)
+        self.learner.wait(timeout=300)
+        counters = [json.loads(line) for line in self.learner_log_path().read_text(errors="replace").splitlines()
+                    if line.startswith('{"env_steps"')]
+        return counters[-1]["env_steps"] if counters else None
 
 
 class LeRobot(Side):
@@ -245,8 +267,8 @@ class LeRobot(Side):
 
     def learner_recovered(self, resume: bool = True) -> float | None:
         self.start_learner(resume)
-        return self.until(lambda: self.learner_says("Received request to receive transitions from the Actor") > 0,
-                          self.faults.recover_s)
+        return self.until(lambda: self.learner_says("Received request to receive transitions from the Actor") > 0
+                          or self.learner_failure() is not None, self.faults.recover_s)
 
     def replay_frames(self) -> int | None:
         info = self.run / self.learner_name() / "dataset" / "meta" / "info.json"
@@ -258,7 +280,7 @@ class LeRobot(Side):
     def final_rows(self) -> int | None:
         """The replay LeRobot's learner writes at its next checkpoint after the last actor stopped."""
         done = self.learner_says("Resume training")
-        self.until(lambda: self.learner_says("Resume training") > done, 600)
+        self.until(lambda: self.learner_says("Resume training") > done or self.learner_failure() is not None, 600)
         return self.replay_frames()
 
 
@@ -310,11 +332,12 @@ def faults(side: Side) -> dict:
     side.actor.send_signal(signal.SIGINT)
     side.actor_gone()
     rows = side.final_rows()
-    side.learner.send_signal(signal.SIGINT)
-    try:
-        side.learner.wait(timeout=120)
-    except subprocess.TimeoutExpired:
-        side.learner.kill()
+    if side.learner.poll() is None:
+        side.learner.send_signal(signal.SIGINT)
+        try:
+            side.learner.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            side.learner.kill()
     taken = sum(side.taken)
     return {"system": side.name, "faults": events, "steps_taken": taken, "steps_by_actor_process": side.taken,
             "rows_held_at_end": rows, "rows_lost": None if rows is None else taken - rows}
