@@ -399,28 +399,38 @@ def table(summary: dict, faults: dict | None = None) -> str:
 
 
 def keep(root: Path, into: Path) -> None:
-    """Copy what the docs cite into ``into``: the plan, progress, summary, faults and figure, each run's
-    episode log, embodyrl's config, summary and metrics (gzipped), LeRobot's configs."""
+    """Copy what the docs cite into ``into``: the plan, the summary (``results.json``), progress and
+    faults; a folder per run with its ``config.json`` (LeRobot's: the learner's), ``summary.json``
+    (embodyrl's own; LeRobot's: its progress entry), ``metrics.jsonl.gz`` (embodyrl's metrics; for
+    LeRobot its episode log, the only per-step record its run leaves here), the episode log and,
+    for LeRobot, the actor's config."""
     import gzip
     import shutil
 
     into.mkdir(parents=True, exist_ok=True)
-    for name in ("plan.json", "progress.json", "summary.json", "faults.json", "curves.png"):
+    for name, kept in (("plan.json", "plan.json"), ("progress.json", "progress.json"),
+                       ("summary.json", "results.json"), ("faults.json", "faults.json")):
         if (root / name).exists():
-            shutil.copy2(root / name, into / name)
-    for side in SIDES:
-        for episodes in sorted((root / side).glob("seed*.episodes.jsonl")):
-            (into / side).mkdir(exist_ok=True)
-            shutil.copy2(episodes, into / side / episodes.name)
-    for run in sorted((root / "embodyrl").glob("seed*/")):
-        for name in ("config.json", "summary.json"):
-            shutil.copy2(run / name, into / "embodyrl" / f"{run.name}.{name}")
-        with (run / "metrics.jsonl").open("rb") as f, gzip.open(into / "embodyrl" / f"{run.name}.metrics.jsonl.gz",
-                                                                 "wb") as out:
+            shutil.copy2(root / name, into / kept)
+    progress = json.loads((root / "progress.json").read_text())
+
+    def gzipped(source: Path, target: Path) -> None:
+        with source.open("rb") as f, gzip.open(target, "wb") as out:
             shutil.copyfileobj(f, out)
-    for run in sorted((root / "lerobot").glob("seed*/")):
-        for who in ("learner", "actor"):
-            shutil.copy2(run / f"{who}.json", into / "lerobot" / f"{run.name}.{who}.json")
+
+    for key, result in progress.items():
+        run, folder = root / key, into / key
+        folder.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(root / result["episodes"], folder / "episodes.jsonl")
+        if result["side"] == "embodyrl":
+            for name in ("config.json", "summary.json"):
+                shutil.copy2(run / name, folder / name)
+            gzipped(run / "metrics.jsonl", folder / "metrics.jsonl.gz")
+        else:
+            shutil.copy2(run / "learner.json", folder / "config.json")
+            shutil.copy2(run / "actor.json", folder / "actor.json")
+            (folder / "summary.json").write_text(json.dumps(result, indent=2))
+            gzipped(root / result["episodes"], folder / "metrics.jsonl.gz")
 
 
 def main(argv=None) -> int:

@@ -41,6 +41,7 @@ EXTRAS: dict[str, str] = {
     "lerobot": "lerobot",  # LeRobot's robots and teleoperators (hal/lerobot.py); brings torch
     "draccus": "lerobot",
     "pytest": "test",  # the conformance suites shipped in embodyrl.hal.testing
+    "gym_hil": "hilserl",  # gym-hil's tasks (envs/panda_pick.py); needs mujoco below 3.9
     "sbx": "compare",  # embodyrl bench crossq's baseline (optional there: without it the bench says so)
 }
 
