@@ -92,6 +92,17 @@ def connect(learner: Learner, link: LearnerLink) -> None:
     link.connect()
 
 
+def acked_once(tmp_path) -> tuple[Learner, LearnerLink]:
+    """A learner on a free port and a link whose first batch of 16 rows it has acknowledged."""
+    learner = Learner(free_port(), tmp_path / "learner")
+    learner.start()
+    link = make_link(learner.port, peer_timeout_s=30.0)
+    connect(learner, link)
+    link.send_steps(0, batch(16))
+    assert pump(link, lambda: link.acked_seq == 1)
+    return learner, link
+
+
 def test_every_reply_reaches_the_link_through_a_learner_stall(tmp_path):
     """The learner's loop stalls (a long compile) past the link's patience: the link says HELLO
     again, on the same connection. When the learner comes back it answers every HELLO and acks
@@ -128,12 +139,7 @@ def test_every_reply_reaches_the_link_through_a_learner_stall(tmp_path):
 def test_a_restarted_learner_is_greeted_as_soon_as_it_listens(tmp_path):
     """The connection's drop tells the link its session is gone: it says HELLO on the next
     connection at once, not after ``peer_timeout_s`` of silence."""
-    learner = Learner(free_port(), tmp_path / "learner")
-    learner.start()
-    link = make_link(learner.port, peer_timeout_s=30.0)
-    connect(learner, link)
-    link.send_steps(0, batch(16))
-    assert pump(link, lambda: link.acked_seq == 1)
+    learner, link = acked_once(tmp_path)
     learner.crash()
     link.send_steps(0, batch(16))  # spooled while the learner is down
     for _ in range(20):
@@ -152,12 +158,7 @@ def test_a_learner_stopped_before_its_budget_says_so_and_its_actors_dial_its_res
     """A learner stopped cleanly (Ctrl-C) before its budget commits, acks and says BYE with
     ``restart``: the link keeps its spool and greets the learner started again on the same port,
     which takes the rows spooled meanwhile. Only a BYE without it (the run complete) ends the link."""
-    learner = Learner(free_port(), tmp_path / "learner")
-    learner.start()
-    link = make_link(learner.port, peer_timeout_s=30.0)
-    connect(learner, link)
-    link.send_steps(0, batch(16))
-    assert pump(link, lambda: link.acked_seq == 1)
+    learner, link = acked_once(tmp_path)
     closing = threading.Thread(target=learner.served.close, kwargs={"restart": True})
     closing.start()  # the link is polled meanwhile, as an actor's loop polls it
     assert pump(link, lambda: not link.connected, timeout_s=5)
