@@ -49,8 +49,6 @@ STEP_M = 0.025
 """gym-hil's default end-effector step: an action of 1 moves the target this far."""
 CLOSE, HOLD, OPEN = 2.0, 1.0, 0.0
 """Gripper actions (the wrapper's ``[0, 2]``: 2 adds the full command, 0 removes it)."""
-LIFT_M = 0.1
-"""The reward's lift: the cube 10 cm above where it started."""
 
 TCP = slice(15, 18)
 GRIP = 14

@@ -48,8 +48,6 @@ from hilserl_side_by_side import (  # noqa: E402
     venv_python,
 )
 
-FAULTS = ("actor_sigkill", "learner_ctrl_c_in_checkpoint", "actor_restart", "learner_restart")
-
 
 @dataclass(frozen=True)
 class FaultPlan:
@@ -145,13 +143,19 @@ class Side:
         failure = self.learner_failure()
         if failure is None and recover_s is not None:
             return {"recover_s": recover_s}
-        if self.learner.poll() is None:  # up, but failed inside (or silent): stopped, as a user would
+        stayed_up = self.learner.poll() is None
+        if stayed_up:  # up, but failed inside (or silent): stopped, as a user would
             self.learner.kill()
             self.learner.wait()
         self.fresh += 1
         return {"recover_s": None, "not_recovered": failure or "it took no rows from the actor within recover_s",
-                "learner_process_stayed_up": failure is not None and self.learner.returncode == -signal.SIGKILL,
+                "learner_process_stayed_up": failure is not None and stayed_up,
                 "fresh_start_recover_s": self.learner_recovered(resume=False)}
+
+    def on_disk(self) -> dict:
+        """What the learner's files hold after it stopped, where the system's replay is only there at
+        its checkpoints (LeRobot's); nothing to add where the replay commits as it takes rows."""
+        return {}
 
     def learner_failure(self) -> str | None:
         """The exception the learner's log ends a traceback with, if it has one, or why it exited."""
@@ -236,10 +240,10 @@ class LeRobot(Side):
         self.bounds = bounds
         self.learner_starts = 0
 
-    def config(self, who: str, resume: bool = False) -> Path:
+    def config(self, who: str) -> Path:
         plan = Plan(**{**asdict(self.plan), "port": self.faults.port, "steps": 10**6, "seeds": (self.faults.seed,),
                        "save_every": self.faults.lerobot_save_every})
-        return lerobot_config(self.run, who, self.faults.seed, plan, self.bounds, self.root / "demos", resume=resume)
+        return lerobot_config(self.run, who, self.faults.seed, plan, self.bounds, self.root / "demos")
 
     def actor_command(self) -> list[str]:
         config = self.config(f"actor{self.actor_starts}")  # LeRobot refuses an existing output directory
@@ -269,6 +273,9 @@ class LeRobot(Side):
         self.start_learner(resume)
         return self.until(lambda: self.learner_says("Received request to receive transitions from the Actor") > 0
                           or self.learner_failure() is not None, self.faults.recover_s)
+
+    def on_disk(self) -> dict:
+        return {"replay_rows_on_disk": self.replay_frames()}
 
     def replay_frames(self) -> int | None:
         info = self.run / self.learner_name() / "dataset" / "meta" / "info.json"
@@ -316,10 +323,8 @@ def faults(side: Side) -> dict:
     side.actor_gone()
     events["actor_sigkill"] = {"recover_s": side.actor_recovered()}
     side.wait_for_steps(2 * f.every)
-    events["learner_ctrl_c_in_checkpoint"] = ctrl_c_in_checkpoint(side)
-    if isinstance(side, LeRobot):
-        events["learner_ctrl_c_in_checkpoint"]["replay_rows_on_disk"] = side.replay_frames()
-    events["learner_ctrl_c_in_checkpoint"].update(side.restarted_learner())
+    events["learner_ctrl_c_in_checkpoint"] = {**ctrl_c_in_checkpoint(side), **side.on_disk(),
+                                              **side.restarted_learner()}
     side.wait_for_steps(3 * f.every)
     side.actor.send_signal(signal.SIGINT)
     side.actor_gone()
@@ -362,9 +367,11 @@ def main(argv=None) -> int:
             continue
         side = (Embodyrl(python, root, plan, faults) if name == "embodyrl"
                 else LeRobot(python, root, plan, faults, bounds=observation_bounds(python)))
-        results[name] = {**run_faults(side), "plan": asdict(faults)}
+        result = {**run_faults(side), "plan": asdict(faults)}
+        # read again: another invocation (the other system's) may have written its result meanwhile
+        results = {**(json.loads(out.read_text()) if out.exists() else {}), name: result}
         out.write_text(json.dumps(results, indent=2))
-        print(json.dumps(results[name]), flush=True)
+        print(json.dumps(result), flush=True)
     return 0
 
 

@@ -26,10 +26,9 @@ import numpy as np
 from gym_hil.envs import PandaPickCubeGymEnv
 from gym_hil.wrappers import intervention_utils
 from gym_hil.wrappers.factory import wrap_env
+from hilserl_side_by_side import LEROBOT_TASK
 
 from embodyrl.envs import panda_pick
-
-TASK = "PandaPickCubeScripted-v0"
 
 
 class ScriptedController(intervention_utils.InputController):
@@ -77,7 +76,8 @@ def make_scripted(use_gripper: bool = True, gripper_penalty: float = panda_pick.
 
 
 def main() -> None:
-    gymnasium.register(f"gym_hil/{TASK}", entry_point=make_scripted, max_episode_steps=panda_pick.MAX_EPISODE_STEPS)
+    gymnasium.register(f"gym_hil/{LEROBOT_TASK}", entry_point=make_scripted,
+                       max_episode_steps=panda_pick.MAX_EPISODE_STEPS)
     from lerobot.rl.actor import actor_cli
 
     actor_cli()

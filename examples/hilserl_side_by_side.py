@@ -39,12 +39,14 @@ import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+from embodyrl.envs import panda_pick
+
 REPO = Path(__file__).resolve().parent.parent
-TASK = "gym:embodyrl.envs.panda_pick:embodyrl/PandaPickCube-v0"
-EXPERT = "script:embodyrl.envs.panda_pick:expert"
-PERSON = "script:embodyrl.envs.panda_pick:person"
+TASK = f"gym:{panda_pick.__name__}:{panda_pick.ENV_ID}"
+EXPERT = f"script:{panda_pick.__name__}:expert"
+PERSON = f"script:{panda_pick.__name__}:person"
 LEROBOT_TASK = "PandaPickCubeScripted-v0"
-EPISODE_LOG, STEP_COUNT = "EMBODYRL_PANDA_PICK_EPISODES", "EMBODYRL_PANDA_PICK_STEPS"
+"""The gym-hil id LeRobot's actor makes (``gym_hil/`` + this; ``hilserl_lerobot_actor.py`` registers it)."""
 VERSIONS = {"torch": "2.9.1", "lerobot": "0.4.4", "gym-hil": "0.1.14", "grpcio": "1.73.1"}
 SIDES = ("embodyrl", "lerobot")
 
@@ -96,9 +98,9 @@ def environ(episodes: Path | None = None, step_count: Path | None = None) -> dic
     env = {**os.environ, "MUJOCO_GL": os.environ.get("MUJOCO_GL", "egl"), "HF_HUB_OFFLINE": "1",
            "WANDB_MODE": "disabled", "PYTHONPATH": str(REPO)}
     if episodes is not None:
-        env[EPISODE_LOG] = str(episodes)
+        env[panda_pick.EPISODE_LOG] = str(episodes)
     if step_count is not None:
-        env[STEP_COUNT] = str(step_count)
+        env[panda_pick.STEP_COUNT] = str(step_count)
     return env
 
 
@@ -136,8 +138,7 @@ print(json.dumps(out))
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def lerobot_config(run: Path, who: str, seed: int, plan: Plan, bounds: dict, demos: Path,
-                   resume: bool = False) -> Path:
+def lerobot_config(run: Path, who: str, seed: int, plan: Plan, bounds: dict, demos: Path) -> Path:
     """LeRobot's HIL-SERL config for this run's learner or actor (``who``; the same but for the output
     directory), written from LeRobot 0.4.4's config classes (its shipped configs live on the Hugging
     Face Hub, which is not reachable here)."""
@@ -147,14 +148,14 @@ def lerobot_config(run: Path, who: str, seed: int, plan: Plan, bounds: dict, dem
     stats = {"observation.state": bounds["state"], "observation.environment_state": bounds["environment_state"],
              "action": {"min": [-1.0, -1.0, -1.0], "max": [1.0, 1.0, 1.0]}}
     config = {
-        "output_dir": str(run / who), "job_name": f"pick-{seed}", "resume": resume, "seed": seed,
+        "output_dir": str(run / who), "job_name": f"pick-{seed}", "resume": False, "seed": seed,
         "batch_size": plan.batch, "steps": 10**9, "log_freq": 100, "save_checkpoint": True,
         "save_freq": plan.save_every, "num_workers": 0, "wandb": {"enable": False},
         "dataset": {"repo_id": "local/panda_pick_demos", "root": str(demos), "use_imagenet_stats": False},
         "env": {"type": "gym_manipulator", "name": "gym_hil", "task": LEROBOT_TASK, "fps": plan.lerobot_fps,
                 "features": {**features, **action}, "features_map": {key: key for key in {**features, **action}},
-                "processor": {"control_mode": "gamepad", "gripper": {"use_gripper": True,
-                                                                      "gripper_penalty": -0.02}}},
+                "processor": {"control_mode": "gamepad",
+                              "gripper": {"use_gripper": True, "gripper_penalty": panda_pick.GRIPPER_PENALTY}}},
         "policy": {
             "type": "sac", "device": "cpu", "storage_device": "cpu", "use_torch_compile": False,
             "push_to_hub": False,

@@ -44,13 +44,14 @@ def concat(observation_spec) -> dict:
     return {"op": "concat", "fields": list(observation_spec)}
 
 
-def dense_relu(layers: list[str]) -> list[dict]:
-    """Dense layers by array prefix, ReLU between them; the last stays linear (as :class:`MLP`)."""
+def dense_relu(layers: list[str], norms: list[dict] | None = None) -> list[dict]:
+    """Dense layers by array prefix, ReLU between them (after ``norms[i]``, the i-th hidden layer's
+    ``layer_norm`` op, where given); the last stays linear (as :class:`MLP`)."""
     ops: list[dict] = []
     for i, name in enumerate(layers):
         ops.append({"op": "dense", "kernel": f"{name}/kernel", "bias": f"{name}/bias"})
         if i < len(layers) - 1:
-            ops.append({"op": "relu"})
+            ops += [norms[i], {"op": "relu"}] if norms else [{"op": "relu"}]
     return ops
 
 
@@ -60,17 +61,10 @@ def mlp_ops(graph: nnx.GraphDef, params, prefix: str, what: str) -> list[dict]:
     module = nnx.merge(graph, params)
     if type(module) is not MLP:
         raise NotImplementedError(f"export covers the MLP {what}, not {type(module).__name__}")
-    ops = dense_relu([f"{prefix}/layers/{i}" for i in range(len(module.layers))])
-    if module.norms is None:
-        return ops
-    with_norms: list[dict] = []
-    for op in ops:
-        if op["op"] == "relu":
-            i = sum(o["op"] == "relu" for o in with_norms)
-            with_norms.append({"op": "layer_norm", "scale": f"{prefix}/norms/{i}/scale",
-                               "bias": f"{prefix}/norms/{i}/bias", "epsilon": float(module.norms[i].epsilon)})
-        with_norms.append(op)
-    return with_norms
+    norms = None if module.norms is None else [
+        {"op": "layer_norm", "scale": f"{prefix}/norms/{i}/scale", "bias": f"{prefix}/norms/{i}/bias",
+         "epsilon": float(norm.epsilon)} for i, norm in enumerate(module.norms)]
+    return dense_relu([f"{prefix}/layers/{i}" for i in range(len(module.layers))], norms)
 
 
 def published(actor_params) -> dict[str, np.ndarray]:
