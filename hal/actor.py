@@ -57,6 +57,7 @@ from .console import ConsoleLink
 from .device import Device, EpisodeInterrupted, EStopError
 from .group import DeviceGroup
 from .intervention import InterventionSource, new_episode
+from .journal import already_spooled, journal_path
 from .link import Link
 from .operator import FirstAnswer, Operator
 from .policy import Policy, UniformRandomPolicy
@@ -184,6 +185,8 @@ class ActorStats:
     """Seconds spent waiting for the operator to reset the scene and answer."""
     console_held_steps: int = 0
     """Control periods a device spent e-stopped or paused from the operator console."""
+    recovered_rows: int = 0
+    """Rows a killed predecessor recorded and never spooled, found in the journal and sent first."""
 
     def snapshot(self) -> dict:
         """A JSON-able summary (the latest return rather than all of them)."""
@@ -196,6 +199,7 @@ class ActorStats:
                 "link": dict(self.link), "learner": self.learner, "held_steps": self.held_steps,
                 "aborted": self.aborted, "interrupted": self.interrupted, "labels": dict(self.labels),
                 "operator_wait_s": round(self.operator_wait_s, 3), "console_held_steps": self.console_held_steps,
+                "recovered_rows": self.recovered_rows,
                 "last_return": self.returns[-1] if self.returns else None}
 
 
@@ -230,8 +234,12 @@ class ActorLoop:
         self.tap = tap
         """Called with (device_id, batch) for every batch sent (e.g. a DemoWriter)."""
         self.device, self.task, self.policy = device, task, policy
+        spool = getattr(link, "spool", None)
+        self._journals = getattr(spool, "directory", None)
+        """A link that spools to a directory journals there the rows not yet batched (:mod:`.journal`)."""
         self.lanes = [self._lane(*lane) for lane in _members(device, task, policy, device_id, intervention)]
         self.recorder = self.lanes[0].recorder
+        self._lanes_by_id = {lane.device_id: lane for lane in self.lanes}
         self.console: ConsoleControl | None = None
         if console is not None:
             self.console = ConsoleControl(console, self)
@@ -250,7 +258,8 @@ class ActorLoop:
         return Lane(device_id, device, task, policy,
                     UniformRandomPolicy(device.action_spec, seed=cfg.seed + device_id),
                     StepRecorder(device.observation_spec, device.action_spec, actor_id=cfg.actor_id,
-                                 device_id=device_id, capacity=cfg.send_every + 2),
+                                 device_id=device_id, capacity=cfg.send_every + 2,
+                                 journal=journal_path(self._journals, device_id) if self._journals else None),
                     intervention)
 
     def run(self, max_steps: int | None = None, should_stop=lambda: False,
@@ -262,6 +271,7 @@ class ActorLoop:
         """
         cfg, link = self.config, self.link
         self._should_stop = should_stop
+        self._send_recovered()
         for lane in self.lanes:
             lane.observation = lane.device.reset(seed=cfg.seed + lane.device_id)
             new_episode(lane.intervention)
@@ -311,6 +321,20 @@ class ActorLoop:
         if report is not None:
             report(self.stats.snapshot())
         return self.stats
+
+    def _send_recovered(self) -> None:
+        """Rows a killed predecessor recorded but never spooled (its journals) go first, unless
+        it spooled them and died before emptying the journal."""
+        for lane in self.lanes:
+            steps = lane.recorder.recovered()
+            if steps is None:
+                continue
+            if already_spooled(self.link.spool, lane.device_id, {"episode_id": steps.episode_id[-1],
+                                                                  "step_index": steps.step_index[-1]}):
+                lane.recorder.spooled()
+                continue
+            self.stats.recovered_rows += len(steps)
+            self.spool_pause.hand_over(lane.device_id, steps)
 
     def _step(self, lane: Lane, warm: bool) -> None:
         """One control period of one device: act, step, record, each part called at its point."""
@@ -430,6 +454,7 @@ class ActorLoop:
         self.spool_pause.hand_over(lane.device_id, lane.recorder.flush())
 
     def _sent(self, device_id: int, steps: Steps) -> None:
+        self._lanes_by_id[device_id].recorder.spooled()
         if self.tap is not None:
             self.tap(device_id, steps)
         self.stats.batches_sent += 1

@@ -27,11 +27,13 @@ import math
 import secrets
 from dataclasses import dataclass, fields
 from enum import IntEnum
+from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
 
 from .dtypes import is_float
+from .journal import RowJournal
 from .specs import ArraySpec, DictSpec, SpecError
 
 
@@ -348,7 +350,7 @@ class StepRecorder:
     """
 
     def __init__(self, observation_spec: DictSpec, action_spec: ArraySpec, *,
-                 actor_id: int, device_id: int, capacity: int = 256):
+                 actor_id: int, device_id: int, capacity: int = 256, journal: str | Path | None = None):
         self.observation_spec = observation_spec
         self.action_spec = action_spec
         self.actor_id = actor_id
@@ -358,13 +360,17 @@ class StepRecorder:
         self._episode_id = new_episode_id()
         self._step_index = 0
         self._allocate()
+        self.journal = RowJournal(journal, self._table.dtype) if journal is not None else None
+        """Write-ahead of the rows not yet flushed (:mod:`.journal`), when given a path."""
 
     def _allocate(self) -> None:
-        n = self.capacity
-        self._obs = {k: np.zeros((n, *s.shape), s.dtype) for k, s in self.observation_spec.items()}
-        self._action = np.zeros((n, *self.action_spec.shape), self.action_spec.dtype)
-        self._proposed = np.zeros_like(self._action)
-        self._cols = {name: np.zeros(n, dtype) for name, dtype in SCALAR_COLUMNS.items()}
+        """One structured row per step, each column a view of it: a row is one contiguous record,
+        so the journal writes it with one call."""
+        self._table = np.zeros(self.capacity, row_dtype(self.observation_spec, self.action_spec))
+        self._obs = {k: self._table[OBSERVATION_PREFIX + k] for k in self.observation_spec}
+        self._action = self._table["action"]
+        self._proposed = self._table["proposed_action"]
+        self._cols = {name: self._table[name] for name in SCALAR_COLUMNS}
 
     def __len__(self) -> int:
         return self._rows
@@ -411,6 +417,7 @@ class StepRecorder:
         c["policy_count"][row] = version.count
         c["source"][row] = source
         self._step_index += 1
+        self._journal_row(row)
 
     def add_final(self, observation) -> None:
         """Close the episode with the row that holds only its last observation."""
@@ -425,6 +432,11 @@ class StepRecorder:
         c["final"][row] = True
         self._episode_id = new_episode_id()
         self._step_index = 0
+        self._journal_row(row)
+
+    def _journal_row(self, row: int) -> None:
+        if self.journal is not None:
+            self.journal.append(self._table[row:row + 1])
 
     def abandon_episode(self) -> None:
         """Start a new episode without a final row (the old one was interrupted).
@@ -439,15 +451,36 @@ class StepRecorder:
         """Take the rows recorded since the last flush (None if there are none)."""
         if self._rows == 0:
             return None
-        n = self._rows
-        steps = Steps(
-            observation={k: v[:n].copy() for k, v in self._obs.items()},
-            action=self._action[:n].copy(),
-            proposed_action=self._proposed[:n].copy(),
-            **{k: v[:n].copy() for k, v in self._cols.items()},
-        )
+        steps = steps_from_table(self._table[:self._rows], self.observation_spec)
         self._rows = 0
         return steps
+
+    def recovered(self) -> Steps | None:
+        """The rows a previous process recorded and never spooled (its journal), if any."""
+        rows = self.journal.recovered if self.journal is not None else ()
+        return steps_from_table(rows, self.observation_spec) if len(rows) else None
+
+    def spooled(self) -> None:
+        """The rows flushed so far are in the spool: the journal forgets them."""
+        if self.journal is not None:
+            self.journal.clear()
+
+    def close(self) -> None:
+        if self.journal is not None:
+            self.journal.close()
+
+
+def row_dtype(observation_spec: DictSpec, action_spec: ArraySpec) -> np.dtype:
+    """One row of every column by its wire name (:meth:`Steps.arrays`), as a structured dtype."""
+    return np.dtype([(name, dtype, shape) for name, dtype, shape, _ in _column_table(observation_spec, action_spec)],
+                    align=True)
+
+
+def steps_from_table(table: np.ndarray, observation_spec: DictSpec) -> Steps:
+    """A :class:`Steps` of contiguous copies of a structured table's columns."""
+    column = {name: table[name].copy() for name in table.dtype.names}
+    return Steps(observation={k: column[OBSERVATION_PREFIX + k] for k in observation_spec},
+                 **{name: column[name] for name in ("action", "proposed_action", *SCALAR_COLUMNS)})
 
 
 _MIX1, _MIX2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)

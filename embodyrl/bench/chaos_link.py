@@ -30,6 +30,7 @@ from .chaos_parts import (
     rss_bytes,
     spool_bytes,
     stored_rows,
+    stored_steps,
     tcp_proxy,
 )
 
@@ -76,8 +77,12 @@ def kill(*processes) -> None:
 
 @in_scratch_dir("chaos-actor-")
 def actor_kill(quick: bool, work: Path) -> dict:
-    """SIGKILL the actor N times mid-stream; each restart resends its spool."""
+    """SIGKILL the actor N times mid-stream; each restart resends its spool and the rows its journal
+    holds (recorded, not yet batched). ``stepped_not_stored``: the device's steps (counted in shared
+    memory, which outlives the kill) that the replay lacks at the end: at most the step each kill
+    interrupted between the device and the recorder."""
     kills, run_s = (2, 1.0) if quick else (5, 3.0)
+    stepped = CTX.Value("q", 0, lock=False)
     learner = LearnerSide(free_port(), work / "replay")
     learner.start()
     ledger = work / "ledger-1.jsonl"
@@ -85,7 +90,7 @@ def actor_kill(quick: bool, work: Path) -> dict:
     actor = None
     try:
         for _ in range(kills):
-            actor = start_actor(learner.endpoint, work, 1, 10**9)
+            actor = start_actor(learner.endpoint, work, 1, 10**9, stepped=stepped)
             taken = learner.taken.get(1, 0)
             learner.serve_until(lambda taken=taken: learner.taken.get(1, 0) > taken, 60)  # streaming (slow under load)
             learner.serve(run_s)
@@ -100,7 +105,7 @@ def actor_kill(quick: bool, work: Path) -> dict:
             recoveries.append(learner.wait_durable({1: seq}))
             finish(learner, actor)
         stop = CTX.Event()
-        actor = start_actor(learner.endpoint, work, 1, 10**9, stop)
+        actor = start_actor(learner.endpoint, work, 1, 10**9, stop, stepped=stepped)
         learner.serve(run_s)
         stop.set()
         finish(learner, actor)
@@ -108,7 +113,9 @@ def actor_kill(quick: bool, work: Path) -> dict:
         kill(actor)
         learner.close()
         raise
-    return record("actor_kill_restart", kills, {1: ledger}, learner, recoveries, unacked_at_kill=spooled)
+    result = record("actor_kill_restart", kills, {1: ledger}, learner, recoveries, unacked_at_kill=spooled)
+    return {**result, "stepped": stepped.value,
+            "stepped_not_stored": stepped.value - stored_steps(learner.directory, 1)}
 
 
 @in_scratch_dir("chaos-learner-")

@@ -75,12 +75,13 @@ class RandomPolicyTakingWeights:
 
 def ledger_actor(endpoint: str, actor_id: int, spool_dir: str, ledger_path: str, max_steps: int,
                  stop=None, peer_timeout_s: float = 2.0, realtime: bool = False,
-                 key_files: tuple[str, str] | None = None, go=None) -> None:
+                 key_files: tuple[str, str] | None = None, go=None, stepped=None) -> None:
     """A pendulum actor whose link enters every batch it takes in a :class:`BatchLedger` (the
     link's ``on_sent`` hook, as ``embodyrl actor`` does); a restart on the same spool first adds
     the batches a kill left spooled but not ledgered. Drains its spool before exiting.
     ``key_files``: (own secret key, the learner's public key) for a CurveZMQ link; ``go``: an
-    event to wait for (set by the parent) before dialling."""
+    event to wait for (set by the parent) before dialling; ``stepped``: a shared counter of the
+    device's steps (:func:`count_steps`)."""
     from embodyrl import envs
     from embodyrl.hal.actor import ActorConfig, ActorLoop
     from embodyrl.hal.ledger import BatchLedger
@@ -90,6 +91,8 @@ def ledger_actor(endpoint: str, actor_id: int, spool_dir: str, ledger_path: str,
     from embodyrl.hal.wire.spool import Spool
 
     device, task = envs.make("pendulum")
+    if stepped is not None:
+        count_steps(device, stepped)
     info = DeviceInfo(0, "pendulum", device.observation_spec, device.action_spec)
     spool, ledger = Spool(spool_dir), BatchLedger(ledger_path)
     ledger.reconcile(spool)
@@ -111,9 +114,9 @@ def ledger_actor(endpoint: str, actor_id: int, spool_dir: str, ledger_path: str,
     ledger.close()
 
 
-def stored_rows(directory) -> dict[int, np.ndarray]:
-    """actor id -> identity columns (device id, episode id, step index) of every row the replay's
-    newest commit holds, read through a read-only mapping (as ``embodyrl replay`` reads it)."""
+def _stored(directory, names: list[str]) -> np.ndarray | None:
+    """The columns ``names`` of every row the replay's newest commit holds, read through a
+    read-only mapping (as ``embodyrl replay`` reads it); None before any commit."""
     from embodyrl.replay.contents import newest_commit
     from embodyrl.replay.layout import DATA_FILE, META_FILE, Layout
     from embodyrl.replay.ring import ChunkRing
@@ -123,18 +126,43 @@ def stored_rows(directory) -> dict[int, np.ndarray]:
     ring = ChunkRing(layout.chunks, layout.chunk_rows)
     body = newest_commit(directory)
     if body is None:
-        return {}
+        return None
     ring.load(body["ring"])
     data = np.memmap(directory / DATA_FILE, layout.dtype, mode="r", shape=(layout.capacity,))
-    parts = [np.array(data[int(c) * layout.chunk_rows:int(c) * layout.chunk_rows + int(ring.fill[c])]
-                      [["actor_id", "device_id", "episode_id", "step_index"]]) for c in np.flatnonzero(ring.fill)]
+    parts = [np.array(data[int(c) * layout.chunk_rows:int(c) * layout.chunk_rows + int(ring.fill[c])][names])
+             for c in np.flatnonzero(ring.fill)]
     del data
-    if not parts:
+    return np.concatenate(parts) if parts else None
+
+
+def stored_rows(directory) -> dict[int, np.ndarray]:
+    """actor id -> identity columns (device id, episode id, step index) of every row the replay's
+    newest commit holds."""
+    rows = _stored(directory, ["actor_id", "device_id", "episode_id", "step_index"])
+    if rows is None:
         return {}
-    rows = np.concatenate(parts)
     ident = np.stack([rows["device_id"].astype(np.int64), rows["episode_id"].astype(np.int64),
                       rows["step_index"].astype(np.int64)], axis=1)
     return {int(a): ident[rows["actor_id"] == a] for a in np.unique(rows["actor_id"])}
+
+
+def stored_steps(directory, actor_id: int) -> int:
+    """Rows of ``actor_id`` in the replay that carry a step (every row but episodes' final ones)."""
+    rows = _stored(directory, ["actor_id", "final"])
+    return 0 if rows is None else int(np.count_nonzero((rows["actor_id"] == actor_id) & ~rows["final"]))
+
+
+def count_steps(device, counter) -> None:
+    """Count every step the device takes in ``counter`` (a shared value that outlives a SIGKILLed
+    actor): what the replay should hold, whatever the actor had batched when it died."""
+    step = device.step
+
+    def counted(command):
+        observation = step(command)
+        counter.value += 1
+        return observation
+
+    device.step = counted
 
 
 def exact_once(ledgers: dict[int, Path], directory) -> dict:
