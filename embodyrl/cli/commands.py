@@ -360,7 +360,10 @@ def _actor(args) -> int:
         if config.console_key and keys is None:
             raise SecurityOptionError("--console-key: a CurveZMQ console needs this actor's --secret-key")
     if args.log_dir:
+        from ..cluster.roles import with_spools
+
         Path(args.log_dir).mkdir(parents=True, exist_ok=True)
+        config = with_spools(config, Path(args.log_dir))  # a SIGKILL, then a restart, loses nothing
     try:
         actor_main(dataclasses.asdict(config), args.connect, args.index, args.log_dir, args.max_steps,
                    keys=keys, allow_insecure=args.insecure)
@@ -635,7 +638,9 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--index", type=int, default=0, help="this actor's id, unique per learner (default 0)")
     a.add_argument("--config", metavar="FILE", help="the learner's config.json, or a YAML file")
     a.add_argument("--log-dir", help="append the actor's counters to LOG_DIR/actor-INDEX.jsonl and its "
-                                     "batch ledger (seq, rows, digest) to LOG_DIR/actor-INDEX.ledger.jsonl")
+                                     "batch ledger (seq, rows, digest) to LOG_DIR/actor-INDEX.ledger.jsonl; "
+                                     "its spool and journal go to LOG_DIR/spools unless actor.spool_dir names "
+                                     "a place, so an actor restarted there after a kill loses nothing")
     a.add_argument("--max-steps", type=int, metavar="N",
                    help="stop after N control steps, once the learner has acknowledged them (or "
                         "actor.flush_timeout_s has passed); default: run until the learner says goodbye")
