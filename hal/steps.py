@@ -134,9 +134,8 @@ class Steps:
     def arrays(self) -> dict[str, np.ndarray]:
         """Flat name -> column mapping, as the wire and the replay store it."""
         flat = {OBSERVATION_PREFIX + name: value for name, value in self.observation.items()}
-        for f in fields(self):
-            if f.name != "observation":
-                flat[f.name] = getattr(self, f.name)
+        for name in _FLAT_COLUMNS:
+            flat[name] = getattr(self, name)
         return flat
 
     @classmethod
@@ -155,41 +154,111 @@ class Steps:
         ``proposed_action`` may be absent: it then equals ``action`` and is the
         same array (no copy). A sender whose actions are never changed after
         the policy proposes them (a coupled model) leaves it off the wire.
+
+        A receiver of many batches keeps one :class:`StepsCheck` per device instead (this looks it
+        up by the specs, which costs their hashing and comparison on every call).
         """
+        return steps_check(observation_spec, action_spec).steps(arrays, reward_bound=reward_bound)
+
+
+class StepsCheck:
+    """The checks of one device's batches, worked out once from its specs: the columns' names,
+    dtypes and shapes, their bounds, the tightest of each. :meth:`steps` is
+    :meth:`Steps.from_arrays` without looking anything up; a float column's minimum and maximum
+    serve both its finiteness (NaN and infinity fail the comparison) and its bounds."""
+
+    def __init__(self, observation_spec: DictSpec, action_spec: ArraySpec):
+        self.observation_spec, self.action_spec = observation_spec, action_spec
+        self.expected = _expected_columns(observation_spec)
+        self._observation_names = tuple((name, OBSERVATION_PREFIX + name) for name in observation_spec)
+        bounds = {entry[0]: entry for entry in _bounds_table(observation_spec, action_spec)}
+        self._tables = {proposed: self._table(_column_table(observation_spec, action_spec, proposed), bounds)
+                        for proposed in (True, False)}
+
+    @staticmethod
+    def _table(columns: tuple, bounds: dict) -> tuple:
+        """(name, dtype, row shape, tightest lower, tightest upper, bounds entry or None) per column;
+        a float column without bounds gets its dtype's largest finite values, so its extremes test
+        finiteness."""
+        table = []
+        for name, dtype, shape, floating in columns:
+            entry = bounds.get(name)
+            lo, hi = (entry[5], entry[6]) if entry is not None else (-np.inf, np.inf)
+            if floating:
+                largest = float(np.finfo(dtype).max)
+                lo, hi = max(lo, -largest), min(hi, largest)
+            table.append((name, dtype, shape, lo, hi, entry, floating or entry is not None))
+        return tuple(table)
+
+    def steps(self, arrays: dict[str, np.ndarray], *, reward_bound: float = REWARD_BOUND) -> Steps:
         proposed_absent = "proposed_action" not in arrays
         if proposed_absent:
             arrays = {**arrays, "proposed_action": arrays.get("action")}
-        expected = _expected_columns(observation_spec)
-        if arrays.keys() != expected:
+        if arrays.keys() != self.expected:
             raise SpecError(
-                f"step columns: missing {sorted(expected - set(arrays))}, "
-                f"unexpected {sorted(set(arrays) - expected)}"
+                f"step columns: missing {sorted(self.expected - set(arrays))}, "
+                f"unexpected {sorted(set(arrays) - self.expected)}"
             )
-        length = arrays["reward"].shape[0] if arrays["reward"].ndim == 1 else -1
+        reward = arrays["reward"]
+        length = reward.shape[0] if type(reward) is np.ndarray and reward.ndim == 1 else -1
         if length < 1:
-            raise SpecError(f"reward: shape {arrays['reward'].shape}; expected a non-empty 1-d column")
-        if not _columns_fit(arrays, _column_table(observation_spec, action_spec, not proposed_absent), length):
-            checked = {name: spec.validate_batch(arrays[name], length)  # names the column at fault
-                       for name, spec in _SCALAR_SPECS.items()}
-            for name, spec in observation_spec.items():
-                checked[OBSERVATION_PREFIX + name] = spec.validate_batch(arrays[OBSERVATION_PREFIX + name], length)
-            for name in ("proposed_action", "action") if not proposed_absent else ("action",):
-                checked[name] = action_spec.validate_batch(arrays[name], length)
-            if proposed_absent:
-                checked["proposed_action"] = checked["action"]
-            arrays = checked
-        observation = {name: arrays[OBSERVATION_PREFIX + name] for name in observation_spec}
+            raise SpecError(f"reward: shape {getattr(reward, 'shape', None)}; expected a non-empty 1-d column")
         final = arrays["final"]
-        proposed, action = arrays["proposed_action"], arrays["action"]
-        _check_values(arrays, _bounds_table(observation_spec, action_spec), final, reward_bound)
-        if (final & (arrays["terminated"] | arrays["truncated"])).any():
+        if not self._fits(arrays, self._tables[not proposed_absent], length, final):
+            arrays = self._checked(arrays, length, proposed_absent)  # names the column at fault
+            final = arrays["final"]
+            _check_values(arrays, _bounds_table(self.observation_spec, self.action_spec), final)
+        _check_scalars(arrays, reward_bound)
+        terminated, truncated = arrays["terminated"], arrays["truncated"]
+        if (final & (terminated | truncated)).any():
             raise SpecError("final rows must not carry terminated/truncated flags")
-        if (arrays["terminated"] & arrays["truncated"]).any():
+        if (terminated & truncated).any():
             raise SpecError("a step cannot be both terminated and truncated")
-        if int(arrays["source"].max()) > max(Source):
+        if int(arrays["source"].max()) > _MAX_SOURCE:
             raise SpecError(f"source: unknown tag {int(arrays['source'].max())}")
-        scalars = {name: arrays[name] for name in SCALAR_COLUMNS}
-        return cls(observation=observation, action=action, proposed_action=proposed, **scalars)
+        return Steps(observation={name: arrays[column] for name, column in self._observation_names},
+                     action=arrays["action"], proposed_action=arrays["proposed_action"],
+                     **{name: arrays[name] for name in SCALAR_COLUMNS})
+
+    @staticmethod
+    def _fits(arrays: dict, table: tuple, length: int, final) -> bool:
+        """Every column an ndarray of its dtype and shape, and within the tightest of its bounds
+        (finite, for a float column): the common case, in two reductions a checked column. False
+        sends the batch through the checks that name what is wrong (or find it within the exact,
+        per-element, live-row bounds after all)."""
+        for name, dtype, shape, lo, hi, _, checked in table:
+            column = arrays[name]
+            if type(column) is not np.ndarray or column.dtype != dtype or column.shape[1:] != shape \
+                    or column.shape[0] != length:
+                return False
+            if checked:
+                least, most = extremes(column)
+                if not (least >= lo and most <= hi):
+                    return False
+        return True
+
+    def _checked(self, arrays: dict, length: int, proposed_absent: bool) -> dict:
+        checked = dict(arrays)
+        for name, spec in _SCALAR_SPECS.items():
+            checked[name] = spec.validate_batch(arrays[name], length)
+        for name, spec in self.observation_spec.items():
+            checked[OBSERVATION_PREFIX + name] = spec.validate_batch(arrays[OBSERVATION_PREFIX + name], length)
+        for name in ("proposed_action", "action") if not proposed_absent else ("action",):
+            checked[name] = self.action_spec.validate_batch(arrays[name], length)
+        if proposed_absent:
+            checked["proposed_action"] = checked["action"]
+        return checked
+
+
+_MAX_SOURCE = int(max(Source))
+
+
+@functools.lru_cache(maxsize=64)
+def steps_check(observation_spec: DictSpec, action_spec: ArraySpec) -> StepsCheck:
+    return StepsCheck(observation_spec, action_spec)
+
+
+_FLAT_COLUMNS = tuple(f.name for f in fields(Steps) if f.name != "observation")
 
 
 @functools.lru_cache(maxsize=64)
@@ -243,12 +312,12 @@ def _closed(bound: np.ndarray | None) -> np.ndarray | None:
     return None if bound is None or not np.isfinite(bound).any() else bound
 
 
-def _check_values(arrays: dict, table: tuple, final: np.ndarray, reward_bound: float) -> None:
+def _check_values(arrays: dict, table: tuple, final: np.ndarray) -> None:
     """Every value within its bounds, else :class:`SpecError` naming the column, row and value. Each
     column costs its minimum and maximum (against the tightest bound) unless something is out."""
     for name, lo, hi, live_only, what, tightest_lo, tightest_hi in table:
         column = arrays[name]
-        least, most = _extremes(column)
+        least, most = extremes(column)
         if least >= tightest_lo and most <= tightest_hi:
             continue  # the common case: every element within the tightest of its bounds
         found = _outside(column, lo, hi, ~final if live_only else None)
@@ -259,22 +328,26 @@ def _check_values(arrays: dict, table: tuple, final: np.ndarray, reward_bound: f
             element = f" element {list(at)}" if at else ""
             raise SpecError(f"{name}: row {row}{element} holds {_shown(value)}, outside [{low}, {high}] "
                             f"({what})")
+
+
+def _check_scalars(arrays: dict, reward_bound: float) -> None:
+    """The per-row scalars' bounds: |reward|, |log_prob|, and the counters a recorder writes."""
     for name, bound in (("reward", reward_bound), ("log_prob", LOG_PROB_BOUND)):
         column = arrays[name]
-        least, most = _extremes(column)
+        least, most = extremes(column)
         if least < -bound or most > bound:
             row = int(np.flatnonzero(np.abs(column) > bound)[0])
             raise SpecError(f"{name}: row {row} holds {_shown(column[row])}, beyond the bound "
                             f"|{name}| <= {_shown(bound)}")
     for name, least_allowed in (("step_index", 0), ("policy_count", NO_POLICY.count)):
         column = arrays[name]
-        if _extremes(column)[0] < least_allowed:
+        if extremes(column)[0] < least_allowed:
             row = int(np.flatnonzero(column < least_allowed)[0])
             raise SpecError(f"{name}: row {row} holds {_shown(column[row])}; a recorder never writes "
                             f"less than {least_allowed}")
 
 
-def _extremes(column: np.ndarray) -> tuple:
+def extremes(column: np.ndarray) -> tuple:
     """(minimum, maximum) of ``column``; a small one's in Python (cheaper than two numpy reductions)."""
     if column.size == 0:
         return np.inf, -np.inf  # nothing out of any bound
@@ -314,19 +387,6 @@ def row_nbytes(observation_spec: DictSpec, action_spec: ArraySpec) -> tuple[int,
     bounds a batch by before it decodes one."""
     table = _column_table(observation_spec, action_spec)
     return sum(dtype.itemsize * math.prod(shape) for _, dtype, shape, _ in table), len(table)
-
-
-def _columns_fit(arrays: dict, table: tuple, length: int) -> bool:
-    """Every column an ndarray of its dtype and shape, float columns finite (no message: on False,
-    the per-spec checks run again to name the column at fault)."""
-    for name, dtype, shape, floating in table:
-        column = arrays[name]
-        if type(column) is not np.ndarray or column.dtype != dtype or column.shape[1:] != shape \
-                or column.shape[0] != length:
-            return False
-        if floating and not np.isfinite(column).all():
-            return False
-    return True
 
 
 @functools.lru_cache(maxsize=64)

@@ -26,6 +26,9 @@ class EpisodeReturns:
         finished = 0
         acted = ~steps.final & (steps.source != Source.DEMONSTRATION)
         overridden = acted & (steps.source == Source.INTERVENTION)
+        first, last = int(steps.episode_id[0]), int(steps.episode_id[-1])
+        if first == last and not steps.final[:-1].any():  # the common batch: the middle of one episode
+            return self._one_episode(steps, first, acted, overridden)
         for episode in np.unique(steps.episode_id):
             rows = steps.episode_id == episode
             key = (int(steps.actor_id[0]), int(steps.device_id[0]), int(episode))
@@ -41,6 +44,24 @@ class EpisodeReturns:
             else:
                 self._open[key] = (total, n, k)
         return finished
+
+    def _one_episode(self, steps, episode: int, acted, overridden) -> int:
+        """:meth:`add` for a batch of one episode, ended by its last row or not. Episode ids are
+        random and never reused, so the first and last rows' ids being equal with no final row
+        before the last makes every row that episode's (a final row closes an episode for good)."""
+        key = (int(steps.actor_id[0]), int(steps.device_id[0]), episode)
+        total, n, k = self._open.pop(key, (0.0, 0, 0))
+        ends = bool(steps.final[-1])
+        total += float(steps.reward[:-1].sum() if ends else steps.reward.sum())
+        n += int(np.count_nonzero(acted))
+        k += int(np.count_nonzero(overridden))
+        if not ends:
+            self._open[key] = (total, n, k)
+            return 0
+        self._finished.append((key[1], total))
+        if n:
+            self._rates.append(k / n)
+        return 1
 
     def take_finished(self) -> list[float]:
         """The returns of the episodes finished since the last call."""

@@ -361,8 +361,12 @@ class ChunkStore(PageHints):
         direct = self._direct if all(as_stored(arrays[f], self.dtype.fields[f][0]) for f in self._direct) else ()
         staging = self._writer.staging(n)
         rows = to_rows(steps, self.dtype, staging, skip=direct)
-        rows[NEXT_INDEX][:-1] = np.where(steps.final[:-1], -1, slots[1:])
-        rows[NEXT_GENERATION][:-1] = np.where(steps.final[:-1], -1, generation[1:])
+        if steps.final[:-1].any():  # an episode ends inside the batch: its final row has no successor
+            rows[NEXT_INDEX][:-1] = np.where(steps.final[:-1], -1, slots[1:])
+            rows[NEXT_GENERATION][:-1] = np.where(steps.final[:-1], -1, generation[1:])
+        else:
+            rows[NEXT_INDEX][:-1] = slots[1:]
+            rows[NEXT_GENERATION][:-1] = generation[1:]
         writes, i = [], 0
         for chunk, offset, count in segments:
             slot = chunk * self.layout.chunk_rows + offset

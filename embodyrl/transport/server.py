@@ -41,7 +41,15 @@ import numpy as np
 import zmq
 
 from ..hal.specs import SpecError
-from ..hal.steps import REWARD_BOUND, PolicyVersion, Steps, row_nbytes
+from ..hal.steps import (
+    REWARD_BOUND,
+    PolicyVersion,
+    Steps,
+    StepsCheck,
+    extremes,
+    row_nbytes,
+    steps_check,
+)
 from ..hal.wire import protocol as P
 from ..hal.wire import weights as W
 from ..hal.wire.client import HEARTBEAT_S
@@ -49,6 +57,7 @@ from ..hal.wire.codec import (
     DEFAULT_LIMITS,
     PROTOCOL_VERSION,
     Header,
+    HeaderMemo,
     Limits,
     MessageError,
     decode_arrays,
@@ -122,6 +131,10 @@ class ActorSession:
     rows: int = 0
     weights_encodings: frozenset[str] | None = None
     """The weight encodings its HELLO said it decodes (None: it did not say, so all of them)."""
+    checks: dict[int, StepsCheck] = field(default_factory=dict)
+    """Device id -> the checks of its batches, worked out from its specs once, at HELLO."""
+    headers: HeaderMemo = field(default_factory=HeaderMemo)
+    """Its last batch's array descriptors, checked against :attr:`limits`."""
 
 
 @dataclass(frozen=True)
@@ -268,7 +281,8 @@ class LearnerServer:
 
     def _handle(self, identity: bytes, body: list) -> ReceivedSteps | None:
         session = self.sessions.get(identity)
-        header = parse_header(body, self.limits if session is None else session.limits)
+        header = parse_header(body, self.limits) if session is None else \
+            parse_header(body, session.limits, session.headers)
         if header.kind == P.HELLO:
             if header.arrays:
                 raise MessageError("header_malformed", "HELLO carries no arrays")
@@ -329,7 +343,8 @@ class LearnerServer:
         session = ActorSession(identity, name, actor_id, {d.device_id: d for d in devices},
                                limits=session_limits(devices, self.max_batch_rows, self.limits),
                                key=key, instance=instance, last_heard=now, held=self._held(f),
-                               weights_encodings=encodings)
+                               weights_encodings=encodings,
+                               checks={d.device_id: steps_check(d.observation_spec, d.action_spec) for d in devices})
         if previous is not None:  # a reconnect: keep its place in the sequence
             session.committed_seq = previous.committed_seq
             self._end_session(previous.identity)
@@ -400,8 +415,8 @@ class LearnerServer:
         device_id = P.field(header.fields, "device_id", int)
         self._note_held(session, self._held(header.fields))
         self._maybe_send_weights(session)
-        device = session.devices.get(device_id)
-        if device is None:
+        check = session.checks.get(device_id)
+        if check is None:
             raise MessageError("device", f"device {device_id} was not declared in HELLO")
         # the actor spent credit on every batch it sent, whatever becomes of it here (a resend, a refusal)
         rows = next((shape[0] for name, _, shape, _ in header.arrays if name == "reward" and shape), 0)
@@ -419,11 +434,10 @@ class LearnerServer:
                                            f"spool dropped, at most {MAX_SEQ_JUMP}")
         msg = decode_arrays(header, body)
         try:
-            steps = Steps.from_arrays(msg.arrays, device.observation_spec, device.action_spec,
-                                      reward_bound=self.reward_bound(device_id))
+            steps = check.steps(msg.arrays, reward_bound=self.reward_bound(device_id))
         except SpecError as err:
             raise MessageError("steps_invalid", str(err)) from None
-        if (steps.actor_id != session.actor_id).any() or (steps.device_id != device_id).any():
+        if extremes(steps.actor_id) != (session.actor_id,) * 2 or extremes(steps.device_id) != (device_id,) * 2:
             raise MessageError("steps_invalid", "actor or device ids differ from the session's")
         self._check_versions(steps)
         if seq > session.received_seq + 1:  # its spool dropped batches (drop_oldest): counted, not refused
@@ -435,7 +449,10 @@ class LearnerServer:
         """Every row acted under no policy, or one of this run's learners: none of its own versions
         newer than it published (``policy_version``), no incarnation it never had (``unknown_incarnation``)."""
         incarnation = steps.policy_incarnation
-        if not (incarnation == self.incarnation).all():
+        least, most = extremes(incarnation)
+        if least == most and least != self.incarnation and least in self.incarnations:
+            return  # every row acted under one earlier incarnation of this run (no count to check)
+        if not (least == most == self.incarnation):
             unknown = ~np.isin(incarnation, self._known)
             if unknown.any():
                 row = int(np.flatnonzero(unknown)[0])

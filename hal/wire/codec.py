@@ -177,7 +177,21 @@ class Header:
     """What the arrays take once decoded: checked against ``max_message_bytes``."""
 
 
-def parse_header(frames: list, limits: Limits = DEFAULT_LIMITS) -> Header:
+class HeaderMemo:
+    """A receiver's memory of one peer's last array descriptors and what checking them gave: a peer
+    that sends batches of one shape again (nearly every batch) is checked by one comparison of the
+    descriptors. Keep one per peer, with that peer's limits (the check depends on them)."""
+
+    __slots__ = ("protocol", "descriptors", "checked", "total", "packed")
+
+    def __init__(self):
+        self.protocol = -1
+        self.descriptors: list | None = None
+        self.checked: tuple = ()
+        self.total = self.packed = 0
+
+
+def parse_header(frames: list, limits: Limits = DEFAULT_LIMITS, memo: HeaderMemo | None = None) -> Header:
     """Parse and check the header of one multipart message; raise :class:`MessageError`.
 
     Every declared size is checked here, before anything is decompressed:
@@ -202,16 +216,29 @@ def parse_header(frames: list, limits: Limits = DEFAULT_LIMITS) -> Header:
     kind, fields, descriptors = header["k"], header["f"], header["a"]
     if not isinstance(kind, str) or not isinstance(fields, dict) or not isinstance(descriptors, list):
         raise MessageError("header_malformed", "kind must be a string, fields a map, arrays a list")
+    if memo is not None and protocol == memo.protocol and descriptors == memo.descriptors:
+        checked, total, packed = memo.checked, memo.total, memo.packed
+    else:
+        checked, total, packed = _check_descriptors(descriptors, protocol, limits)
+        if memo is not None:
+            memo.protocol, memo.descriptors = protocol, descriptors
+            memo.checked, memo.total, memo.packed = checked, total, packed
+    expected_frames = len(checked) - packed + (packed > 0)
+    if expected_frames != len(frames) - 1:
+        raise MessageError("frame_count", f"header describes {expected_frames} frames "
+                           f"({len(descriptors)} arrays, {packed} packed), message has {len(frames) - 1}")
+    return Header(kind, fields, protocol, checked, total)
+
+
+def _check_descriptors(descriptors: list, protocol: int, limits: Limits) -> tuple[tuple, int, int]:
+    """Each array's (name, dtype, shape, codec), checked against ``limits``; their bytes in all; how
+    many share the packed frame."""
     if len(descriptors) > limits.max_arrays:
         raise MessageError("too_many_arrays", f"{len(descriptors)} arrays exceed {limits.max_arrays}")
     checked = tuple(_check_descriptor(d, limits) for d in descriptors)
     packed = sum(1 for c in checked if c[3] == PACKED)
     if packed and protocol < PACKED_SINCE:
         raise MessageError("protocol", f"packed arrays in a protocol {protocol} message (packing is {PACKED_SINCE})")
-    expected_frames = len(checked) - packed + (packed > 0)
-    if expected_frames != len(frames) - 1:
-        raise MessageError("frame_count", f"header describes {expected_frames} frames "
-                           f"({len(descriptors)} arrays, {packed} packed), message has {len(frames) - 1}")
     total = 0
     for name, dtype, shape, _ in checked:
         nbytes = math.prod(shape) * dtype.itemsize
@@ -220,7 +247,7 @@ def parse_header(frames: list, limits: Limits = DEFAULT_LIMITS) -> Header:
         total += nbytes
     if total > limits.max_message_bytes:
         raise MessageError("message_size", f"arrays declare {total} bytes, more than {limits.max_message_bytes}")
-    return Header(kind, fields, protocol, checked, total)
+    return checked, total, packed
 
 
 def decode_arrays(header: Header, frames: list) -> Message:
@@ -241,7 +268,7 @@ def decode_arrays(header: Header, frames: list) -> Message:
             if shared_end > shared.nbytes:
                 raise MessageError("frame_size", f"{name}: packed frame of {shared.nbytes} bytes ends "
                                    f"before its {nbytes} bytes at offset {start}")
-            arrays[name] = _view(shared[start:shared_end], dtype, shape, name)
+            arrays[name] = _view(shared, dtype, shape, name, start)
             continue
         buf = _buffer(next(own))
         if codec is not None:
@@ -266,14 +293,15 @@ def decode(frames: list, limits: Limits = DEFAULT_LIMITS) -> Message:
     return decode_arrays(parse_header(frames, limits), frames)
 
 
-def _view(buf, dtype: np.dtype, shape: tuple, name: str) -> np.ndarray:
-    """The frame's bytes as an array of ``shape`` (sizes were checked; numpy's own refusals,
-    if any remain, become a MessageError too)."""
+def _view(buf, dtype: np.dtype, shape: tuple, name: str, offset: int = 0) -> np.ndarray:
+    """The frame's bytes from ``offset`` as an array of ``shape``, read-only (sizes were checked;
+    numpy's own refusals, if any remain, become a MessageError too)."""
     try:
-        array = np.frombuffer(buf, dtype=dtype).reshape(shape)
+        array = np.ndarray(shape, dtype, buffer=buf, offset=offset)
     except (ValueError, TypeError) as err:
         raise MessageError("array_malformed", f"{name}: shape {list(shape)} refused ({err})") from None
-    array.flags.writeable = False  # a received frame never changes: the replay's write-behind relies on it
+    if array.flags.writeable:  # a received frame never changes: the replay's write-behind relies on it
+        array.flags.writeable = False
     return array
 
 
