@@ -17,6 +17,11 @@ def test_quick_transport_bench_reports_every_figure_with_its_baseline():
     # the learner receives the same frames as raw pyzmq, then validates, stores and commits them
     assert out["learner_cpu_us_per_row"] > out["raw_receive_cpu_us_per_row"]
     assert out["learner_cpu_goal_met"] == (out["learner_cpu_ratio_vs_raw_receive"] <= 10)
+    # the stages and the other threads share out the learner's CPU (clocks read a moment apart)
+    shares = out["intake_stage_share"]
+    assert set(shares) == {"receive_and_check", "store", "commit", "acks_and_credits", "upkeep", "other_threads"}
+    assert all(v >= 0 for k, v in shares.items() if k != "other_threads") and abs(sum(shares.values()) - 1) < 0.01
+    assert shares["receive_and_check"] > 0 and shares["store"] > 0
     # storing a batch is receiving it and writing it: its limit is the slower of the two
     assert out["large_batch_limit"] in ("raw_wire", "page_cache_write")
     assert out["large_batch_ratio_vs_limit"] >= out["large_batch_ratio_vs_raw"]

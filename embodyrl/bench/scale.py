@@ -11,7 +11,11 @@ few seconds is measured:
 * ``learner_cpu_us_per_row``: the learner process's CPU time (every thread: ingest, commits,
   the update, publishing) per row; ``actor_cpu_us_per_row``: the actors' processes' CPU time per
   row sent (encoding, CurveZMQ, the link) summed over actors;
-* ``policy_lag``: publications behind the learner's newest weights, of the rows it took.
+* ``policy_lag``: publications behind the learner's newest weights, of the rows it took;
+* ``intake_cpu_us_per_row``: the learner loop thread's CPU on the intake (receive, checks, the
+  replay's append, the loop's part of group commits, acks and credits, upkeep) per row stored, and
+  ``intake_stage_share``: the learner's CPU by stage, ``other_threads`` being the update's XLA
+  threads, the writer, commit and ZeroMQ threads (:mod:`embodyrl.learner.stages`).
 
 The actors and the learner share this machine's cores, so the figures say where one learner's
 CPU goes per row, not how far a cluster of many machines scales.
@@ -77,6 +81,7 @@ def _measure(ray, feeder_class, actors: int, window_s: float, warm_s: float) -> 
     from ..config import default_config
     from ..hal.wire.security import ServerKeys, generate_keys
     from ..learner import make_learner
+    from ..learner.stages import STAGES, shares
     from ..robot import layout_of
 
     config = dataclasses.replace(default_config("pendulum"), algorithm=registry.DEFAULT, steps=10**12)
@@ -106,11 +111,15 @@ def _measure(ray, feeder_class, actors: int, window_s: float, warm_s: float) -> 
             learner.serve(lambda: time.monotonic() > deadline)
             learner.log()
             rows, cpu, started = learner.counters.rows, time.process_time(), time.monotonic()
+            stages = learner.stages.snapshot()
             deadline = started + window_s
             learner.serve(lambda: time.monotonic() > deadline)
             record = learner.log()
             wall = time.monotonic() - started
             stored, learner_cpu = learner.counters.rows - rows, time.process_time() - cpu
+            after = learner.stages.snapshot()
+            intake_cpu = sum(after[stage] - stages[stage] for stage in STAGES)
+            stage_share = shares(stages, after, learner_cpu)
         finally:
             error = learner.shutdown("benchmark done")
         sent = ray.get(results, timeout=600)
@@ -122,6 +131,8 @@ def _measure(ray, feeder_class, actors: int, window_s: float, warm_s: float) -> 
     return {"rows_stored_per_s": round(stored / wall, 1),
             "learner_cpu_us_per_row": round(1e6 * learner_cpu / stored, 1) if stored else None,
             "actor_cpu_us_per_row": round(1e6 * sum(s["cpu_s"] for s in sent) / actor_rows, 1) if actor_rows else None,
+            "intake_cpu_us_per_row": round(1e6 * intake_cpu / stored, 1) if stored else None,
+            "intake_stage_share": stage_share,
             "policy_lag": record.get("policy_lag"), "updates_per_s": record.get("updates_per_s")}
 
 

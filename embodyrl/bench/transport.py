@@ -39,6 +39,7 @@ Side by side, in one run, on loopback:
   over ``raw_receive_cpu_us_per_row``, the CPU of a raw pyzmq ROUTER
   receiving the same STEPS frames from four processes in the same run:
   ``learner_cpu_ratio_vs_raw_receive`` (goal: at most 10, ``learner_cpu_goal_met``).
+  ``intake_stage_share``: that CPU by stage (:mod:`embodyrl.learner.stages`).
 * ``sparse_1pct_size_ratio``: synthetic (``sparse_1pct_is_synthetic``): full
   weights over a bit-exact delta of a made-up change of 1% of a 1M-parameter
   array, not of weights a learner published; a size, not a speed.
@@ -296,8 +297,9 @@ def _receive_ours(batches: int, directory: Path, first_fill: bool = False,
     return nbytes / elapsed, cpu / batches, sender_cpu / batches, batches / elapsed
 
 
-def _four_actors(batches: int, directory: Path) -> tuple[float, float, float]:
-    """(rows/s made durable and acknowledged, learner CPU s per batch, sender CPU s per batch).
+def _four_actors(batches: int, directory: Path) -> tuple[float, float, float, dict]:
+    """(rows/s made durable and acknowledged, learner CPU s per batch, sender CPU s per batch, each
+    intake stage's share of the learner's CPU: :func:`embodyrl.learner.stages.shares`).
 
     The clock runs from the first batch ingested to the ack of the commit
     that holds the last row (a background group commit of the running loop,
@@ -307,6 +309,7 @@ def _four_actors(batches: int, directory: Path) -> tuple[float, float, float]:
     from ..config import LearnerConfig, TrainConfig
     from ..hal.layout import Layout
     from ..learner import build_learner
+    from ..learner.stages import shares
 
     actors, rows = 4, 256
     lc = LearnerConfig(min_replay=10**12, replay_capacity=1 << 21, replay_chunk_rows=8192,
@@ -324,14 +327,15 @@ def _four_actors(batches: int, directory: Path) -> tuple[float, float, float]:
 
     def timed_add(steps, seq, actor_id):
         if not marks:
-            marks.update(start=time.perf_counter(), cpu=time.process_time())
+            marks.update(start=time.perf_counter(), cpu=time.process_time(), stages=learner.stages.snapshot())
         return add(steps, seq, actor_id)
 
     def timed_ack(session, seq, credits=0):
         ack(session, seq, credits)
         acked[session.actor_id] = seq
         if "end" not in marks and len(acked) == actors and min(acked.values()) == batches:
-            marks.update(end=time.perf_counter(), cpu=time.process_time() - marks["cpu"])
+            marks.update(end=time.perf_counter(), cpu=time.process_time() - marks["cpu"],
+                         stages=shares(marks["stages"], learner.stages.snapshot(), time.process_time() - marks["cpu"]))
 
     def grant_once_all_connected(server):
         if marks or len(server.sessions) == actors:
@@ -351,7 +355,8 @@ def _four_actors(batches: int, directory: Path) -> tuple[float, float, float]:
         if p.is_alive():
             p.kill()
     total = actors * batches
-    return data.replay.rows_added / (marks["end"] - marks["start"]), marks["cpu"] / total, sender_cpu / total
+    return (data.replay.rows_added / (marks["end"] - marks["start"]), marks["cpu"] / total, sender_cpu / total,
+            marks["stages"])
 
 
 def _sparse_ratio() -> float:
@@ -423,6 +428,10 @@ def run(quick: bool = False) -> dict:
         "raw_receive_cpu_us_per_row": round(1e6 * raw_cpu_per_row, 3),
         "learner_cpu_ratio_vs_raw_receive": round(cpu_ratio, 2),
         "learner_cpu_goal_met": bool(cpu_ratio <= 10),
+        # the learner process's CPU over those runs by intake stage (the loop thread's stages, and
+        # other_threads: the writer, commit and ZeroMQ threads): the means over the runs
+        "intake_stage_share": {stage: round(statistics.mean(r[3][stage] for r in durable), 3)
+                               for stage in durable[0][3]},
         # cores that 1 M rows/s (3,906 batches/s) takes at those costs
         "cores_for_1m_rows_per_s": round((learner_cpu + sender_cpu) * 1e6 / 256, 2),
         "sparse_1pct_size_ratio": round(_sparse_ratio(), 1),

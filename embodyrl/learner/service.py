@@ -46,6 +46,7 @@ from ..transport import LearnerServer, ReceivedSteps
 from .devices import Placement
 from .episodes import EpisodeReturns
 from .hosts import OneHost
+from .stages import StageClock
 
 log = logging.getLogger(__name__)
 
@@ -336,6 +337,8 @@ class LearnerService:
         self.log_every_s, self.checkpoint_every_s = log_every_s, checkpoint_every_s
         self.kind_names, self.kind_of = kinds
         self.counters = Counters()
+        self.stages = StageClock()
+        """The loop thread's CPU by intake stage (:mod:`.stages`)."""
         self.train_metrics: dict[str, float] = {}
         self.compile_s: float | None = None
         self._returns = EpisodeReturns()
@@ -434,16 +437,24 @@ class LearnerService:
 
     def poll(self, timeout_ms: int = 0) -> int:
         """Take what arrived, ack what is durable, grant credits, keep time; return rows taken."""
-        taken = 0
-        for batch in self.server.poll(timeout_ms=timeout_ms):
+        taken, clock = 0, self.stages
+        clock.start()
+        batches = self.server.poll(timeout_ms=timeout_ms)
+        clock.lap("receive_and_check")
+        for batch in batches:
             taken += self._take(batch)
+        clock.lap("store")
         if taken and self.snapshots is not None:  # the run's steps: every host's, as the budget counts them
             self.snapshots.observe(self.counters.env_steps + self._elsewhere, self.counters.updates, self.version,
                                    self.training.actor_weights)
-        if self.data.commit():
+        committed = self.data.commit()
+        clock.lap("commit")
+        if committed:
             self._ack(self.data.durable())
         self.data.grant_credits(self._granting())
+        clock.lap("acks_and_credits")
         self._keep_time()
+        clock.lap("upkeep")
         return taken
 
     def _granting(self):
