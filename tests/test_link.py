@@ -65,7 +65,7 @@ def serve(server, until, deadline_s=60.0, on_batch=None, credits=64):
             if on_batch:
                 on_batch(b)
         for session in list(server.sessions.values()):
-            if session.held is not None and session.committed_seq == 0 and not getattr(session, "_granted", False):
+            if session.follower.held is not None and session.committed_seq == 0 and not getattr(session, "_granted", False):
                 server.grant(session, credits)
                 session._granted = True
 
@@ -171,7 +171,7 @@ def test_credit_goes_round_the_actors_when_there_is_room_for_one_quantum_at_a_ti
 
     from embodyrl.transport.credits import CreditBook
 
-    sessions = {i: SimpleNamespace(identity=i) for i in (b"a", b"b", b"c")}
+    sessions = {i: SimpleNamespace(identity=i, devices={0: None}) for i in (b"a", b"b", b"c")}
     book, served = CreditBook(), []
     for _ in range(6):  # each round: one quantum, spent before the next round
         identity = book.order(sessions)[0].identity

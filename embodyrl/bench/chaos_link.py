@@ -351,7 +351,7 @@ def hostile(quick: bool, work: Path, pairs: int | None = None, window_s: float |
         rss_after = own_memory_mb()[0]
         sloth = next((x for x in learner.server.sessions.values() if x.actor_id == ATTACKERS["flood"][1] + 1), None)
         slow_reader = {"session_kept": sloth is not None,
-                       "weights_resend_s": getattr(sloth, "weights_resend_s", None)}  # backs off while it never reads
+                       "weights_resend_s": sloth.follower.resend_s if sloth is not None else None}  # backs off while it never reads
         phases["windows"] = time.monotonic() - t0
         stop.set()
         sent = {}

@@ -47,8 +47,10 @@ class CreditBook:
         self._last.pop(identity, None)
 
     def order(self, sessions: dict) -> list:
-        """``sessions``' values in the order to offer them credit."""
-        return sorted(sessions.values(), key=lambda s: (self.held(s.identity), self._last.get(s.identity, -1)))
+        """``sessions``' values in the order to offer them credit (those with devices: a relay's own
+        session sends no steps)."""
+        return sorted((s for s in sessions.values() if s.devices),
+                      key=lambda s: (self.held(s.identity), self._last.get(s.identity, -1)))
 
 
 def grant_in_turn(server, quantum: int, fits: Callable[[int], bool]) -> None:

@@ -73,6 +73,7 @@ from ..hal.wire.security import (
     peer_key,
 )
 from .credits import CreditBook
+from .followers import Follower
 from .identity import IndexClaims
 from .publisher import WeightPublisher, WeightsConfig
 
@@ -81,7 +82,6 @@ log = logging.getLogger(__name__)
 MAX_BATCH_ROWS = 4096
 """Rows in the largest batch an actor sends, unless the learner says otherwise."""
 LIMIT_MARGIN = 1.25
-WEIGHTS_RESEND_MAX_S = 60.0
 BYE_WAIT_S = 1.0
 """How long :meth:`LearnerServer.bye` keeps serving for the actors to answer the goodbye with theirs.
 Closing at once can take the BYE with it: an actor's DEALER (``IMMEDIATE``) drops what it has not
@@ -120,17 +120,13 @@ class ActorSession:
     received_seq: int = 0
     """The newest seq handed to the learner on this connection (committed or not yet)."""
     last_heard: float = 0.0
-    held: PolicyVersion | None = None
-    weights_sent: PolicyVersion | None = None
-    weights_sent_at: float = 0.0
-    weights_bytes: int = 0
-    weights_resend_s: float = 0.0
-    """Wait before sending unacknowledged weights again; doubles each time (a reader that never drains)."""
-    downlink_bps: float | None = None
-    """Measured: weight bytes over the time until the actor reported holding them."""
+    follower: Follower = field(default_factory=Follower)
+    """Its weights: what it holds, what it was sent (:mod:`.followers`)."""
+    relayed_by: str | None = None
+    """The relay it speaks through (its HELLO's ``relayed_by``): the relay sends it weights, not us."""
+    relay: bool = False
+    """A relay's own session: no devices, no steps; it takes the weights for its actors."""
     rows: int = 0
-    weights_encodings: frozenset[str] | None = None
-    """The weight encodings its HELLO said it decodes (None: it did not say, so all of them)."""
     checks: dict[int, StepsCheck] = field(default_factory=dict)
     """Device id -> the checks of its batches, worked out from its specs once, at HELLO."""
     headers: HeaderMemo = field(default_factory=HeaderMemo)
@@ -297,7 +293,7 @@ class LearnerServer:
             self._end_session(identity)
         elif header.kind == P.HEARTBEAT:
             if "held" in header.fields:
-                self._note_held(session, self._held(header.fields))
+                session.follower.note_held(self._held(header.fields))
                 self._maybe_send_weights(session)
         else:
             raise MessageError("kind", f"unexpected {header.kind!r} from an actor")
@@ -320,15 +316,20 @@ class LearnerServer:
         if len(declared) > self.max_devices:
             raise MessageError("too_many_devices", f"{len(declared)} devices in HELLO, at most {self.max_devices}")
         devices = [P.DeviceInfo.from_msg(d) for d in declared]
-        if actor_id < 0 and devices:  # negative ids are the learner's own (demonstrations: -1)
+        if actor_id < 0 and devices:  # negative ids are the learner's own (demonstrations: -1) and relays'
             raise MessageError("field_type", f"actor_id {actor_id}: an actor with devices has an id >= 0")
+        relay, relayed_by = f.get("relay") is True, f.get("relayed_by")
+        if relay and (devices or actor_id > P.RELAY_IDS):
+            raise MessageError("field_type", f"a relay's session declares no devices and an id <= {P.RELAY_IDS}")
+        if relayed_by is not None and (type(relayed_by) is not str or not 0 < len(relayed_by) <= 256):
+            raise MessageError("field_type", "field 'relayed_by' must be a relay's name")
         reason = self.admit(devices) if self.admit else None
         if reason is not None:
             self._refuse(identity, "refused", reason)
             return
         previous = next((s for s in self.sessions.values() if s.actor_id == actor_id), None)
         now = time.monotonic()
-        if key is not None and self.claims is not None:
+        if key is not None and self.claims is not None and not relay:  # a relay's session takes weights only
             reason = self.claims.claim(key, actor_id)
             if reason is not None:
                 self._refuse(identity, "index_taken", reason)
@@ -342,8 +343,9 @@ class LearnerServer:
             return
         session = ActorSession(identity, name, actor_id, {d.device_id: d for d in devices},
                                limits=session_limits(devices, self.max_batch_rows, self.limits),
-                               key=key, instance=instance, last_heard=now, held=self._held(f),
-                               weights_encodings=encodings,
+                               key=key, instance=instance, last_heard=now,
+                               follower=Follower(held=self._held(f), encodings=encodings),
+                               relay=relay, relayed_by=relayed_by,
                                checks={d.device_id: steps_check(d.observation_spec, d.action_spec) for d in devices})
         if previous is not None:  # a reconnect: keep its place in the sequence
             session.committed_seq = previous.committed_seq
@@ -413,7 +415,7 @@ class LearnerServer:
     def _steps(self, session: ActorSession, header: Header, body: list) -> ReceivedSteps | None:
         seq = P.field(header.fields, "seq", int)
         device_id = P.field(header.fields, "device_id", int)
-        self._note_held(session, self._held(header.fields))
+        session.follower.note_held(self._held(header.fields))
         self._maybe_send_weights(session)
         check = session.checks.get(device_id)
         if check is None:
@@ -503,29 +505,14 @@ class LearnerServer:
         for session in list(self.sessions.values()):
             self._maybe_send_weights(session)
 
-    def _note_held(self, session: ActorSession, held: PolicyVersion) -> None:
-        if held == session.weights_sent and session.held != held and session.weights_sent_at:
-            elapsed = max(time.monotonic() - session.weights_sent_at, 1e-6)
-            bps = session.weights_bytes / elapsed
-            session.downlink_bps = bps if session.downlink_bps is None else 0.7 * session.downlink_bps + 0.3 * bps
-        session.held = held
-
     def _maybe_send_weights(self, session: ActorSession) -> None:
-        """Send the current weights unless the actor holds them or others are in flight."""
-        version = self.publisher.version
-        if version is None or session.held == version:
+        """Send the current weights unless the actor holds them, others are in flight, or its relay
+        serves it (the relay's own session gets them instead)."""
+        if session.relayed_by is not None:
             return
-        now = time.monotonic()
-        unacknowledged = session.weights_sent is not None and session.held != session.weights_sent
-        if unacknowledged and now - session.weights_sent_at < session.weights_resend_s:
-            return
-        session.weights_resend_s = (min(2 * session.weights_resend_s, WEIGHTS_RESEND_MAX_S) if unacknowledged
-                                    else self.weights_resend_s)
-        update = self.publisher.update_for(session.held, session.downlink_bps, session.weights_encodings)
-        session.weights_sent = version
-        session.weights_sent_at = now
-        session.weights_bytes = update.nbytes
-        self._send_frames([session.identity, *update.frames], copy=False, reply=False)
+        update = session.follower.next_update(self.publisher, self.weights_resend_s)
+        if update is not None:
+            self._send_frames([session.identity, *update.frames], copy=False, reply=False)
 
     def metrics(self, now: float) -> dict:
         """Traffic, refusals and weight encodings, with per-second rates since the previous call

@@ -23,6 +23,12 @@ carries ``policies`` (device id -> the export's meta, :mod:`..runtime`) with
 the export's arrays named ``<device id>/<name>``, and ``policy_errors``
 (device id -> why the learner has none) where it cannot export one.
 
+A relay (``embodyrl relay``) stands between a learner and the actors of one host or rack: each
+actor dials it as it would the learner, the relay passes everything on on a connection of the
+actor's own, adding ``relayed_by`` (its name) to the actor's HELLO so the learner sends that session
+no weights, and itself says HELLO with ``relay: true``, no devices and an id at most
+:data:`RELAY_IDS`, to take each publication once and serve its actors under the same rules.
+
 Actors dial out over DEALER and the learner binds a ROUTER, so a robot
 behind NAT needs no inbound port. Credits count step rows: an actor sends
 only what it has credit for, which is how the learner's samples-per-insert
@@ -47,6 +53,14 @@ WEIGHTS = "WEIGHTS"
 HEARTBEAT = "HEARTBEAT"
 BYE = "BYE"
 KINDS = frozenset({HELLO, WELCOME, REFUSED, STEPS, ACK, WEIGHTS, HEARTBEAT, BYE})
+
+
+RELAY_IDS = -2
+"""A relay's own session has an id at most this: -2 - its index (-1 is the learner's demonstrations)."""
+
+
+def relay_id(index: int) -> int:
+    return RELAY_IDS - index
 
 
 HELLO_PROTOCOL = 1
