@@ -75,7 +75,7 @@ def test_sparse_updates_travel_as_deltas_and_rebuild_bit_exactly(pair):
             assert got[k].tobytes() == tree[k].tobytes()
     assert server.publisher.sent == {"full": 1, "delta": 4}
     session = next(iter(server.sessions.values()))
-    assert session.downlink_bps is not None and session.downlink_bps > 0
+    assert session.follower.downlink_bps is not None and session.follower.downlink_bps > 0
 
 
 def test_dense_updates_travel_full(pair):

@@ -738,6 +738,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .reward import register as register_reward
 
     register_reward(sub)
+    from .relay import register as register_relay
+
+    register_relay(sub)
     return parser
 
 

@@ -112,12 +112,13 @@ class LearnerLink:
                  keys: ClientKeys | None = None, allow_insecure: bool = False,
                  compression: str = "auto", on_sent: Callable[[int, Steps], None] | None = None,
                  policy_graphs: bool = False, hint_after_s: float = HINT_AFTER_S,
-                 on_hint: Callable[[str], None] | None = None):
+                 on_hint: Callable[[str], None] | None = None, relay: bool = False):
         """``on_sent(seq, steps)``: called for every batch the link takes (e.g. a batch ledger).
         ``on_hint(line)``: how ``connect()`` says what is likely wrong after ``hint_after_s`` without
         a WELCOME (default: a line on stderr).
         ``policy_graphs``: ask the learner for each device's policy export (an actor without JAX acts
-        with :class:`~embodyrl.hal.runtime.NumpyPolicy`); WELCOME's answer is in :attr:`policy_exports`."""
+        with :class:`~embodyrl.hal.runtime.NumpyPolicy`); WELCOME's answer is in :attr:`policy_exports`.
+        ``relay``: a relay's own session (no devices; it takes weights for the actors behind it)."""
         check_endpoint(endpoint, keys is not None, allow_insecure)
         self.endpoint = endpoint
         self.actor_name = actor_name
@@ -142,6 +143,7 @@ class LearnerLink:
         """The newest refusal the learner said may pass (an index another session still holds):
         HELLO again after ``RETRY_REFUSED_S`` until the handshake deadline."""
         self.policy_graphs = policy_graphs
+        self.relay = relay
         self.hint_after_s = hint_after_s
         self.on_hint = on_hint
         self._handshake: HandshakeWatch | None = None
@@ -335,7 +337,7 @@ class LearnerLink:
             "actor": self.actor_name, "actor_id": self.actor_id,
             "devices": [d.to_msg() for d in self.devices], "last_acked_seq": self._acked_seq,
             "held": list(self.held_version), "protocol": PROTOCOL_VERSION, "instance": self.instance,
-            **({"policy_graphs": True} if self.policy_graphs else {}),
+            **({"policy_graphs": True} if self.policy_graphs else {}), **({"relay": True} if self.relay else {}),
         }, protocol=P.HELLO_PROTOCOL):  # readable by a learner of any version, which then answers
             self._next_hello = now + self.peer_timeout_s  # unanswered on a live connection: again
 
@@ -440,6 +442,9 @@ class LearnerLink:
         self._base = (version, full)
         self.held_version = version
         self._weights = (version, full)
+        # say so at once, not with the next batch or heartbeat: the learner sends newer weights only to
+        # a link that holds the last it sent (a relay, which sends no batches, would wait a heartbeat)
+        self._send(P.HEARTBEAT, {"time": time.time(), "held": list(version)})
 
     def _dispatch(self, msg) -> None:
         f = msg.fields
