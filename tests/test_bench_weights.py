@@ -27,7 +27,7 @@ def trained():
 
 @pytest.fixture(scope="module")
 def frozen():
-    return weights.run(quick=True, learning_rate=0.0)
+    return weights.run(quick=True, learning_rate=0.0, fan_out=False)
 
 
 def test_registered():
@@ -66,3 +66,18 @@ def test_the_figure_follows_the_learning_rate(trained, frozen):
         assert frozen[key] == trained[key]
     assert trained["changed_fraction_mean"] > 0.5 > frozen["changed_fraction_mean"]
     assert trained["weights_auto_bytes_per_publish"] > 5 * frozen["weights_auto_bytes_per_publish"]
+
+
+def test_through_a_relay_the_learner_sends_each_publication_once_however_many_actors(trained):
+    fan = trained["fanout"]
+    assert fan["actors"] == [1, 4]
+    key = "learner_egress_bytes_per_publication"
+    for path in ("direct", "relay"):
+        for n in ("1", "4"):
+            figures = fan[path][n]
+            assert figures["publications_missed"] == 0, (path, n)
+            assert 0 < figures["latency_ms_median"] <= figures["latency_ms_p90"], (path, n)
+            # every publication is the full weights (dense changes), plus a little traffic
+            assert fan["weights_bytes"] <= figures[key] < 1.1 * int(n if path == "direct" else 1) * fan["weights_bytes"]
+    assert fan["egress_growth_vs_1"]["relay"] < 1.1 and fan["egress_growth_vs_1"]["direct"] > 3.5
+    assert fan["egress_goal_met"] is True

@@ -39,6 +39,8 @@ that holds none) is left out: every figure is per later publication.
   per publication times that, per actor. (The learner sends the newest
   weights only once an actor holds the last ones it was sent, so a link
   slower than this does not queue weights: the actor acts on older ones.)
+* ``fanout``: the learner's egress per publication and each actor's latency, for 1, 4 and 16
+  actors linked directly and through one relay (:mod:`.fanout`).
 """
 
 from __future__ import annotations
@@ -215,13 +217,19 @@ def _check(update, base: dict, weights: dict) -> None:
         raise AssertionError(f"auto's {update.encoding} update does not rebuild the published weights")
 
 
-def run(quick: bool = False, *, learning_rate: float | None = None) -> dict:
-    """The figures of one run; ``learning_rate`` overrides the algorithm's (tests: 0 vs default)."""
+def run(quick: bool = False, *, learning_rate: float | None = None, fan_out: bool = True) -> dict:
+    """The figures of one run; ``learning_rate`` overrides the algorithm's (tests: 0 vs default);
+    ``fan_out``: also the learner's egress and the actors' latency, direct and through a relay
+    (:mod:`.fanout`, under ``fanout``)."""
     if quick:
         result = measure(updates=384, rollout_steps=1000, hidden_sizes=(32, 32), learning_rate=learning_rate)
     else:
         result = measure(updates=4096, rollout_steps=10_000, learning_rate=learning_rate)
     result["note"] = _note(result)
+    if fan_out:
+        from .fanout import run as fanout
+
+        result["fanout"] = fanout(quick)
     return result
 
 

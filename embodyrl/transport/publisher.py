@@ -60,14 +60,16 @@ class WeightPublisher:
         self._delta_s_per_byte = 0.0  # EWMA of delta computation cost
         self.sent: dict[str, int] = {}
 
-    def publish(self, version: PolicyVersion, arrays: dict[str, np.ndarray]) -> None:
+    def publish(self, version: PolicyVersion, arrays: dict[str, np.ndarray], checksum: str | None = None) -> None:
+        """Make ``arrays`` the current weights; ``checksum``: theirs, where already verified (a relay's,
+        from the learner's update), else computed here."""
         if self.version is not None and version.incarnation != self.version.incarnation:
             self._arrays.clear()
         self.version = version
         self._arrays[version.count] = {k: np.array(v, copy=True) for k, v in arrays.items()}
         while len(self._arrays) > self.config.history:
             self._arrays.popitem(last=False)
-        self._checksum = W.checksum(self._arrays[version.count])
+        self._checksum = checksum or W.checksum(self._arrays[version.count])
         self._cache.clear()
 
     @property

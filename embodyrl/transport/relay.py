@@ -115,6 +115,7 @@ class Relay:
     def connect(self) -> None:
         """Wait for the learner's WELCOME on the relay's own session (``LinkError`` if it never comes)."""
         self.link.connect()
+        self._poller.register(self.link.socket, zmq.POLLIN)  # weights wake the loop at once
 
     def run(self, should_stop=lambda: False) -> None:
         while not should_stop() and self.link.bye_reason is None:
@@ -123,14 +124,10 @@ class Relay:
     def poll(self, timeout_ms: int = 0, max_messages: int = 256) -> None:
         """Pass on what arrived either way (waiting at most ``timeout_ms``), take new weights and
         serve them, drop actors gone quiet."""
-        self.link.poll(0)
-        weights = self.link.take_weights()
-        if weights is not None:
-            self.stats.weights_received += 1
-            self.publisher.publish(*weights)
-            for peer in list(self.peers.values()):
-                self._maybe_send_weights(peer)
+        self._take_weights()
         ready = dict(self._poller.poll(timeout_ms))
+        if ready.pop(self.link.socket, None):
+            self._take_weights()
         if ready.pop(self._down, None):
             self._from_actors(max_messages)
         for socket in ready:
@@ -138,6 +135,15 @@ class Relay:
             if peer is not None:
                 self._from_learner(peer, max_messages)
         self._expire()
+
+    def _take_weights(self) -> None:
+        self.link.poll(0)
+        weights = self.link.take_weights()
+        if weights is not None:
+            self.stats.weights_received += 1
+            self.publisher.publish(*weights, checksum=self.link.weights_checksum)  # verified on arrival
+            for peer in list(self.peers.values()):
+                self._maybe_send_weights(peer)
 
     def drain(self, seconds: float) -> None:
         """Keep passing messages on for ``seconds`` (the learner's goodbyes, the actors' answers)."""

@@ -144,6 +144,8 @@ class LearnerLink:
         HELLO again after ``RETRY_REFUSED_S`` until the handshake deadline."""
         self.policy_graphs = policy_graphs
         self.relay = relay
+        self.weights_checksum: str | None = None
+        """The checksum of the weights held, as verified on arrival (None: lossy weights, none verified)."""
         self.hint_after_s = hint_after_s
         self.on_hint = on_hint
         self._handshake: HandshakeWatch | None = None
@@ -294,6 +296,12 @@ class LearnerLink:
         raise Undelivered(f"gave up on {self.endpoint} after {how} (actor.flush_timeout_s = {timeout_s:g})",
                           self.spool)
 
+    @property
+    def socket(self) -> zmq.Socket | None:
+        """The link's one socket (after :meth:`connect`), for a ``zmq.Poller`` that waits on it beside
+        others; :meth:`poll` still does the work."""
+        return self._socket
+
     def take_weights(self) -> tuple[PolicyVersion, dict[str, np.ndarray]] | None:
         """The newest weights received since the last call, if any."""
         weights, self._weights = self._weights, None
@@ -435,6 +443,7 @@ class LearnerLink:
                 raise W.WeightsError(f"unknown encoding {encoding!r}")
             if encoding in (W.FULL, W.DELTA) and W.checksum(full) != P.field(f, "checksum", str):
                 raise W.WeightsError(f"checksum mismatch for {encoding} weights {tuple(version)}")
+            self.weights_checksum = P.field(f, "checksum", str) if encoding in (W.FULL, W.DELTA) else None
         except (W.WeightsError, ValueError) as err:
             self._base = None
             self.held_version = NO_POLICY  # the learner answers with full weights
