@@ -242,3 +242,16 @@ def test_a_peer_without_a_session_gets_nothing_and_opens_nothing(tmp_path, pendu
         finally:
             attacker.close()
             relay.close()
+
+
+def test_the_relay_command_refuses_a_plain_address_off_this_machine_and_says_when_no_learner_answers():
+    import subprocess
+    import sys
+
+    from cli_helpers import in_process
+
+    refused = in_process("relay", "--connect", "tcp://127.0.0.1:9", "--bind", "tcp://0.0.0.0:*")
+    assert refused.returncode == 2 and "--bind" in refused.stderr and "--insecure" in refused.stderr
+    alone = subprocess.run([sys.executable, "-m", "embodyrl.cli", "relay", "--connect", "tcp://127.0.0.1:9",
+                            "--handshake-timeout-s", "1"], capture_output=True, text=True, timeout=60)
+    assert alone.returncode == 1 and "no WELCOME" in alone.stderr and not alone.stdout, alone.stderr
