@@ -22,6 +22,7 @@ recorder can write. A refusal names the column, the row and the value.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import secrets
@@ -169,6 +170,7 @@ class StepsCheck:
 
     def __init__(self, observation_spec: DictSpec, action_spec: ArraySpec):
         self.observation_spec, self.action_spec = observation_spec, action_spec
+        self._proposed_spec = dataclasses.replace(action_spec, name="proposed_action")
         self.expected = _expected_columns(observation_spec)
         self._observation_names = tuple((name, OBSERVATION_PREFIX + name) for name in observation_spec)
         bounds = {entry[0]: entry for entry in _bounds_table(observation_spec, action_spec)}
@@ -177,17 +179,18 @@ class StepsCheck:
 
     @staticmethod
     def _table(columns: tuple, bounds: dict) -> tuple:
-        """(name, dtype, row shape, tightest lower, tightest upper, bounds entry or None) per column;
-        a float column without bounds gets its dtype's largest finite values, so its extremes test
-        finiteness."""
+        """(name, dtype, row shape, tightest lower, tightest upper, whether to test them) per column:
+        a spec's bounds; a float column without bounds gets its dtype's largest finite values, so its
+        extremes test finiteness; the scalars their own (the reward's lower bound is None: the
+        task's bound comes with each call)."""
         table = []
         for name, dtype, shape, floating in columns:
             entry = bounds.get(name)
-            lo, hi = (entry[5], entry[6]) if entry is not None else (-np.inf, np.inf)
-            if floating:
+            lo, hi = (entry[5], entry[6]) if entry is not None else _SCALAR_BOUNDS.get(name, (-np.inf, np.inf))
+            if floating and lo is not None:
                 largest = float(np.finfo(dtype).max)
                 lo, hi = max(lo, -largest), min(hi, largest)
-            table.append((name, dtype, shape, lo, hi, entry, floating or entry is not None))
+            table.append((name, dtype, shape, lo, hi, floating or entry is not None or name in _SCALAR_BOUNDS))
         return tuple(table)
 
     def steps(self, arrays: dict[str, np.ndarray], *, reward_bound: float = REWARD_BOUND) -> Steps:
@@ -203,35 +206,36 @@ class StepsCheck:
         length = reward.shape[0] if type(reward) is np.ndarray and reward.ndim == 1 else -1
         if length < 1:
             raise SpecError(f"reward: shape {getattr(reward, 'shape', None)}; expected a non-empty 1-d column")
-        final = arrays["final"]
-        if not self._fits(arrays, self._tables[not proposed_absent], length, final):
+        if not self._fits(arrays, self._tables[not proposed_absent], length, reward_bound):
             arrays = self._checked(arrays, length, proposed_absent)  # names the column at fault
-            final = arrays["final"]
-            _check_values(arrays, _bounds_table(self.observation_spec, self.action_spec), final)
-        _check_scalars(arrays, reward_bound)
-        terminated, truncated = arrays["terminated"], arrays["truncated"]
+            _check_values(arrays, _bounds_table(self.observation_spec, self.action_spec), arrays["final"])
+            _check_scalars(arrays, reward_bound)
+            if int(arrays["source"].max()) > _MAX_SOURCE:
+                raise SpecError(f"source: unknown tag {int(arrays['source'].max())}")
+        final, terminated, truncated = arrays["final"], arrays["terminated"], arrays["truncated"]
         if (final & (terminated | truncated)).any():
             raise SpecError("final rows must not carry terminated/truncated flags")
         if (terminated & truncated).any():
             raise SpecError("a step cannot be both terminated and truncated")
-        if int(arrays["source"].max()) > _MAX_SOURCE:
-            raise SpecError(f"source: unknown tag {int(arrays['source'].max())}")
         return Steps(observation={name: arrays[column] for name, column in self._observation_names},
                      action=arrays["action"], proposed_action=arrays["proposed_action"],
                      **{name: arrays[name] for name in SCALAR_COLUMNS})
 
     @staticmethod
-    def _fits(arrays: dict, table: tuple, length: int, final) -> bool:
+    def _fits(arrays: dict, table: tuple, length: int, reward_bound: float) -> bool:
         """Every column an ndarray of its dtype and shape, and within the tightest of its bounds
         (finite, for a float column): the common case, in two reductions a checked column. False
         sends the batch through the checks that name what is wrong (or find it within the exact,
         per-element, live-row bounds after all)."""
-        for name, dtype, shape, lo, hi, _, checked in table:
+        for name, dtype, shape, lo, hi, checked in table:
             column = arrays[name]
             if type(column) is not np.ndarray or column.dtype != dtype or column.shape[1:] != shape \
                     or column.shape[0] != length:
                 return False
             if checked:
+                if lo is None:  # the reward: the task's bound, and finite
+                    hi = min(reward_bound, _FLOAT32_MAX)
+                    lo = -hi
                 least, most = extremes(column)
                 if not (least >= lo and most <= hi):
                     return False
@@ -243,14 +247,19 @@ class StepsCheck:
             checked[name] = spec.validate_batch(arrays[name], length)
         for name, spec in self.observation_spec.items():
             checked[OBSERVATION_PREFIX + name] = spec.validate_batch(arrays[OBSERVATION_PREFIX + name], length)
-        for name in ("proposed_action", "action") if not proposed_absent else ("action",):
-            checked[name] = self.action_spec.validate_batch(arrays[name], length)
-        if proposed_absent:
+        checked["action"] = self.action_spec.validate_batch(arrays["action"], length)
+        if not proposed_absent:  # named as its column: the spec's name is the action's
+            checked["proposed_action"] = self._proposed_spec.validate_batch(arrays["proposed_action"], length)
+        else:
             checked["proposed_action"] = checked["action"]
         return checked
 
 
 _MAX_SOURCE = int(max(Source))
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+_SCALAR_BOUNDS = {"reward": (None, None), "log_prob": (-LOG_PROB_BOUND, LOG_PROB_BOUND),
+                  "step_index": (0, np.inf), "policy_count": (NO_POLICY.count, np.inf), "source": (0, _MAX_SOURCE)}
+"""What a recorder can write in each scalar column (the reward's bound is the task's: per call)."""
 
 
 @functools.lru_cache(maxsize=64)
@@ -348,11 +357,16 @@ def _check_scalars(arrays: dict, reward_bound: float) -> None:
 
 
 def extremes(column: np.ndarray) -> tuple:
-    """(minimum, maximum) of ``column``; a small one's in Python (cheaper than two numpy reductions)."""
+    """(minimum, maximum) of ``column``, both NaN where it holds a NaN (numpy's reductions carry it;
+    so does a sum in Python, whose ``min`` and ``max`` would skip it); a small column's in Python
+    (cheaper than two numpy reductions)."""
     if column.size == 0:
         return np.inf, -np.inf  # nothing out of any bound
     if column.size <= 64:
         values = column.ravel().tolist()
+        total = sum(values)
+        if total != total:
+            return math.nan, math.nan
         return min(values), max(values)
     return column.min(), column.max()
 

@@ -159,3 +159,21 @@ def test_too_few_transitions_is_a_clear_error(tmp_path):
     replay.add(rec.flush())
     with pytest.raises(RuntimeError, match="too few complete transitions"):
         replay.sample(np.random.default_rng(0), 4, 0.9)
+
+
+@pytest.mark.parametrize("rows", [1, 8, 64, 300])
+def test_a_nan_or_infinity_in_any_float_column_is_refused_by_name_at_any_batch_size(rows):
+    """The checks' fast path takes a float column's extremes for its finiteness too: a small column's
+    in Python, whose min and max skip a NaN, so that path must see the NaN another way."""
+    from embodyrl.bench.transport import CHEETAH_ACTION, CHEETAH_SPEC, _batch
+    from embodyrl.hal.steps import StepsCheck
+
+    arrays = _batch(CHEETAH_SPEC, CHEETAH_ACTION, rows, 1, 1).arrays()
+    check = StepsCheck(CHEETAH_SPEC, CHEETAH_ACTION)
+    check.steps(arrays)
+    for name in ("reward", "log_prob", "observation/state", "action", "proposed_action"):
+        for value in (np.nan, np.inf, -np.inf):
+            bad = arrays[name].copy()
+            bad.flat[bad.size // 2] = value
+            with pytest.raises(SpecError, match=name.split("/")[-1]):
+                check.steps({**arrays, name: bad}, reward_bound=np.inf)
