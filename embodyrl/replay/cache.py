@@ -50,6 +50,7 @@ class CachePolicy:
         self._populated = np.ones(store.layout.chunks, bool)  # a reopen maps lazily: it reads nothing
         self._touched = np.zeros(store.layout.chunks, bool)
         self._samples = 0
+        self._release_pending = False
         self._generation_seen = -1
         self.refresh()
         self._populated[:] = False
@@ -92,17 +93,26 @@ class CachePolicy:
         self._set_hot()
 
     def touched(self, slots: np.ndarray) -> None:
-        """Note chunks a sample read; release the cold ones once their reads could fill the cold
-        part of the budget (or every ``release_every`` samples)."""
+        """Note chunks a sample read. They are released at the start of a later sample
+        (:meth:`release_due`), never here: that would evict the pages just hinted for this one's
+        gather, which would then read them again a fault at a time."""
         chunks = slots // self.store.layout.chunk_rows
         self._touched[chunks] = True
         self._cold_read += int(np.count_nonzero(~self.hot[chunks])) * self._bytes_per_cold_row
         self._samples += 1
         if self._cold_read >= self.cold_bytes or self._samples % self.release_every == 0:
-            for chunk in np.flatnonzero(self._touched & ~self.hot):
-                self.store.release(int(chunk))
-            self._touched[:] = False
-            self._cold_read = 0
+            self._release_pending = True
+
+    def release_due(self) -> None:
+        """Before a sample reads: release the cold chunks earlier samples read, once their reads
+        could fill the cold part of the budget (or every ``release_every`` samples)."""
+        if not self._release_pending:
+            return
+        for chunk in np.flatnonzero(self._touched & ~self.hot):
+            self.store.release(int(chunk))
+        self._touched[:] = False
+        self._cold_read = 0
+        self._release_pending = False
 
     def is_cold(self, slots: np.ndarray) -> np.ndarray:
         return ~self.hot[slots // self.store.layout.chunk_rows]

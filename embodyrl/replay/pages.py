@@ -56,8 +56,13 @@ class PageHints:
         starts = pages[np.concatenate([[0], breaks + 1])]
         ends = pages[np.concatenate([breaks, [len(pages) - 1]])]
         advise = self._mmap.madvise  # the kernel queues them all at once (pread threads: no faster, see docs)
-        for a, b in zip(starts.tolist(), ends.tolist(), strict=True):
+        ranges = list(zip(starts.tolist(), ends.tolist(), strict=True))
+        for a, b in ranges:
             advise(mmap.MADV_WILLNEED, a * page, (b - a + 1) * page)
+        # then map them in, a range a call, as the reads land: the gather takes no fault a page
+        with contextlib.suppress(OSError):  # a kernel before 5.14: the gather faults them in
+            for a, b in ranges:
+                advise(_MADV_POPULATE_READ, a * page, (b - a + 1) * page)
 
     def populate(self, chunk: int) -> None:
         """Map a resident chunk's pages into this process now (MADV_POPULATE_READ), so hot

@@ -188,6 +188,8 @@ class PersistentReplay:
         starts, nexts = [], []
         need, rate = n, 1.0
         prioritized = self.priorities is not None
+        if not self.cache.all_hot:
+            self.cache.release_due()  # before this sample's hints, not after them
         for _ in range(_MAX_ROUNDS):
             m = int(need / rate * 1.05) + 8
             cand = self.priorities.sample(rng, m, source) if prioritized else draw_stored(rng, ring, m, weights)
