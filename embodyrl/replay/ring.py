@@ -63,17 +63,21 @@ class ChunkRing:
         self._limit_cache = self._cum_cache = None
 
     def _pick_next(self, exclude: set[int]) -> int:
-        empty = np.flatnonzero(self.generation < 0)
-        empty = [int(c) for c in empty if int(c) not in exclude]
-        if empty:
-            return empty[0]
-        candidates = [c for c in range(self.chunks)
-                      if not self.pinned[c] and c not in exclude and c != self.current]
-        if not candidates:
+        """The first empty chunk not excluded, else the oldest unpinned one (in numpy: a ring of
+        thousands of chunks costs no Python loop over them per batch)."""
+        usable = np.ones(self.chunks, bool)
+        usable[list(exclude)] = False
+        empty = np.flatnonzero(usable & (self.generation < 0))
+        if len(empty):
+            return int(empty[0])
+        usable &= ~self.pinned
+        if 0 <= self.current < self.chunks:
+            usable[self.current] = False
+        if not usable.any():
             raise ReplayFullError(
                 f"replay full: all {self.chunks} chunks are pinned by retained sources {self.retained} "
                 "or in use; raise the capacity or retain fewer sources")
-        return min(candidates, key=lambda c: self.generation[c])
+        return int(np.argmin(np.where(usable, self.generation, np.iinfo(np.int64).max)))
 
     def room(self) -> int:
         """Most rows one batch may have: the current chunk's rest and every other unpinned chunk."""
