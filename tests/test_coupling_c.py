@@ -148,7 +148,7 @@ def test_a_c_rank_streams_to_the_learner_and_follows_its_weights(built, tmp_path
         while session is None and proc.poll() is None:
             learner.poll(10)
             session = next(iter(learner.server.sessions.values()), None)
-        assert session is not None and session.weights_encodings == frozenset({"full"})  # its HELLO said so
+        assert session is not None and session.follower.encodings == frozenset({"full"})  # its HELLO said so
         serve(learner, proc, train_until=100)
         stats, err = finished(proc)
         learner.poll(50)

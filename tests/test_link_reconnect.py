@@ -243,7 +243,7 @@ def test_weights_version_is_kept_across_a_reconnect(tmp_path):
         link.poll(10)
     learner.start()
     assert pump(link, lambda: link.connected)
-    assert learner.read(lambda s: [x.held for x in s.server.sessions.values()]) == [PolicyVersion(1, 1)]
+    assert learner.read(lambda s: [x.follower.held for x in s.server.sessions.values()]) == [PolicyVersion(1, 1)]
     link.close()
     learner.crash()
 

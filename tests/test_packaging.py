@@ -180,6 +180,7 @@ ON_THE_BASE_INSTALL = {
     "tasks": ("tasks", 0, "pendulum"),
     "demos": ("demos {demos}", 0, "2 episodes in 2 files"),
     "replay": ("replay {tmp}", 2, "no replay"),
+    "relay": ("relay --connect tcp://127.0.0.1:9 --handshake-timeout-s 0.5", 1, "no WELCOME"),
 }
 NOT_HERE = {"actor"}  # runs on the base install: its tests are the edge's
 

@@ -10,8 +10,10 @@ uint8 camera; 100k steps). Figures are medians. For each case:
   over all stored rows), plus a staged and a cache-preferring mode reported
   apart with their distance from uniform.
 * **Cold sampling against the disk**: the best random-read rate this run
-  measures on the replay's own file for the same reads (a row and its
-  successor, whole pages; single ``pread``s, thread pools of ``pread``,
+  measures on the replay's own file for the same reads (a row at a random row
+  index and its successor, the whole pages they lie on, so a row that
+  straddles a page boundary costs two, as it does the sampler; single
+  ``pread``s, thread pools of ``pread``,
   ``posix_fadvise``/``madvise`` WILLNEED batches), page cache dropped before
   every batch, ours likewise, alternated round by round. The disk bounds any
   i.i.d. sampler over cold rows, so ``cold_sample_ratio_vs_disk_ceiling``
@@ -349,52 +351,61 @@ READ_STRATEGIES = (*(f"qd{d}" for d in QUEUE_DEPTHS), "hinted", "madvise")
 
 
 class _RandomReads:
-    """The disk's own cold random reads on the replay's data file: BATCH reads of ``read_bytes``
-    (a row and its successor, whole pages) at random page-aligned offsets among the rows
-    written (the ring has not wrapped: they are the file's first ``stored_bytes``), issued as
-    ``qdN``: N threads of ``pread`` (the GIL released; qd1 is one read after another),
-    ``hinted``: all handed to the kernel at once (``POSIX_FADV_WILLNEED``), then ``pread``,
-    ``madvise``: all hinted on a mapping (``MADV_WILLNEED``, as the replay does), then touched."""
+    """The disk's own cold random reads on the replay's data file: BATCH transitions' bytes (a row
+    at a random row index and its successor, the whole pages they lie on: one page or two for a
+    robot row, as they fall) among the rows written (the ring has not wrapped: they are the file's
+    first ``stored_rows``), issued as ``qdN``: N threads of ``pread`` (the GIL released; qd1 is one
+    read after another), ``hinted``: all handed to the kernel at once (``POSIX_FADV_WILLNEED``),
+    then ``pread``, ``madvise``: all hinted on a mapping (``MADV_WILLNEED``, as the replay does),
+    then touched."""
 
-    def __init__(self, path: Path, read_bytes: int, stored_bytes: int, seed: int = 1):
+    def __init__(self, path: Path, row_bytes: int, stored_rows: int, seed: int = 1):
         self.page = mmap.PAGESIZE
-        self.read_bytes = -(-read_bytes // self.page) * self.page
+        self.row_bytes, self.stored_rows = row_bytes, stored_rows
         self.fd = os.open(path, os.O_RDONLY)
         size = os.fstat(self.fd).st_size
-        # within the rows written: reads of the preallocated tail would cost the disk nothing
-        self.pages = (min(size, stored_bytes) - self.read_bytes) // self.page
         os.posix_fadvise(self.fd, 0, 0, os.POSIX_FADV_RANDOM)
         self.mapping = mmap.mmap(self.fd, size, prot=mmap.PROT_READ)
         self.mapping.madvise(mmap.MADV_RANDOM)
         self.view = np.frombuffer(self.mapping, np.uint8)
         self.pools = {d: ThreadPoolExecutor(d) for d in QUEUE_DEPTHS if d > 1}
         self.rng = np.random.default_rng(seed)
+        self.read_bytes = 0.0
+        """Mean bytes a read covered, over the reads drawn so far."""
+        self._drawn = 0
 
-    def offsets(self) -> list[int]:
-        return (self.rng.integers(0, self.pages, BATCH) * self.page).tolist()
+    def offsets(self) -> list[tuple[int, int]]:
+        """(page-aligned offset, bytes) of each transition's pages."""
+        rows = self.rng.integers(0, self.stored_rows - 1, BATCH)
+        first = rows * self.row_bytes // self.page * self.page
+        end = -(-(rows + 2) * self.row_bytes // self.page) * self.page
+        sizes = end - first
+        self.read_bytes = (self.read_bytes * self._drawn + float(sizes.sum())) / (self._drawn + BATCH)
+        self._drawn += BATCH
+        return list(zip(first.tolist(), sizes.tolist(), strict=True))
 
     def drop(self) -> None:
         self.mapping.madvise(mmap.MADV_DONTNEED)
         os.posix_fadvise(self.fd, 0, 0, os.POSIX_FADV_DONTNEED)
 
-    def read(self, strategy: str, offsets: list[int]) -> None:
-        fd, n = self.fd, self.read_bytes
+    def read(self, strategy: str, reads: list[tuple[int, int]]) -> None:
+        fd = self.fd
         if strategy == "qd1":
-            for o in offsets:
+            for o, n in reads:
                 os.pread(fd, n, o)
         elif strategy.startswith("qd"):
             depth = int(strategy[2:])
-            list(self.pools[depth].map(lambda part: [os.pread(fd, n, o) for o in part],
-                                       [offsets[i::depth] for i in range(depth)]))
+            list(self.pools[depth].map(lambda part: [os.pread(fd, n, o) for o, n in part],
+                                       [reads[i::depth] for i in range(depth)]))
         elif strategy == "hinted":
-            for o in offsets:
+            for o, n in reads:
                 os.posix_fadvise(fd, o, n, os.POSIX_FADV_WILLNEED)
-            for o in offsets:
+            for o, n in reads:
                 os.pread(fd, n, o)
         else:
-            for o in offsets:
+            for o, n in reads:
                 self.mapping.madvise(mmap.MADV_WILLNEED, o, n)
-            touch = (np.asarray(offsets)[:, None] + np.arange(0, n, self.page)).ravel()
+            touch = np.concatenate([np.arange(o, o + n, self.page) for o, n in reads])
             int(self.view[touch].sum())
 
     def close(self) -> None:
@@ -408,7 +419,7 @@ class _RandomReads:
 def _cold_vs_disk(replay: PersistentReplay, data: Path, rng, rounds: int) -> dict:
     """Per round, ours (one uniform batch) and one batch of each read strategy, each after the
     page cache is dropped, the order rotated round by round. Median ms per batch of each."""
-    disk = _RandomReads(data, 2 * replay.store.row_bytes, replay.size * replay.store.row_bytes)
+    disk = _RandomReads(data, replay.store.row_bytes, replay.size)
     names = ("ours", *READ_STRATEGIES)
     times = {name: [] for name in names}
     try:

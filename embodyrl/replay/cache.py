@@ -67,11 +67,11 @@ class CachePolicy:
         hot = np.zeros_like(self.hot)
         hot[recent] = True
         room = self.budget_chunks - len(recent)
-        retained = [c for c in by_recency if ring.pinned[c] and not hot[c]][:max(0, room)]
-        hot[retained] = True
+        retained = by_recency[ring.pinned[by_recency] & ~hot[by_recency]][:max(0, room)]  # numpy: no loop
+        hot[retained] = True  # over thousands of chunks each time a chunk fills
         room -= len(retained)
         if room > 0:  # budget left: keep the next most recent too
-            rest = [c for c in by_recency if not hot[c]][:room]
+            rest = by_recency[~hot[by_recency]][:room]
             hot[rest] = True
         for chunk in np.flatnonzero(self.hot & ~hot & ~self.borrowed):  # behind the writes, if they are
             self.store.release_soon(int(chunk))

@@ -451,9 +451,10 @@ class LearnerLink:
         self._base = (version, full)
         self.held_version = version
         self._weights = (version, full)
-        # say so at once, not with the next batch or heartbeat: the learner sends newer weights only to
-        # a link that holds the last it sent (a relay, which sends no batches, would wait a heartbeat)
-        self._send(P.HEARTBEAT, {"time": time.time(), "held": list(version)})
+        if self.relay:  # say so at once: the learner sends newer weights only to a link that holds the
+            # last it sent, and a relay sends no batches to say it with (an actor's next batch does;
+            # saying it at once there too would have it decode every publication, on a simulator's CPU)
+            self._send(P.HEARTBEAT, {"time": time.time(), "held": list(version)})
 
     def _dispatch(self, msg) -> None:
         f = msg.fields
