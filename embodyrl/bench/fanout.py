@@ -5,8 +5,8 @@ A real :class:`~embodyrl.transport.LearnerServer` in this process publishes weig
 default 256 x 256 DDPG actor on the pendulum (every element changed between publications, as Adam
 changes them, so every update is full fp32), ``publications`` of them, one every ``period_s``. The
 actors are real :class:`~embodyrl.hal.wire.client.LearnerLink`\\ s, all in one other process,
-polled in turn; the relay is a real :class:`~embodyrl.transport.relay.Relay` in a third. Per
-publication:
+polled in turn, saying what they hold every :data:`HELD_EVERY_S` (they send no batches); the relay
+is a real :class:`~embodyrl.transport.relay.Relay` in a third. Per publication:
 
 * ``learner_egress_bytes_per_publication``: the bytes the learner's socket sent over the run
   (weights, heartbeats, acks) over the publications;
@@ -29,6 +29,9 @@ import time
 import numpy as np
 
 COUNTS = (1, 4, 16)
+HELD_EVERY_S = 0.01
+"""How often each link says what it holds (its heartbeat): a real actor says it with every batch, and
+the learner (or relay) sends the next weights only to a link that holds the last it was sent."""
 SHAPES = {"actor/layer0/w": (3, 256), "actor/layer0/b": (256,), "actor/layer1/w": (256, 256),
           "actor/layer1/b": (256,), "actor/out/w": (256, 1), "actor/out/b": (1,)}
 """The default DDPG actor's parameters on the pendulum: 67,329 float32, 269 KB."""
@@ -47,7 +50,7 @@ def _actors(endpoint: str, count: int, report, stop) -> None:
     from ..hal.wire.client import LearnerLink
 
     links = [LearnerLink(endpoint, actor_name=f"fan-{i}", actor_id=i, devices=[_device()], handshake_timeout_s=60,
-                         heartbeat_s=0.2) for i in range(count)]
+                         heartbeat_s=HELD_EVERY_S) for i in range(count)]
     for link in links:
         link.connect()
     report.put(("connected", count))
