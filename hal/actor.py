@@ -329,8 +329,7 @@ class ActorLoop:
             steps = lane.recorder.recovered()
             if steps is None:
                 continue
-            if already_spooled(self.link.spool, lane.device_id, {"episode_id": steps.episode_id[-1],
-                                                                  "step_index": steps.step_index[-1]}):
+            if already_spooled(self.link.spool, lane.device_id, steps):
                 lane.recorder.spooled()
                 continue
             self.stats.recovered_rows += len(steps)

@@ -46,7 +46,8 @@ class RowJournal:
         self._header = _MAGIC + repr(dtype.descr).encode() + b"\n"
         self.recovered = self._read_previous()
         self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
-        self.clear_if_empty()
+        if not len(self.recovered):  # a fresh file, or one a previous process emptied: the header only
+            self.clear()
 
     def _read_previous(self) -> np.ndarray:
         empty = np.zeros(0, self.dtype)
@@ -64,10 +65,6 @@ class RowJournal:
         body = memoryview(data)[len(self._header):]
         whole = len(body) // self.dtype.itemsize
         return np.frombuffer(body[:whole * self.dtype.itemsize], self.dtype).copy()
-
-    def clear_if_empty(self) -> None:
-        if not len(self.recovered):
-            self.clear()
 
     def append(self, rows: np.ndarray) -> None:
         """Append records (a slice of the recorder's table): one ``write``."""
@@ -87,14 +84,14 @@ class RowJournal:
     __del__ = close
 
 
-def already_spooled(spool, device_id: int, last_row) -> bool:
-    """Whether the spool's newest batch of ``device_id`` ends with ``last_row`` (its
-    ``episode_id`` and ``step_index``): the process died after spooling a batch and before
+def already_spooled(spool, device_id: int, recovered) -> bool:
+    """Whether the spool's newest batch of ``device_id`` ends with the ``recovered`` batch's last row
+    (its ``episode_id`` and ``step_index``): the process died after spooling a batch and before
     emptying the journal, so the journal's rows are in the spool already."""
     for seq in reversed(spool.seqs()):
         message = decode(spool.frames(seq))
         if message.fields.get("device_id") != device_id:
             continue
         episodes, steps = message.arrays["episode_id"], message.arrays["step_index"]
-        return (int(episodes[-1]), int(steps[-1])) == (int(last_row["episode_id"]), int(last_row["step_index"]))
+        return (int(episodes[-1]), int(steps[-1])) == (int(recovered.episode_id[-1]), int(recovered.step_index[-1]))
     return False

@@ -341,14 +341,15 @@ def _check_values(arrays: dict, table: tuple, final: np.ndarray) -> None:
 
 def _check_scalars(arrays: dict, reward_bound: float) -> None:
     """The per-row scalars' bounds: |reward|, |log_prob|, and the counters a recorder writes."""
-    for name, bound in (("reward", reward_bound), ("log_prob", LOG_PROB_BOUND)):
+    for name, bound in (("reward", reward_bound), ("log_prob", _SCALAR_BOUNDS["log_prob"][1])):
         column = arrays[name]
         least, most = extremes(column)
         if least < -bound or most > bound:
             row = int(np.flatnonzero(np.abs(column) > bound)[0])
             raise SpecError(f"{name}: row {row} holds {_shown(column[row])}, beyond the bound "
                             f"|{name}| <= {_shown(bound)}")
-    for name, least_allowed in (("step_index", 0), ("policy_count", NO_POLICY.count)):
+    for name in ("step_index", "policy_count"):
+        least_allowed = _SCALAR_BOUNDS[name][0]
         column = arrays[name]
         if extremes(column)[0] < least_allowed:
             row = int(np.flatnonzero(column < least_allowed)[0])
@@ -538,10 +539,6 @@ class StepRecorder:
         """The rows flushed so far are in the spool: the journal forgets them."""
         if self.journal is not None:
             self.journal.clear()
-
-    def close(self) -> None:
-        if self.journal is not None:
-            self.journal.close()
 
 
 def row_dtype(observation_spec: DictSpec, action_spec: ArraySpec) -> np.dtype:

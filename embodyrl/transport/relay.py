@@ -34,8 +34,6 @@ from ..hal.wire.client import LearnerLink
 from ..hal.wire.codec import DEFAULT_LIMITS, HeaderMemo, Limits, MessageError, encode, parse_header
 from ..hal.wire.security import (
     ClientKeys,
-    RateLimiter,
-    RateLimits,
     ServerKeys,
     ServerSocket,
     check_endpoint,
@@ -45,7 +43,7 @@ from ..hal.wire.security import (
 from .followers import Follower
 from .identity import IndexClaims
 from .publisher import WeightPublisher, WeightsConfig
-from .server import HANDSHAKE_MS, weights_encodings
+from .server import hello_limiter, router_options, weights_encodings
 
 log = logging.getLogger(__name__)
 
@@ -97,11 +95,8 @@ class Relay:
                                 peer_timeout_s=peer_timeout_s, handshake_timeout_s=handshake_timeout_s)
         self.publisher = WeightPublisher(weights or WeightsConfig())
         self.claims = IndexClaims(keys.authorized_dir) if keys is not None else None
-        self.hello_rate = RateLimiter(RateLimits(hellos_per_s, 2 * hellos_per_s, hellos_total_per_s,
-                                                 2 * hellos_total_per_s), time.monotonic())
-        self._server = ServerSocket(bind, keys, options={
-            zmq.ROUTER_MANDATORY: 1, zmq.MAXMSGSIZE: limits.max_message_bytes + limits.max_header_bytes,
-            zmq.RCVHWM: 1024, zmq.SNDHWM: 1024, zmq.HANDSHAKE_IVL: HANDSHAKE_MS})
+        self.hello_rate = hello_limiter(hellos_per_s, hellos_total_per_s)
+        self._server = ServerSocket(bind, keys, options=router_options(limits))
         self._down = self._server.socket
         self.endpoint: str = self._server.endpoint
         self._context = zmq.Context.instance()

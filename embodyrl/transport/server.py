@@ -189,6 +189,18 @@ def session_limits(devices: list[P.DeviceInfo], max_batch_rows: int, cap: Limits
     return cap.within(columns, int(row * max_batch_rows * LIMIT_MARGIN) + 4096)
 
 
+def router_options(limits: Limits) -> dict[int, int]:
+    """The options of a ROUTER that actors dial (the learner's, a relay's): an unknown peer is an
+    error, no frame beyond the limits, and a peer that never finishes CURVE holds little, briefly."""
+    return {zmq.ROUTER_MANDATORY: 1, zmq.MAXMSGSIZE: limits.max_message_bytes + limits.max_header_bytes,
+            zmq.RCVHWM: 1024, zmq.SNDHWM: 1024, zmq.HANDSHAKE_IVL: HANDSHAKE_MS}
+
+
+def hello_limiter(per_key_s: float, total_s: float) -> RateLimiter:
+    """HELLOs each key (without keys: each connection) may send, under a global cap; bursts of twice."""
+    return RateLimiter(RateLimits(per_key_s, 2 * per_key_s, total_s, 2 * total_s), time.monotonic())
+
+
 class LearnerServer:
     def __init__(self, bind: str = "tcp://127.0.0.1:*", *, run_id: str, incarnation: int,
                  admit: AdmitFn | None = None, limits: Limits = DEFAULT_LIMITS,
@@ -231,13 +243,9 @@ class LearnerServer:
         self.max_devices = max_devices
         self._own_published = 0  # version (incarnation, 0) is the learner's initial policy, published or not
         self.claims = IndexClaims(keys.authorized_dir, bindings_path) if keys is not None else None
-        self.hello_rate = RateLimiter(RateLimits(hellos_per_s, 2 * hellos_per_s, hellos_total_per_s,
-                                                 2 * hellos_total_per_s), time.monotonic())
+        self.hello_rate = hello_limiter(hellos_per_s, hellos_total_per_s)
         check_endpoint(bind, keys is not None, allow_insecure)
-        self._server = ServerSocket(bind, keys, context=context, options={
-            zmq.ROUTER_MANDATORY: 1, zmq.MAXMSGSIZE: limits.max_message_bytes + limits.max_header_bytes,
-            zmq.RCVHWM: 1024, zmq.SNDHWM: 1024,
-            zmq.HANDSHAKE_IVL: HANDSHAKE_MS})  # a peer that never finishes CURVE holds little, briefly
+        self._server = ServerSocket(bind, keys, context=context, options=router_options(limits))
         self._socket = self._server.socket
         self.endpoint: str = self._server.endpoint
         self.sessions: dict[bytes, ActorSession] = {}
