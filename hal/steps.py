@@ -441,7 +441,7 @@ class StepRecorder:
     def _allocate(self) -> None:
         """One structured row per step, each column a view of it: a row is one contiguous record,
         so the journal writes it with one call."""
-        self._table = np.zeros(self.capacity, row_dtype(self.observation_spec, self.action_spec))
+        self._table = np.zeros(self.capacity, _recorded_row(self.observation_spec, self.action_spec))
         self._obs = {k: self._table[OBSERVATION_PREFIX + k] for k in self.observation_spec}
         self._action = self._table["action"]
         self._proposed = self._table["proposed_action"]
@@ -541,8 +541,9 @@ class StepRecorder:
             self.journal.clear()
 
 
-def row_dtype(observation_spec: DictSpec, action_spec: ArraySpec) -> np.dtype:
-    """One row of every column by its wire name (:meth:`Steps.arrays`), as a structured dtype."""
+def _recorded_row(observation_spec: DictSpec, action_spec: ArraySpec) -> np.dtype:
+    """A recorded row: every column by its wire name (:meth:`Steps.arrays`), as a structured dtype (the
+    replay's row, :func:`embodyrl.replay.layout.row_dtype`, adds its links and padding)."""
     return np.dtype([(name, dtype, shape) for name, dtype, shape, _ in _column_table(observation_spec, action_spec)],
                     align=True)
 
