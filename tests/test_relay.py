@@ -46,6 +46,22 @@ def batch(info, actor_id: int, rows: int = 16):
     return recorder.flush()
 
 
+def _bound(*args, **kwargs) -> Relay:
+    """A relay on its address once the port is free: in one process, ZeroMQ releases a closed
+    socket's port in its I/O thread, a moment after ``close`` returns (a relay restarted as a new
+    process, as in a run, finds it free)."""
+    import zmq
+
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            return Relay(*args, **kwargs)
+        except zmq.ZMQError as err:
+            if err.errno != zmq.EADDRINUSE or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
 class RelayThread:
     """A relay polled in a thread of its own (its sockets live there), as ``embodyrl relay`` runs it."""
 
@@ -59,7 +75,7 @@ class RelayThread:
 
     def _run(self, *args, **kwargs) -> None:
         try:
-            self.relay = Relay(*args, **kwargs)
+            self.relay = _bound(*args, **kwargs)
             self.relay.connect()
         except BaseException as err:  # noqa: BLE001 - handed to the test's thread
             self._error.append(err)
