@@ -85,6 +85,10 @@ class LearnerConfig:
     """Accelerators of this host the update runs on: a count (the first N) or ``all``. With more than
     one, each update's batch is split over them and the state replicated (the same updates, faster
     when the batch is large): the batch must divide by the device count over every host."""
+    ingest_workers: int = 0
+    """Processes of this host that take the actors' steps, each on a port and a replay shard of its own
+    (actor index modulo the count picks them), while this one trains (0: it ingests too). For many
+    simulators: one process's intake is one core's (docs/scaling.md)."""
     hosts: int = 1
     """Learner processes, one per host, training one model with ``jax.distributed``; each serves its
     own actors from its own replay and brings its share of every batch (docs/scaling.md)."""
@@ -100,6 +104,8 @@ class LearnerConfig:
             raise ValueError("learner.updates_per_step must be positive")
         if self.n_step < 1:
             raise ValueError("learner.n_step must be at least 1")
+        if self.ingest_workers < 0:
+            raise ValueError("learner.ingest_workers must be 0 or more")
         if self.weights_encoding not in WEIGHT_ENCODINGS:
             raise ValueError(f"learner.weights_encoding must be one of {WEIGHT_ENCODINGS}, not {self.weights_encoding!r}")
         if self.replay_chunk_rows < 2 or self.prefetch_batches < 0:

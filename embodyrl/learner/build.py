@@ -19,6 +19,7 @@ from ..transport.server import MAX_BATCH_ROWS, session_limits
 from .checkpoint import Checkpointer, record_incarnation
 from .devices import Placement, check_batch, resolve
 from .hosts import OneHost
+from .ingest import FrontServer, IngestWorkers, ShardedReplay, ingest_spec, port_of
 from .metrics import MetricsLog
 from .policy_graphs import PolicyGraphs
 from .replay_side import ReplayData
@@ -65,6 +66,9 @@ def build_learner(config, layout: Layout, run_dir: Path, *, keys: ServerKeys | N
     placement = placement_of(config, hosts)
     if algorithm.on_policy:
         _refuse_replay_settings(algorithm.name, lc)
+        if lc.ingest_workers:
+            raise ValueError(f"learner.ingest_workers: {algorithm.name} learns on-policy from rollouts in the "
+                             "learner's memory; ingest workers fill replay shards")
         if hosts.count > 1:
             raise ValueError(f"learner.hosts: {algorithm.name} learns on-policy from its own rollouts; "
                              "several hosts share a replay-based algorithm's batches")
@@ -73,17 +77,33 @@ def build_learner(config, layout: Layout, run_dir: Path, *, keys: ServerKeys | N
         data = RolloutData(algorithm.config, lc.credit_quantum, PolicyVersion(incarnation, 0),
                            observation_spec, action_spec)
         committed_seq = None
+    elif lc.ingest_workers:
+        _refuse_ingest_settings(algorithm.name, lc, hosts)
+        workers = IngestWorkers(run_dir, lc.ingest_workers, ingest_spec(config), bind=lc.bind, keys=keys,
+                                allow_insecure=allow_insecure, incarnation=incarnation, incarnations=earlier)
+        training = Training.of(algorithm, observation_spec, action_spec, config.seed, placement=placement,
+                               updates_per_call=lc.updates_per_call, publish_every=lc.publish_every)
+        data = ShardedReplay(workers, lc, batch_size=algorithm.batch_size, batch_rows=config.actor.send_every,
+                             beta_updates=int(config.steps * lc.updates_per_step))
+        committed_seq = None
     else:
         training, data = off_policy_parts(config, layout, algorithm, run_dir, placement=placement, hosts=hosts)
         committed_seq = data.committed_seq
     max_batch_rows = max(MAX_BATCH_ROWS, 2 * (config.actor.send_every + 2))
     kinds = [DeviceInfo(i, k.name, k.observation_spec, k.action_spec) for i, k in enumerate(layout.kinds)]
-    server = LearnerServer(lc.bind, run_id=run_dir.name, incarnation=incarnation, admit=admission(layout),
-                           limits=session_limits(kinds, max_batch_rows), max_batch_rows=max_batch_rows,
-                           peer_timeout_s=lc.peer_timeout_s, keys=keys, allow_insecure=allow_insecure,
-                           weights=WeightsConfig(encoding=lc.weights_encoding),
-                           bindings_path=run_dir / "key_bindings.json", committed_seq=committed_seq,
-                           reward_bound=reward_bound_of(layout, bounds), incarnations=earlier)
+    front = {"workers": data.workers} if isinstance(data, ShardedReplay) else {}
+    server = (FrontServer if front else LearnerServer)(
+        lc.bind, run_id=run_dir.name, incarnation=incarnation, admit=admission(layout),
+        limits=session_limits(kinds, max_batch_rows), max_batch_rows=max_batch_rows,
+        peer_timeout_s=lc.peer_timeout_s, keys=keys, allow_insecure=allow_insecure,
+        weights=WeightsConfig(encoding=lc.weights_encoding), bindings_path=run_dir / "key_bindings.json",
+        committed_seq=committed_seq, reward_bound=reward_bound_of(layout, bounds), incarnations=earlier, **front)
+    if front:
+        try:
+            data.workers.start(port_of(server.endpoint))
+        except BaseException:
+            server.close()
+            raise
 
     def save(version: PolicyVersion, weights, directory: Path = run_dir / "policy") -> None:
         save_policy(directory, version, weights, observation_spec, action_spec, algorithm)
@@ -137,6 +157,17 @@ def placement_of(config, hosts) -> Placement:
             raise ValueError(f"learner.devices: {entry.name} cannot split its update over several devices")
         check_batch(batch_size, placement.count, f"{entry.section}.{entry.shard_by}")
     return placement
+
+
+def _refuse_ingest_settings(name: str, lc, hosts) -> None:
+    """Ingest workers shard the replay by actor: a batch's sources and several hosts need one replay."""
+    if hosts.count > 1:
+        raise ValueError("learner.ingest_workers: with several learner hosts each host ingests its own actors; "
+                         "use one or the other")
+    for key, value in (("demos", lc.demos), ("mix", lc.mix)):
+        if value:
+            raise ValueError(f"learner.{key}: the replay's shards hold actors' rows; demonstrations and a mix "
+                             "by source need one replay (learner.ingest_workers 0)")
 
 
 def _refuse_replay_settings(name: str, lc) -> None:

@@ -63,6 +63,11 @@ class EpisodeReturns:
             self._rates.append(k / n)
         return 1
 
+    def add_finished(self, by_device: list[tuple[int, float]], rates: list[float]) -> None:
+        """Episodes another process finished (an ingest worker's): (device id, return), intervention rates."""
+        self._finished.extend(by_device)
+        self._rates.extend(rates)
+
     def take_finished(self) -> list[float]:
         """The returns of the episodes finished since the last call."""
         return [total for _, total in self.take_finished_by_device()]

@@ -138,7 +138,11 @@ class PolicyAge:
             del self._at[next(iter(self._at))]  # counts only grow: the first is the oldest
 
     def taken(self, policy_counts: np.ndarray, updates: int) -> None:
-        counts, rows = np.unique(policy_counts, return_counts=True)
+        self.taken_counts(*np.unique(policy_counts, return_counts=True), updates)
+
+    def taken_counts(self, counts, rows, updates: int) -> None:
+        """Rows taken by publication count (``rows[i]`` acted by publication ``counts[i]``): one batch's,
+        or what an ingest worker took since its last report."""
         ages = [(updates - self._at[int(c)], int(n)) for c, n in zip(counts, rows, strict=True)
                 if int(c) in self._at]
         if not ages:
@@ -350,6 +354,8 @@ class LearnerService:
         self._received: dict[int, int] = {}  # actor id -> newest seq taken (durable or not)
         self._clock = dict.fromkeys(("start", "beat", "checkpoint", "log"), time.monotonic())
         self._updates_at_log = 0
+        self._taken_elsewhere = getattr(data, "taken_elsewhere", None)
+        """Ingest workers' data side (:mod:`.ingest`): what they took, counted here as taken."""
         self.server.know_incarnations((self.incarnation,))
         self.resumed = checkpointer is not None and checkpointer.latest_step() is not None
         if self.resumed:
@@ -443,6 +449,8 @@ class LearnerService:
         clock.lap("receive_and_check")
         for batch in batches:
             taken += self._take(batch)
+        if self._taken_elsewhere is not None:
+            taken += self._count_elsewhere(self._taken_elsewhere())
         clock.lap("store")
         if taken and self.snapshots is not None:  # the run's steps: every host's, as the budget counts them
             self.snapshots.observe(self.counters.env_steps + self._elsewhere, self.counters.updates, self.version,
@@ -466,7 +474,7 @@ class LearnerService:
         left = self.budget - self._elsewhere - self.counters.env_steps
         if left <= 0:
             return WithinBudget(self.server, 0)
-        return WithinBudget(self.server, -(-left // self.hosts.count) + self.batch_rows * len(self.server.sessions))
+        return WithinBudget(self.server, -(-left // self.hosts.count) + self.batch_rows * self.server.actor_sessions())
 
     def train(self) -> bool:
         """One training call when the data side has one (and training is not paused); publish when due.
@@ -550,6 +558,18 @@ class LearnerService:
         c.discarded += self.data.add(steps, batch.seq, session.actor_id)
         c.episodes += self._returns.add(steps)
         return len(steps)
+
+    def _count_elsewhere(self, taken) -> int:
+        """Count what ingest workers took (:class:`~.ingest.Taken`) as :meth:`_take` counts a batch."""
+        c = self.counters
+        for name, n in taken.counters.items():
+            setattr(c, name, getattr(c, name) + n)
+        self._returns.add_finished(taken.finished, taken.rates)
+        self._lag.extend(taken.lag)
+        if taken.policy_counts:
+            counts = sorted(taken.policy_counts)
+            self.policy_age.taken_counts(counts, [taken.policy_counts[k] for k in counts], c.updates)
+        return taken.counters["rows"]
 
     def _ack(self, durable: Mapping[int, int]) -> None:
         """One cumulative ACK per session for what ``durable`` (actor id -> seq) covers."""

@@ -155,6 +155,8 @@ class ServerStats:
     bytes_out: int = 0
     duplicates: int = 0
     seq_gaps: int = 0
+    redirected: int = 0
+    """HELLOs told the ingest port that takes their actor index (:attr:`LearnerServer.placement`)."""
     rejected: dict[str, int] = field(default_factory=dict)
     last_refusal: dict[str, str] = field(default_factory=dict)
     """Reason -> the message of the newest refusal for it (what a refused batch got wrong: column,
@@ -228,6 +230,10 @@ class LearnerServer:
         self.admit = admit
         self.committed_seq = committed_seq
         """actor id -> last seq the replay holds (durable across learner restarts)."""
+        self.placement: Callable[[int], int | None] | None = None
+        """actor index -> the port of the ingest process that takes it, None for this one (ingest
+        workers, :mod:`embodyrl.learner.ingest`); a HELLO for another is told the port (REFUSED,
+        ``ingest_port``), where its link dials next."""
         self.policy_graphs: Callable[[int], tuple[dict, dict[str, np.ndarray]]] | None = None
         """device id -> its policy's numpy-runtime export, for a HELLO that asks (an actor without JAX;
         :class:`embodyrl.learner.policy_graphs.PolicyGraphs`); ValueError: none, and why."""
@@ -256,6 +262,15 @@ class LearnerServer:
 
     def close(self) -> None:
         self._server.close()
+
+    @property
+    def socket(self) -> zmq.Socket:
+        """The ROUTER actors dial (to wait on it beside other sockets)."""
+        return self._socket
+
+    def actor_sessions(self) -> int:
+        """Sessions that send steps (a relay's own session sends none)."""
+        return sum(1 for s in self.sessions.values() if s.devices)
 
     # -- receiving -------------------------------------------------------
     def poll(self, timeout_ms: int = 0, max_messages: int = 256) -> list[ReceivedSteps]:
@@ -331,6 +346,12 @@ class LearnerServer:
             raise MessageError("field_type", f"a relay's session declares no devices and an id <= {P.RELAY_IDS}")
         if relayed_by is not None and (type(relayed_by) is not str or not 0 < len(relayed_by) <= 256):
             raise MessageError("field_type", "field 'relayed_by' must be a relay's name")
+        port = None if relay or self.placement is None else self.placement(actor_id)
+        if port is not None:  # another process ingests this index: the actor dials it there
+            self._send(identity, P.REFUSED, {"reason": f"actor {actor_id} is ingested at port {port}",
+                                             "retry": True, "ingest_port": port})
+            self.stats.redirected += 1
+            return
         reason = self.admit(devices) if self.admit else None
         if reason is not None:
             self._refuse(identity, "refused", reason)
@@ -534,7 +555,7 @@ class LearnerServer:
         self._io_last.update(counts, time=now)
         return {"actors": len(self.sessions), "rejected": sum(st.rejected.values()),
                 "rejected_by_reason": dict(st.rejected), **counts, **rates,
-                "duplicates_dropped": st.duplicates, "seq_gaps": st.seq_gaps, "weights_sent": dict(self.publisher.sent),
+                "duplicates_dropped": st.duplicates, "seq_gaps": st.seq_gaps, "redirected": st.redirected, "weights_sent": dict(self.publisher.sent),
                 "last_refusal": {k: v for k, v in st.last_refusal.items() if k in DATA_REFUSALS}}
 
     def bye(self, reason: str, wait_s: float = BYE_WAIT_S, *, restart: bool = False) -> None:

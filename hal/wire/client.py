@@ -121,6 +121,11 @@ class LearnerLink:
         ``relay``: a relay's own session (no devices; it takes weights for the actors behind it)."""
         check_endpoint(endpoint, keys is not None, allow_insecure)
         self.endpoint = endpoint
+        """Where the link is dialled now: the learner's endpoint, or the ingest port it named."""
+        self.learner_endpoint = endpoint
+        """The learner's own endpoint: dialled again whenever a session at an ingest port ends, so a
+        restarted ingest worker on a new port is found the same way as the first."""
+        self._redirect: str | None = None
         self.actor_name = actor_name
         self.actor_id = actor_id
         self.devices = devices
@@ -209,6 +214,9 @@ class LearnerLink:
             with contextlib.suppress(zmq.ZMQError):
                 self._send(P.BYE, {"reason": reason})
                 said_bye = True
+        self._close_socket(said_bye)
+
+    def _close_socket(self, said_bye: bool = False) -> None:
         with contextlib.suppress(zmq.ZMQError):
             self._socket.disable_monitor()
         self._monitor.close(linger=0)
@@ -350,12 +358,21 @@ class LearnerLink:
             self._next_hello = now + self.peer_timeout_s  # unanswered on a live connection: again
 
     def _disconnect(self) -> None:
-        """The session is gone (silence, or its connection closed): HELLO again at once."""
+        """The session is gone (silence, or its connection closed): HELLO again at once (at an ingest
+        port, to the learner's own endpoint, which names the port again)."""
         if self.connected:
             self.stats.reconnects += 1
         self.connected = False
         self._credits = 0
         self._next_hello = 0.0
+        if self.endpoint != self.learner_endpoint:
+            self._redial(self.learner_endpoint)
+
+    def _redial(self, endpoint: str) -> None:
+        """Close the socket and dial ``endpoint`` (an ingest port the learner named, or the learner)."""
+        self._close_socket()
+        self.endpoint = endpoint
+        self._dial()
 
     def _watch(self) -> None:
         """A dropped connection ends the session: the next one is a new identity at the learner.
@@ -410,6 +427,10 @@ class LearnerLink:
                 self._dispatch(decode(frames, self.limits))
             except MessageError as err:
                 self.stats.rejected[err.reason] = self.stats.rejected.get(err.reason, 0) + 1
+            if self._redirect is not None:
+                target, self._redirect = self._redirect, None
+                self._redial(target)
+                return
         self._watch()
 
     def _acknowledge(self, seq: int) -> None:
@@ -492,6 +513,8 @@ class LearnerLink:
             self._sent_upto = committed  # everything after it is resent, in order
             self.connected = True
             self._waiting_for = None
+        elif msg.kind == P.REFUSED and "ingest_port" in f:  # the learner ingests this index elsewhere
+            self._redirect = P.ingest_endpoint(self.learner_endpoint, P.field(f, "ingest_port", int))
         elif msg.kind == P.REFUSED and f.get("retry") is True:
             self._waiting_for = P.field(f, "reason", str)
             self._next_hello = time.monotonic() + RETRY_REFUSED_S

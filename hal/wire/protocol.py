@@ -63,6 +63,14 @@ def relay_id(index: int) -> int:
     return RELAY_IDS - index
 
 
+def ingest_endpoint(learner: str, port: int) -> str:
+    """Where an actor dials the ingest port ``port`` a learner at ``learner`` named (a REFUSED with
+    ``ingest_port``): the same host, so the learner's keys and the actor's address stay as they were."""
+    if not learner.startswith("tcp://") or ":" not in learner[6:] or not 0 < port < 65536:
+        raise MessageError("field_type", f"ingest_port {port} for a learner at {learner}: a TCP port of its host")
+    return f"{learner.rsplit(':', 1)[0]}:{port}"
+
+
 HELLO_PROTOCOL = 1
 """The protocol HELLO is written in: the oldest, so every learner reads it."""
 
