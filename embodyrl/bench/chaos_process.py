@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ..cli.replay_report import inspect, replay_directory
+from ..cli.replay_report import inspect, replay_directories
 from ..hal.ledger import ledger_totals, read_ledger
 from ..replay.contents import newest_commit
 from .chaos_parts import free_port
@@ -106,11 +106,14 @@ class ProcessRun:
 
     def committed_seqs(self) -> dict[int, int]:
         """Each actor's newest batch in the replay's newest commit (the index alone: cheap)."""
+        seqs = {}
         try:
-            body = newest_commit(replay_directory(self.run_dir))
+            for directory in replay_directories(self.run_dir):
+                body = newest_commit(directory)
+                seqs.update({int(a): int(q) for a, q in (body or {}).get("actor_seqs", {}).items()})
         except (FileNotFoundError, ValueError):
             return {}
-        return {int(a): int(q) for a, q in (body or {}).get("actor_seqs", {}).items()}
+        return seqs
 
     def wait_stored(self, target: dict[int, int], timeout_s: float) -> bool:
         """Until the replay has committed, for every actor, the batches up to ``target[actor]``."""
@@ -173,15 +176,17 @@ def compare(produced: dict[int, tuple[int, int]], stored: dict[int, tuple[int, i
             "digest_match": digest_match}
 
 
-def learner_sigkill(quick: bool) -> dict:
+def learner_sigkill(quick: bool, ingest_workers: int = 0) -> dict:
     """Real learner SIGKILLed mid-training (after a checkpoint), restarted with ``--resume``; one actor
     SIGKILLed and restarted on its spool; the actors finish a fixed number of steps and exit 0 (an
     actor exits 0 only once the learner holds every row it spooled). ``learner_refused``: what the
-    learner refused or failed to send, by reason (``send_failed``: a reply to a dead connection)."""
+    learner refused or failed to send, by reason (``send_failed``: a reply to a dead connection).
+    ``ingest_workers``: the learner's (``learner.ingest_workers``), killed with it."""
     kills = 1 if quick else 3
     steps = 1500 if quick else 6000
     work = Path(tempfile.mkdtemp(prefix="chaos-process-"))
-    run = ProcessRun(work, actors=2, replay_capacity=65536)
+    run = ProcessRun(work, actors=2, replay_capacity=65536,
+                     extra=["--learner.ingest_workers", str(ingest_workers)] if ingest_workers else None)
     recoveries, restarts, resumed = [], [], []
     try:
         run.start_learner(resume=False)

@@ -9,6 +9,7 @@ read-only mapping, so it reports exactly what a reopen would see.
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from pathlib import Path
 
@@ -16,7 +17,7 @@ import numpy as np
 
 from ..hal.steps import Source, rows_digest
 from ..replay.contents import newest_commit
-from ..replay.layout import DATA_FILE, META_FILE, Layout
+from ..replay.layout import DATA_FILE, META_FILE, SHARDS_FILE, Layout
 from ..replay.ring import ChunkRing
 
 _IDENTITY = ("actor_id", "device_id", "episode_id", "step_index")
@@ -39,9 +40,49 @@ def _source_name(value: int) -> str:
         return f"source_{value}"
 
 
+def replay_directories(path: Path) -> list[Path]:
+    """The replays of ``path``: its ingest workers' shards (``replay/shard-K``), else the one replay."""
+    path = Path(path)
+    for candidate in (path, path / "replay"):
+        if (candidate / SHARDS_FILE).exists():
+            count = json.loads((candidate / SHARDS_FILE).read_text())["shards"]
+            return [candidate / f"shard-{k}" for k in range(count) if (candidate / f"shard-{k}" / META_FILE).exists()]
+    return [replay_directory(path)]
+
+
 def inspect(path: Path) -> dict:
-    """Size, capacity, chunks, rows by source and by actor (with their digest), policy versions, committed seqs."""
-    directory = replay_directory(path)
+    """Size, capacity, chunks, rows by source and by actor (with their digest), policy versions, committed seqs;
+    over every shard of a replay that ingest workers wrote."""
+    directories = replay_directories(path)
+    if len(directories) == 1:
+        return _inspect(directories[0])
+    return _merged([_inspect(d) for d in directories])
+
+
+_SUMMED = ("size", "capacity", "chunks", "chunks_used", "chunks_pinned", "commits", "rows_added", "episodes_complete")
+_JOINED = ("rows_by_actor", "digest_by_actor", "committed_seqs")  # an actor's rows live in one shard
+
+
+def _merged(reports: list[dict]) -> dict:
+    """One report of several shards' (sums, and each actor's figures from the shard that holds it)."""
+    merged = {**reports[0], "directory": [r["directory"] for r in reports], "shards": len(reports)}
+    for key in _SUMMED:
+        merged[key] = sum(r[key] for r in reports)
+    for key in _JOINED:
+        merged[key] = {k: v for r in reports for k, v in r[key].items()}
+    for key in ("rows_by_source", "rows_by_policy_version"):
+        total = Counter()
+        for r in reports:
+            total.update(r[key])
+        merged[key] = dict(sorted(total.items()))
+    counts = [r[k] for r in reports for k in ("policy_count_min", "policy_count_max") if r[k] is not None]
+    merged["policy_versions"] = len(merged["rows_by_policy_version"])
+    merged["policy_count_min"], merged["policy_count_max"] = (min(counts), max(counts)) if counts else (None, None)
+    merged["policy_incarnations"] = sorted({i for r in reports for i in r["policy_incarnations"]})
+    return merged
+
+
+def _inspect(directory: Path) -> dict:
     layout = Layout.from_json((directory / META_FILE).read_text(), str(directory / META_FILE))
     ring = ChunkRing(layout.chunks, layout.chunk_rows)
     body = newest_commit(directory)

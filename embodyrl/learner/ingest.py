@@ -58,6 +58,7 @@ from ..hal import params as flat_params
 from ..hal.steps import PolicyVersion, Source
 from ..hal.wire.codec import DEFAULT_LIMITS, MessageError, decode, encode
 from ..replay import RateLimiter
+from ..replay.layout import META_FILE, SHARDS_FILE
 from ..replay.persistent import _split as split_rows
 from ..transport import LearnerServer
 
@@ -68,8 +69,6 @@ READY, STATUS, BATCH, CLAIM = "READY", "STATUS", "BATCH", "CLAIM"
 # learner -> worker
 LIMIT, WEIGHTS, SAMPLE, PRIORITIES, CLAIMED, STOP = "LIMIT", "WEIGHTS", "SAMPLE", "PRIORITIES", "CLAIMED", "STOP"
 
-SHARDS_FILE = "shards.json"
-"""In ``run_dir/replay``: how many shards the replay was written in (a resume must use as many)."""
 COUNTED = ("rows", "env_steps", "episodes", "rows_behind", "discarded")
 """The service's counters a worker reports, cumulative since it started."""
 READY_TIMEOUT_S = 120.0
@@ -91,7 +90,7 @@ def claim_shards(run_dir: Path, count: int) -> None:
             raise ValueError(f"learner.ingest_workers: {replay} holds {written} shards; resume it with "
                              f"learner.ingest_workers {written}")
         return
-    if (replay / "meta.json").exists() or any(replay.glob("*.idx")):
+    if (replay / META_FILE).exists():
         raise ValueError(f"learner.ingest_workers: {replay} is one replay written without ingest workers; "
                          "resume it with learner.ingest_workers 0")
     replay.mkdir(parents=True, exist_ok=True)
@@ -366,9 +365,7 @@ class FrontServer(LearnerServer):
 
     def _placement(self, actor_id: int) -> int | None:
         worker = self.workers.workers[actor_id % self.workers.count]
-        if worker.port is None:
-            raise MessageError("ingest_starting", f"the ingest worker for actor {actor_id} is starting")
-        return worker.port
+        return worker.port if worker.ready else 0
 
     def poll(self, timeout_ms: int = 0, max_messages: int = 256):
         """The workers' reports and the learner's own port: whichever speaks first ends the wait."""

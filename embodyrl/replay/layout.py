@@ -28,6 +28,8 @@ from ..hal.steps import OBSERVATION_PREFIX, SCALAR_COLUMNS, Steps
 
 FORMAT_VERSION = 2
 META_FILE = "meta.json"
+SHARDS_FILE = "shards.json"
+"""Beside the shards ``shard-K`` of a replay that ingest workers write: how many there are."""
 DATA_FILE = "data.bin"
 INDEX_FILES = ("index-0", "index-1")
 NEXT_INDEX = "next_index"

@@ -231,9 +231,9 @@ class LearnerServer:
         self.committed_seq = committed_seq
         """actor id -> last seq the replay holds (durable across learner restarts)."""
         self.placement: Callable[[int], int | None] | None = None
-        """actor index -> the port of the ingest process that takes it, None for this one (ingest
-        workers, :mod:`embodyrl.learner.ingest`); a HELLO for another is told the port (REFUSED,
-        ``ingest_port``), where its link dials next."""
+        """actor index -> the port of the ingest process that takes it, None for this one, 0 while that
+        process starts (ingest workers, :mod:`embodyrl.learner.ingest`); a HELLO for another is told the
+        port (REFUSED, ``ingest_port``), where its link dials next."""
         self.policy_graphs: Callable[[int], tuple[dict, dict[str, np.ndarray]]] | None = None
         """device id -> its policy's numpy-runtime export, for a HELLO that asks (an actor without JAX;
         :class:`embodyrl.learner.policy_graphs.PolicyGraphs`); ValueError: none, and why."""
@@ -347,6 +347,10 @@ class LearnerServer:
         if relayed_by is not None and (type(relayed_by) is not str or not 0 < len(relayed_by) <= 256):
             raise MessageError("field_type", "field 'relayed_by' must be a relay's name")
         port = None if relay or self.placement is None else self.placement(actor_id)
+        if port == 0:  # its ingest process is starting: ask again shortly
+            self._refuse(identity, "ingest_starting", f"the ingest process of actor {actor_id} is starting",
+                         retry=True)
+            return
         if port is not None:  # another process ingests this index: the actor dials it there
             self._send(identity, P.REFUSED, {"reason": f"actor {actor_id} is ingested at port {port}",
                                              "retry": True, "ingest_port": port})

@@ -126,6 +126,7 @@ class LearnerLink:
         """The learner's own endpoint: dialled again whenever a session at an ingest port ends, so a
         restarted ingest worker on a new port is found the same way as the first."""
         self._redirect: str | None = None
+        self._dialled_at = 0.0
         self.actor_name = actor_name
         self.actor_id = actor_id
         self.devices = devices
@@ -279,6 +280,8 @@ class LearnerLink:
         if self.connected and now - self._last_sent > self._learner_timeout_s:
             self._disconnect()  # we were silent longer than the learner waits: it has ended our session
         if not self.connected:
+            if self.endpoint != self.learner_endpoint and now - self._dialled_at > self.peer_timeout_s:
+                self._redial(self.learner_endpoint)  # no session at the ingest port: ask the learner again
             self._hello()
             return
         self._pump()
@@ -338,6 +341,7 @@ class LearnerLink:
             secure_client(sock, self.keys)
         self._monitor = sock.get_monitor_socket(HANDSHAKE_EVENTS)
         sock.connect(self.endpoint)
+        self._dialled_at = time.monotonic()
         self._socket = sock
         self._credits = 0
         self._last_heard = time.monotonic()
