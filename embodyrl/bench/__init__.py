@@ -33,7 +33,7 @@ def run(name: str, quick: bool = False) -> dict:
 
 
 SHIPPED = ("hal", "replay", "transport", "drivers", "algos", "chaos", "coupling", "coupling_c", "pixels", "hetero",
-           "console", "weights", "scale", "crossq")
+           "console", "weights", "scale", "crossq", "ingest")
 """The benchmarks of this package, each its module's name (``crossq`` measures that algorithm's update)."""
 for _name in SHIPPED:
     register(_name, _name)

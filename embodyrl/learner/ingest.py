@@ -71,6 +71,10 @@ LIMIT, WEIGHTS, SAMPLE, PRIORITIES, CLAIMED, STOP = "LIMIT", "WEIGHTS", "SAMPLE"
 
 COUNTED = ("rows", "env_steps", "episodes", "rows_behind", "discarded")
 """The service's counters a worker reports, cumulative since it started."""
+HEADROOM_QUANTA = 4
+"""Quanta per session a worker's cap may run ahead of the credit its actors hold: it grants again as
+soon as a session spends one, while its report and the learner's new cap cross (a cap of one quantum
+a session would make every grant wait for that round trip)."""
 READY_TIMEOUT_S = 120.0
 BATCH_TIMEOUT_S = 60.0
 
@@ -458,8 +462,8 @@ class ShardedReplay:
         while wanting and free >= quantum:  # least held per session first, then the one served longest ago
             i = min(wanting, key=lambda i: ((workers[i].outstanding + extra[i]) / workers[i].sessions,
                                             self._offered.get(workers[i].shard, -1)))
-            if workers[i].outstanding + extra[i] >= quantum * workers[i].sessions:
-                break  # every session holds a quantum already
+            if workers[i].outstanding + extra[i] >= HEADROOM_QUANTA * quantum * workers[i].sessions:
+                break  # every worker may grant each of its sessions a few quanta without asking again
             extra[i] += quantum
             free -= quantum
             self._offered[workers[i].shard] = next(self._offers)
