@@ -70,3 +70,9 @@ def test_real_learner_sigkilled_and_resumed_20_times_in_a_row(run):
     timings differ with the load); ``-x`` stops at the first failure. About a minute each on
     two busy cores."""
     check_sigkill_and_resume(chaos_process.learner_sigkill(quick=True))
+
+
+def test_a_learner_with_two_ingest_workers_sigkilled_and_resumed_loses_and_duplicates_nothing():
+    """The same faults with ``learner.ingest_workers 2``: the workers die with their learner (PDEATHSIG),
+    the resumed learner reopens both shards, and each actor finds its shard again through the learner."""
+    check_sigkill_and_resume(chaos_process.learner_sigkill(quick=True, ingest_workers=2))

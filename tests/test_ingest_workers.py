@@ -208,3 +208,26 @@ def test_worker_ports_follow_a_fixed_learner_port_and_need_tcp():
     assert worker_bind("tcp://127.0.0.1:*", 0) == "tcp://127.0.0.1:*"
     with pytest.raises(ValueError, match="need a TCP address"):
         worker_bind("ipc:///tmp/learner", 0)
+
+
+def test_a_relay_takes_its_actors_to_their_ingest_workers_and_serves_them_weights(tmp_path, pendulum):
+    from test_relay import RelayThread
+
+    host = Host(tmp_path / "run")
+    relay = RelayThread(host.learner.endpoint, "tcp://127.0.0.1:*", name="rack")
+    try:
+        actors = [Actor(relay.endpoint, pendulum, i) for i in range(2)]
+        assert all(a.link.endpoint == relay.endpoint for a in actors)  # the relay follows the redirect, not they
+        drive(actors, 8)
+        assert stored_by_actor(tmp_path / "run") == {0: 8 * ROWS, 1: 8 * ROWS}
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not all(a.link.held_version == host.learner.version for a in actors):
+            for a in actors:
+                a.link.poll(5)
+        assert all(a.link.held_version == host.learner.version for a in actors)
+        assert relay.relay.stats.weights_sent >= 2  # the relay served them, not the workers
+        for a in actors:
+            a.link.close()
+    finally:
+        relay.stop()
+        host.stop()

@@ -44,7 +44,7 @@ def _cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _sender(endpoint: str, ids: list[int], keys: tuple[str, str], seconds: float, out) -> None:
+def _sender(endpoint: str, ids: list[int], keys: dict, seconds: float, out) -> None:
     """Sessions ``ids`` of one sender process: send pre-made batches as credit allows, for ``seconds``."""
     import numpy as np
 
@@ -59,7 +59,7 @@ def _sender(endpoint: str, ids: list[int], keys: tuple[str, str], seconds: float
     links, batches = [], {}
     for i in ids:
         link = LearnerLink(endpoint, actor_name=f"sender {i}", actor_id=i, devices=[info],
-                           keys=ClientKeys(Path(keys[0]), Path(keys[1])), compression="off", handshake_timeout_s=120)
+                           keys=ClientKeys(Path(keys["session_secrets"][i]), Path(keys["learner_public"])), compression="off", handshake_timeout_s=120)
         link.connect()
         links.append(link)
         recorder = StepRecorder(info.observation_spec, info.action_spec, actor_id=i, device_id=0, capacity=BATCH_ROWS)
@@ -98,8 +98,7 @@ def _measure(workers: int, sessions: int, window_s: float, warm_s: float, work: 
     context = multiprocessing.get_context("spawn")
     out = context.Queue()
     ids = list(range(sessions))
-    senders = [context.Process(target=_sender, args=(learner.endpoint, ids[k::SENDERS],
-                                                     (keys["sender_secret"], keys["learner_public"]),
+    senders = [context.Process(target=_sender, args=(learner.endpoint, ids[k::SENDERS], keys,
                                                      warm_s + window_s + 60, out))
                for k in range(min(SENDERS, sessions))]
     try:
@@ -122,6 +121,8 @@ def _measure(workers: int, sessions: int, window_s: float, warm_s: float, work: 
         for p in senders:
             p.terminate()
             p.join(10)
+        out.close()
+        out.join_thread()
     rows = max(rows1 - rows0, 1)
     learner_cpu, worker_cpu = own1 - own0, workers1 - workers0
     return {"workers": workers, "sessions": sessions, "rows_per_s": round(rows / (t1 - t0)),
@@ -131,13 +132,15 @@ def _measure(workers: int, sessions: int, window_s: float, warm_s: float, work: 
 
 
 def _keys(work: Path) -> dict:
+    """The learner's key pair and one per session (HELLOs are rate-limited per key, as a fleet's robots
+    each hold their own), each bound to its index."""
     from ..hal.wire.security import generate_keys
 
     learner_public, learner_secret = generate_keys(work / "learner", "learner")
-    _, sender_secret = generate_keys(work / "authorized", "sender")
-    (work / "authorized" / "indices.json").write_text(json.dumps({"sender": list(range(max(SESSIONS)))}))
+    sessions = [str(generate_keys(work / "authorized", f"session-{i}")[1]) for i in range(max(SESSIONS))]
+    (work / "authorized" / "indices.json").write_text(json.dumps({f"session-{i}": [i] for i in range(max(SESSIONS))}))
     return {"learner_public": str(learner_public), "learner_secret": str(learner_secret),
-            "sender_secret": str(sender_secret), "authorized": str(work / "authorized")}
+            "session_secrets": sessions, "authorized": str(work / "authorized")}
 
 
 def run(quick: bool = False) -> dict:

@@ -53,13 +53,17 @@ class RelayedPeer:
     """One actor connection and the relay's connection to the learner on its behalf."""
 
     identity: bytes
-    upstream: zmq.Socket
+    upstream: zmq.Socket | None
     actor_id: int
     follower: Follower
     last_heard: float
     welcomed: bool = False
     """The learner admitted it (its WELCOME passed through): only then does it get weights."""
     headers: HeaderMemo = field(default_factory=HeaderMemo)
+    dialled: str = ""
+    """Where its upstream connection goes: the learner, or the ingest port the learner named for it."""
+    hello: list | None = None
+    """Its last HELLO as passed up (said again at the ingest port the learner names)."""
 
 
 @dataclass
@@ -206,29 +210,43 @@ class Relay:
             peer = self._open(identity, actor_id, follower)
         else:  # the same connection says HELLO again (the learner went quiet): a fresh session there
             peer.actor_id, peer.follower, peer.welcomed = actor_id, follower, False
+            if peer.dialled != self.learner:  # its ingest worker went quiet: the learner names it again
+                self._dial(peer, self.learner)
         peer.last_heard = time.monotonic()
-        hello = encode(P.HELLO, {**f, "relayed_by": self.name}, protocol=header.protocol)
-        self._up(peer, hello)
+        peer.hello = encode(P.HELLO, {**f, "relayed_by": self.name}, protocol=header.protocol)
+        self._up(peer, peer.hello)
 
     def _open(self, identity: bytes, actor_id: int, follower: Follower) -> RelayedPeer:
+        peer = RelayedPeer(identity, None, actor_id, follower, time.monotonic())
+        self.peers[identity] = peer
+        self._dial(peer, self.learner)
+        return peer
+
+    def _dial(self, peer: RelayedPeer, endpoint: str) -> None:
+        """(Re)open the peer's connection upstream, to the learner or the ingest port it named."""
+        if peer.upstream is not None:
+            self._close_upstream(peer)
         upstream = self._context.socket(zmq.DEALER)
         upstream.setsockopt(zmq.LINGER, 0)
         upstream.setsockopt(zmq.SNDHWM, 1024)
         upstream.setsockopt(zmq.RCVHWM, 1024)
         if self.learner_keys is not None:
             secure_client(upstream, self.learner_keys)
-        upstream.connect(self.learner)
-        peer = RelayedPeer(identity, upstream, actor_id, follower, time.monotonic())
-        self.peers[identity] = peer
+        upstream.connect(endpoint)
+        peer.upstream, peer.dialled = upstream, endpoint
         self._by_socket[upstream] = peer
         self._poller.register(upstream, zmq.POLLIN)
-        return peer
 
-    def _drop(self, peer: RelayedPeer) -> None:
-        self.peers.pop(peer.identity, None)
+    def _close_upstream(self, peer: RelayedPeer) -> None:
         self._by_socket.pop(peer.upstream, None)
         self._poller.unregister(peer.upstream)
         peer.upstream.close(linger=0)
+        peer.upstream = None
+
+    def _drop(self, peer: RelayedPeer) -> None:
+        self.peers.pop(peer.identity, None)
+        if peer.upstream is not None:
+            self._close_upstream(peer)
 
     def _expire(self) -> None:
         now = time.monotonic()
@@ -251,7 +269,13 @@ class Relay:
             except zmq.Again:
                 return
             try:
-                kind = parse_header(frames, self.limits).kind
+                header = parse_header(frames, self.limits)
+                kind = header.kind
+                if kind == P.REFUSED and "ingest_port" in header.fields and peer.hello is not None:
+                    # the learner ingests this actor on another port of its host: say HELLO there
+                    self._dial(peer, P.ingest_endpoint(self.learner, P.field(header.fields, "ingest_port", int)))
+                    self._up(peer, peer.hello)
+                    return
             except MessageError as err:
                 self.stats.reject(err.reason)
                 continue
