@@ -231,3 +231,19 @@ def test_a_relay_takes_its_actors_to_their_ingest_workers_and_serves_them_weight
     finally:
         relay.stop()
         host.stop()
+
+
+@pytest.mark.parametrize("change", [{"algorithm": "ppo"}, {"mix": {"demonstration": 0.5, "online": 0.5}}],
+                         ids=["on-policy", "mix"])
+def test_what_needs_one_replay_is_refused_with_ingest_workers_by_name(tmp_path, change):
+    from embodyrl.config import TrainConfig, apply_algorithm_defaults, from_dict, to_dict
+
+    config = _config()
+    if "algorithm" in change:
+        config = from_dict(TrainConfig, apply_algorithm_defaults({**to_dict(config), "algorithm": "ppo"}))
+        match = "ingest_workers: ppo learns on-policy"
+    else:
+        config = dataclasses.replace(config, learner=dataclasses.replace(config.learner, mix=change["mix"]))
+        match = "learner.mix: the replay's shards hold actors' rows"
+    with pytest.raises(ValueError, match=match):
+        make_learner(config, tmp_path / "run")

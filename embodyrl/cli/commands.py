@@ -305,7 +305,8 @@ def _learner(args) -> int:
     hosts = join(config.learner)  # before anything touches JAX's backends
     _check_devices(config, hosts)
     learner = make_learner(config, run_dir, keys=keys, allow_insecure=args.insecure, hosts=hosts)
-    (run_dir / "learner.json").write_text(json.dumps({"endpoint": learner.endpoint}) + "\n")
+    ingest = {"ingest_ports": learner.server.ingest_ports} if hasattr(learner.server, "ingest_ports") else {}
+    (run_dir / "learner.json").write_text(json.dumps({"endpoint": learner.endpoint, **ingest}) + "\n")
     if record is not None:
         from ..cluster.roles import publish
 

@@ -61,6 +61,7 @@ from ..replay import RateLimiter
 from ..replay.layout import META_FILE, SHARDS_FILE
 from ..replay.persistent import _split as split_rows
 from ..transport import LearnerServer
+from .replay_side import priority_beta
 
 log = logging.getLogger(__name__)
 
@@ -386,6 +387,11 @@ class FrontServer(LearnerServer):
     def actor_sessions(self) -> int:
         return super().actor_sessions() + sum(w.sessions for w in self.workers.ready)
 
+    @property
+    def ingest_ports(self) -> list[int | None]:
+        """Each worker's port, by shard (the learner's endpoint record lists them)."""
+        return [w.port for w in self.workers.workers]
+
     def bye(self, reason: str, wait_s: float = 1.0, *, restart: bool = False) -> None:
         self.workers.stop(reason, restart)
         super().bye(reason, wait_s, restart=restart)
@@ -480,12 +486,7 @@ class ShardedReplay:
 
     @property
     def beta(self) -> float | None:
-        if not self.config.priority:
-            return None
-        start = self.config.priority_beta
-        if not self._beta_updates:
-            return start
-        return start + (1.0 - start) * min(1.0, self.limiter.samples / self._beta_updates)
+        return priority_beta(self.config, self.limiter.samples, self._beta_updates)
 
     def _request(self) -> None:
         """Ask every shard for its share of one training call, in proportion to the rows it holds."""

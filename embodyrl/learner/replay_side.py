@@ -207,12 +207,7 @@ class ReplayData:
     @property
     def beta(self) -> float | None:
         """The importance weights' exponent now (None without priorities)."""
-        if not self.config.priority:
-            return None
-        start = self.config.priority_beta
-        if not self._beta_updates:
-            return start
-        return start + (1.0 - start) * min(1.0, self.limiter.samples / self._beta_updates)
+        return priority_beta(self.config, self.limiter.samples, self._beta_updates)
 
     def _mix_now(self) -> dict[Group, float] | None:
         """The mix without the sides that hold less than their share of a batch (None: uniform)."""
@@ -308,6 +303,17 @@ class ReplayData:
         if self._prefetch is not None:
             self._prefetch.close()
         self.replay.close(commit=not failed)  # after a failed commit as a crash would: the last one stands
+
+
+def priority_beta(config: LearnerConfig, updates: int, beta_updates: int | None) -> float | None:
+    """The importance weights' exponent after ``updates`` gradient steps: ``learner.priority_beta``
+    annealed linearly to 1 over ``beta_updates`` (None: it stays there; None without priorities)."""
+    if not config.priority:
+        return None
+    start = config.priority_beta
+    if not beta_updates:
+        return start
+    return start + (1.0 - start) * min(1.0, updates / beta_updates)
 
 
 def _demonstration_files(directories: Sequence[str | Path]) -> list[Path]:
