@@ -21,7 +21,8 @@ from embodyrl.hal.wire import protocol as P
 from embodyrl.hal.wire.client import HandshakeFailed, LearnerLink, LinkError
 from embodyrl.hal.wire.security import ClientKeys, ServerKeys, generate_keys
 from embodyrl.learner import make_learner
-from embodyrl.learner.ingest import ShardedReplay, worker_bind
+from embodyrl.learner.ingest import worker_bind
+from embodyrl.learner.shards import ShardedReplay
 
 ROWS = 16
 

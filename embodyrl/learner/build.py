@@ -19,12 +19,13 @@ from ..transport.server import MAX_BATCH_ROWS, session_limits
 from .checkpoint import Checkpointer, record_incarnation
 from .devices import Placement, check_batch, resolve
 from .hosts import OneHost
-from .ingest import FrontServer, IngestWorkers, ShardedReplay, ingest_spec, port_of
+from .ingest import FrontServer, IngestWorkers, ingest_spec, port_of
 from .metrics import MetricsLog
 from .policy_graphs import PolicyGraphs
 from .replay_side import ReplayData
 from .rollout_side import RolloutData
 from .service import LearnerService, Training
+from .shards import ShardedReplay
 from .snapshots import Snapshots
 
 

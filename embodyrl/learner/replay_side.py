@@ -66,7 +66,34 @@ def mix_groups(mix: Mapping[str, float] | None) -> dict[Group, float] | None:
     return groups
 
 
-class ReplayData:
+class RatioHeld:
+    """What a replay-based data side does with its samples-per-insert limiter (``self.limiter``) once the
+    rows are in: the updates owed, taken and restored, and the importance weights' exponent."""
+
+    config: LearnerConfig
+    limiter: RateLimiter
+    _beta_updates: int | None
+
+    @property
+    def beta(self) -> float | None:
+        """The importance weights' exponent now (None without priorities)."""
+        return priority_beta(self.config, self.limiter.samples, self._beta_updates)
+
+    def owed(self) -> int:
+        """Gradient steps the rows taken still buy at ``learner.updates_per_step``."""
+        return max(0, int(self.limiter.behind()))
+
+    def trained(self, updates: int) -> None:
+        self.limiter.record_sample(updates)
+
+    def published(self, version: PolicyVersion) -> int:
+        return 0
+
+    def restored(self, counters) -> None:
+        self.limiter.samples = counters.updates  # the updates really made, not the ratio's guess
+
+
+class ReplayData(RatioHeld):
     """``pad(device_id, steps)``: one device's rows in the replay's row layout (the run's
     :meth:`~embodyrl.hal.layout.Layout.pad_steps`; the identity for one device kind).
     ``beta_updates``: gradient steps over which the importance weights' exponent anneals from
@@ -204,11 +231,6 @@ class ReplayData:
         return (self.replay.size >= self.config.min_replay
                 and self.limiter.can_sample(self.config.updates_per_call))
 
-    @property
-    def beta(self) -> float | None:
-        """The importance weights' exponent now (None without priorities)."""
-        return priority_beta(self.config, self.limiter.samples, self._beta_updates)
-
     def _mix_now(self) -> dict[Group, float] | None:
         """The mix without the sides that hold less than their share of a batch (None: uniform)."""
         if self._mix is None:
@@ -267,18 +289,6 @@ class ReplayData:
         self.replay.update_priorities(keys["slot"].reshape(-1), keys["generation"].reshape(-1),
                                       np.asarray(td_error, np.float64).reshape(-1))
 
-    def owed(self) -> int:
-        """Gradient steps the rows taken still buy at ``learner.updates_per_step``."""
-        return max(0, int(self.limiter.behind()))
-
-    def trained(self, updates: int) -> None:
-        self.limiter.record_sample(updates)
-
-    def published(self, version: PolicyVersion) -> int:
-        return 0
-
-    def restored(self, counters) -> None:
-        self.limiter.samples = counters.updates  # the updates really made, not the ratio's guess
 
     def example_batch(self) -> None:
         return None  # compiled on the first real batch (sampling needs rows)
