@@ -72,7 +72,10 @@ def test_real_learner_sigkilled_and_resumed_20_times_in_a_row(run):
     check_sigkill_and_resume(chaos_process.learner_sigkill(quick=True))
 
 
+@pytest.mark.slow
 def test_a_learner_with_two_ingest_workers_sigkilled_and_resumed_loses_and_duplicates_nothing():
     """The same faults with ``learner.ingest_workers 2``: the workers die with their learner (PDEATHSIG),
-    the resumed learner reopens both shards, and each actor finds its shard again through the learner."""
+    the resumed learner reopens both shards, and each actor finds its shard again through the learner.
+    Slow (about a minute: two learner starts, each starting its workers); tests/test_ingest_workers.py
+    kills a worker, resumes every shard and checks placement in the default suite."""
     check_sigkill_and_resume(chaos_process.learner_sigkill(quick=True, ingest_workers=2))
