@@ -61,7 +61,11 @@ class CachePolicy:
         if ring.next_generation == self._generation_seen:
             return
         self._generation_seen = ring.next_generation
-        stored = np.flatnonzero(ring.generation >= 0)
+        stored_mask = ring.generation >= 0
+        if int(np.count_nonzero(stored_mask)) <= self.budget_chunks:  # all of it fits: all of it hot
+            self._keep(stored_mask)
+            return
+        stored = np.flatnonzero(stored_mask)
         by_recency = stored[np.argsort(-ring.generation[stored])]
         recent = by_recency[:max(1, self.budget_chunks // 2)]
         hot = np.zeros_like(self.hot)
@@ -73,6 +77,11 @@ class CachePolicy:
         if room > 0:  # budget left: keep the next most recent too
             rest = by_recency[~hot[by_recency]][:room]
             hot[rest] = True
+        self._keep(hot)
+
+    def _keep(self, hot: np.ndarray) -> None:
+        """Make ``hot`` the chunks kept: release those that left it, map in the full ones that joined."""
+        ring = self.store.ring
         for chunk in np.flatnonzero(self.hot & ~hot & ~self.borrowed):  # behind the writes, if they are
             self.store.release_soon(int(chunk))
         for chunk in np.flatnonzero(hot & ~self._populated):  # full chunks stay mapped

@@ -54,17 +54,20 @@ def row_dtype(observation_spec: DictSpec, action_spec: ArraySpec) -> np.dtype:
 
 
 def to_rows(steps: Steps, dtype: np.dtype, out: np.ndarray | None = None,
-            skip: tuple[str, ...] = ()) -> np.ndarray:
-    """Pack a batch of steps into rows (``next_index`` left at -1).
+            skip: tuple[str, ...] = (), *, arrays: dict | None = None, links: bool = True) -> np.ndarray:
+    """Pack a batch of steps into rows (``next_index`` left at -1; without ``links``, left for the
+    caller to write).
 
     ``out`` (zeroed once, at least ``len(steps)`` rows of ``dtype``) is reused:
     every field is written, so its padding stays zero and no fresh pages are
     faulted in per batch. Fields in ``skip`` are left as they are (the store
-    writes those straight from their columns, see :func:`row_pieces`)."""
+    writes those straight from their columns, see :func:`row_pieces`).
+    ``arrays``: ``steps.arrays()``, where the caller holds it already."""
     rows = np.zeros(len(steps), dtype) if out is None else out[:len(steps)]
-    rows[NEXT_INDEX] = -1
-    rows[NEXT_GENERATION] = -1
-    for name, column in steps.arrays().items():
+    if links:
+        rows[NEXT_INDEX] = -1
+        rows[NEXT_GENERATION] = -1
+    for name, column in (steps.arrays() if arrays is None else arrays).items():
         if name not in skip:
             rows[name] = column
     return rows

@@ -32,6 +32,7 @@ class ChunkRing:
         self.next_generation = 0
         self._limit_cache: np.ndarray | None = None
         self._cum_cache: np.ndarray | None = None
+        self._offsets = np.arange(chunk_rows, dtype=np.int64)  # a chunk's row offsets, for apply's slots
 
     @property
     def chunks(self) -> int:
@@ -94,6 +95,9 @@ class ChunkRing:
         Does not change the ring; :meth:`apply` does. Raises
         :class:`ReplayFullError` when the rows cannot be placed.
         """
+        chunk = self.current
+        if chunk >= 0 and n <= self.chunk_rows - int(self.fill[chunk]):  # the common batch: it fits
+            return [(chunk, int(self.fill[chunk]), n)], []
         room = self.room()
         if n > room:
             raise ReplayFullError(f"a batch of {n} rows exceeds the {room} rows this ring can take "
@@ -133,9 +137,13 @@ class ChunkRing:
                 self.next_generation += 1
                 self.current = chunk
             src = sources[i:i + count]
-            slots[i:i + count] = chunk * self.chunk_rows + offset + np.arange(count)
+            np.add(self._offsets[offset:offset + count], chunk * self.chunk_rows, out=slots[i:i + count])
             self.fill[chunk] = offset + count
-            self.source_rows[chunk] += np.bincount(src, minlength=SOURCES)[:SOURCES]
+            first = int(src[0])
+            if first < SOURCES and not np.count_nonzero(src != first):  # one source: no histogram
+                self.source_rows[chunk, first] += count
+            else:
+                self.source_rows[chunk] += np.bincount(src, minlength=SOURCES)[:SOURCES]
             if any(self.source_rows[chunk, s] for s in self.retained):
                 self.pinned[chunk] = True
             i += count

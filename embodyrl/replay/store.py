@@ -44,6 +44,7 @@ import contextlib
 import errno
 import mmap
 import os
+import struct
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -69,6 +70,9 @@ from .layout import (
 from .pages import PageHints
 from .ring import ChunkRing, ReplayFullError
 from .writer import RowWriter
+
+_LINK = struct.Struct("=qq")
+"""A stored row's (next_index, next_generation), the first two fields of its row, as a patch writes them."""
 
 Stream = tuple[int, int]  # (actor id, device id)
 
@@ -158,8 +162,8 @@ class ChunkStore(PageHints):
         that by the time they are overwritten their eviction is usually durable already and
         ``add`` need not wait for a commit of its own. They stay planned until evicted."""
         ring = self.ring
-        if ring.current < 0 or (ring.generation < 0).any():
-            return
+        if ring.next_generation < ring.chunks or ring.current < 0 or (ring.generation < 0).any():
+            return  # (the first: some chunk never had a generation, without a pass over them)
         needed = min(-(-self._largest_batch // self.layout.chunk_rows) + 1, max(1, ring.chunks // 4))
         while len(self._planned) < needed:
             try:
@@ -356,17 +360,11 @@ class ChunkStore(PageHints):
         """Pack and write the rows the ring just placed at ``slots``, and link the stream."""
         n = len(steps)
         self._plan_eviction()  # a chunk ahead of need: the next commits record it
-        generation = self.ring.generation[slots // self.layout.chunk_rows]
         arrays = steps.arrays()
         direct = self._direct if all(as_stored(arrays[f], self.dtype.fields[f][0]) for f in self._direct) else ()
         staging = self._writer.staging(n)
-        rows = to_rows(steps, self.dtype, staging, skip=direct)
-        if steps.final[:-1].any():  # an episode ends inside the batch: its final row has no successor
-            rows[NEXT_INDEX][:-1] = np.where(steps.final[:-1], -1, slots[1:])
-            rows[NEXT_GENERATION][:-1] = np.where(steps.final[:-1], -1, generation[1:])
-        else:
-            rows[NEXT_INDEX][:-1] = slots[1:]
-            rows[NEXT_GENERATION][:-1] = generation[1:]
+        rows = to_rows(steps, self.dtype, staging, skip=direct, arrays=arrays, links=False)
+        first_generation = self._link_rows(rows, steps.final, segments, slots)
         writes, i = [], 0
         for chunk, offset, count in segments:
             slot = chunk * self.layout.chunk_rows + offset
@@ -376,7 +374,26 @@ class ChunkStore(PageHints):
                 writes.append((memoryview(rows[i:i + count]).cast("B"), slot * self.row_bytes))
             i += count
         self._writer.write(writes, staging)
-        self._link_stream(steps, int(slots[0]), int(generation[0]), int(slots[-1]))
+        self._link_stream(steps, int(slots[0]), first_generation, int(slots[-1]))
+
+    def _link_rows(self, rows: np.ndarray, final: np.ndarray, segments: list, slots: np.ndarray) -> int:
+        """Each packed row's (next_index, next_generation): the next row of the batch, none after the
+        last or after a final row (an episode ends there). Returns the first row's generation."""
+        next_index, next_generation = rows[NEXT_INDEX], rows[NEXT_GENERATION]
+        next_index[:-1] = slots[1:]
+        next_index[-1] = next_generation[-1] = -1
+        if len(segments) == 1:  # the common batch: one chunk, one generation
+            first = int(self.ring.generation[segments[0][0]])
+            next_generation[:-1] = first
+        else:
+            generation = self.ring.generation[slots // self.layout.chunk_rows]
+            first = int(generation[0])
+            next_generation[:-1] = generation[1:]
+        ends = final[:-1]
+        if ends.any():
+            next_index[:-1][ends] = -1
+            next_generation[:-1][ends] = -1
+        return first
 
     def _evictions_durable(self, chunks: list[int]) -> bool:
         durable = self.durable_commits
@@ -395,7 +412,7 @@ class ChunkStore(PageHints):
     def _write_link(self, slot: int, successor: int, generation: int) -> None:
         """Patch a stored row's (next_index, next_generation), adjacent at the row's start
         (after the row itself: through the writer's queue while it has writes waiting)."""
-        self._writer.patch(np.array([successor, generation], np.int64).tobytes(), slot * self.row_bytes)
+        self._writer.patch(_LINK.pack(successor, generation), slot * self.row_bytes)
 
     def fileno(self) -> int:
         """The data file's descriptor (for reads that bypass the mapping, e.g. a prefetching preadv)."""
