@@ -176,3 +176,38 @@ def test_prefetcher_hands_over_batches_in_order_and_reraises_errors():
     with pytest.raises(TimeoutError, match="no batch prefetched"):
         prefetch.get(timeout_s=0.05)
     prefetch.close()
+
+
+@pytest.mark.parametrize("row_bytes", [392, 4096, 5000, 21304])
+def test_hinted_ranges_are_exactly_the_pages_of_each_row_and_its_successor(row_bytes):
+    """``will_need`` hints each run of pages once: their union is the pages of every drawn row and the
+    row after it (clipped to the file), and no two ranges touch (each would be one read)."""
+    import mmap
+    import types
+
+    from embodyrl.replay.pages import PageHints
+
+    advised = []
+    capacity = 5000
+    fake = types.SimpleNamespace(row_bytes=row_bytes, layout=types.SimpleNamespace(capacity=capacity),
+                                 _mmap=types.SimpleNamespace(madvise=lambda how, start, length: advised.append(
+                                     (how, start, length))))
+    slots = np.random.default_rng(row_bytes).integers(0, capacity, 300)
+    PageHints.will_need(fake, slots)
+    page = mmap.PAGESIZE
+    ranges = sorted({(start // page, (start + length) // page - 1) for how, start, length in advised
+                     if how == mmap.MADV_WILLNEED})
+    got = {p for a, b in ranges for p in range(a, b + 1)}
+    end = capacity * row_bytes - 1
+    want = {p for s in slots.tolist() for p in range(s * row_bytes // page,
+                                                     min((s + 2) * row_bytes - 1, end) // page + 1)}
+    assert got == want
+    assert all(a2 > b1 + 1 for (_, b1), (a2, _) in zip(ranges, ranges[1:], strict=False))
+
+
+def test_candidates_cover_the_need_with_a_margin_that_shrinks_as_rows_are_valid():
+    from embodyrl.replay.persistent import candidates
+
+    assert candidates(256, 1.0) == 258
+    assert 256 / 0.99 < candidates(256, 0.99) < 256 / 0.99 + 10
+    assert candidates(256, 0.5) > 512 + 4 * 11

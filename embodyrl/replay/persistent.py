@@ -26,11 +26,19 @@ from ..hal.specs import ArraySpec, DictSpec
 from ..hal.steps import OBSERVATION_PREFIX, PolicyVersion, Source, Steps
 from .cache import CachePolicy
 from .layout import Layout
+from .pages import keep_freed_heap
 from .sampling import draw_stored, n_step_return, sequences, successor
 from .store import ChunkStore
 from .sumtree import SourceTrees
 
 _MAX_ROUNDS = 64
+
+def candidates(need: int, rate: float) -> int:
+    """Rows to draw for ``need`` valid ones where a fraction ``rate`` is valid: the expected count and
+    four standard deviations, so a second round is rare (cold, each candidate is a read)."""
+    expected = need / rate
+    return int(expected + 4 * np.sqrt(expected * (1 - rate)) + 2)
+
 
 Group = tuple[int, ...]
 """Sources drawn together as one part of a mix (the demonstration side: demonstrations and
@@ -76,6 +84,9 @@ class PersistentReplay:
             self._reprioritise_stored()
         self._obs_names = [OBSERVATION_PREFIX + k for k in self.observation_spec]
         self._durable_seen = self.store.durable_commits
+        self._acceptance: dict = {}  # (source, max_staleness) -> the share of drawn rows that were valid
+        if self.store.has_direct_fields:
+            keep_freed_heap()
 
     def _reprioritise_stored(self) -> None:
         """Priorities are not persisted: stored rows restart at the max priority (1), each in its
@@ -186,12 +197,13 @@ class PersistentReplay:
         elif hot_weight is not None:
             weights = self.cache.chunk_weights(hot_weight)
         starts, nexts = [], []
-        need, rate = n, 1.0
+        kind = (source, max_staleness)
+        need, rate = n, self._acceptance.get(kind, 1.0)
         prioritized = self.priorities is not None
         if not self.cache.all_hot:
             self.cache.release_due()  # before this sample's hints, not after them
-        for _ in range(_MAX_ROUNDS):
-            m = int(need / rate * 1.05) + 8
+        for round_ in range(_MAX_ROUNDS):
+            m = candidates(need, rate)
             cand = self.priorities.sample(rng, m, source) if prioritized else draw_stored(rng, ring, m, weights)
             if not self.cache.all_hot:
                 absent = self.cache.to_hint(cand)
@@ -211,6 +223,8 @@ class PersistentReplay:
                 ok &= latest.count - rows["policy_count"][cand] <= max_staleness
             good = np.flatnonzero(ok)
             rate = max(len(good) / m, 0.02)
+            if round_ == 0:  # what the next sample of this kind expects (every candidate is hinted and read)
+                self._acceptance[kind] = 0.9 * self._acceptance.get(kind, rate) + 0.1 * rate
             if len(good) >= need and not starts:
                 good = good[:need]
                 return cand[good], nxt[good]

@@ -133,6 +133,7 @@ class ChunkStore(PageHints):
         self._writer = RowWriter(self._fd, self.dtype, write_behind_bytes, write_depth,
                                  str(self.directory / DATA_FILE))
         self._direct = direct_fields(self.dtype)  # images: written from the received column
+        self.has_direct_fields = bool(self._direct)
         self._pieces = row_pieces(self.dtype, self._direct)
         self._durable_slot = 0  # the index file holding the last durable commit (the first goes to 1)
         self._load_index()
