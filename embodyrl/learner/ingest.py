@@ -166,6 +166,7 @@ class IngestWorkers:
         self._control = self._context.socket(zmq.ROUTER)
         self._control.setsockopt(zmq.LINGER, 0)
         self._control.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        self._control.setsockopt(zmq.MAXMSGSIZE, DEFAULT_LIMITS.max_message_bytes + DEFAULT_LIMITS.max_header_bytes)
         self._control.bind("tcp://127.0.0.1:*")
         self.control_endpoint = self._control.getsockopt_string(zmq.LAST_ENDPOINT)
         self.claims = None
