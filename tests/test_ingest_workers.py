@@ -144,6 +144,11 @@ def test_a_killed_worker_starts_again_and_its_actors_lose_and_repeat_nothing(tmp
         assert workers.restarts == 1 and workers.workers[1].starts == 2
         assert stored_by_actor(tmp_path / "run") == {0: 16 * ROWS, 1: 16 * ROWS}
         assert actors[1].link.stats.reconnects >= 1
+        updates, deadline = host.learner.counters.updates, time.monotonic() + 30
+        drive(actors, 6)  # training goes on over both shards (the calls asked of the dead worker dropped)
+        while host.learner.counters.updates <= updates and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert host.learner.counters.updates > updates
         for a in actors:
             a.link.close()
     finally:
@@ -175,6 +180,20 @@ def test_a_resumed_learner_reopens_every_shard_and_another_worker_count_is_refus
             a.link.close()
     finally:
         host.stop()
+
+
+def test_a_step_budget_ends_the_run_with_one_actor(tmp_path, pendulum):
+    """The last of the budget is granted in a part quantum, as one process grants it: the run ends."""
+    host = Host(tmp_path / "run", dataclasses.replace(_config(), steps=600))
+    actor = Actor(host.learner.endpoint, pendulum, 0)
+    deadline = time.monotonic() + 90
+    while host._thread.is_alive() and time.monotonic() < deadline:
+        if actor.link.credits >= ROWS:
+            actor.send()
+        actor.link.poll(2)
+    counters = host.stop()
+    assert 600 <= counters.env_steps <= 600 + 64, counters
+    actor.link.close(send_bye=False)
 
 
 def test_index_claims_stay_the_learners_across_its_workers(tmp_path, pendulum):

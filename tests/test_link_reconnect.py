@@ -295,3 +295,28 @@ def test_a_closed_link_says_goodbye_and_a_vanished_one_costs_no_failed_reply():
         assert server.stats.rejected == {"peer_gone": 1, "send_failed": 1}
     finally:
         server.close()
+
+
+def test_an_actor_welcomed_as_its_learner_says_goodbye_ends_without_an_error():
+    """A learner at its step budget keeps serving for a moment to say goodbye, and tells a session that
+    begins meanwhile too: the WELCOME and the BYE reach the link together. It connected, and stops on
+    the goodbye (an actor of ``train`` that started late once failed the whole run here)."""
+    server = LearnerServer("tcp://127.0.0.1:*", run_id="r", incarnation=1)
+    early = LearnerLink(server.endpoint, actor_name="early", actor_id=1, devices=[INFO], handshake_timeout_s=10)
+    answering = threading.Thread(target=early.connect)
+    answering.start()
+    while not server.sessions:
+        server.poll(20)
+    answering.join(10)
+    # the early actor does not answer the goodbye (it is busy), so the learner keeps serving a while
+    saying = threading.Thread(target=server.bye, args=("training complete",), kwargs={"wait_s": 5.0})
+    saying.start()
+    link = LearnerLink(server.endpoint, actor_name="late", actor_id=0, devices=[INFO], handshake_timeout_s=10)
+    try:
+        link.connect()
+        assert link.bye_reason == "training complete"
+    finally:
+        link.close()
+        early.close(send_bye=False)
+        saying.join(10)
+        server.close()

@@ -68,6 +68,8 @@ LIMIT, WEIGHTS, SAMPLE, PRIORITIES, CLAIMED, STOP = "LIMIT", "WEIGHTS", "SAMPLE"
 COUNTED = ("rows", "env_steps", "episodes", "rows_behind", "discarded")
 """The service's counters a worker reports, cumulative since it started."""
 READY_TIMEOUT_S = 120.0
+MAX_RESTARTS = 5
+RESTART_WINDOW_S = 60.0
 
 
 def shard_directory(run_dir: Path, shard: int) -> Path:
@@ -123,6 +125,8 @@ class Worker:
     """Its cumulative counters as far as the learner has counted them."""
     cap: int = -1
     """The rows its actors may have taken plus hold credit for (the last LIMIT sent)."""
+    exits: list = field(default_factory=list)
+    """When its process ended lately (monotonic seconds)."""
 
     @property
     def inserted(self) -> int:
@@ -184,7 +188,8 @@ class IngestWorkers:
                 "control": self.control_endpoint, "token": self.token, "front_port": None,
                 "keys": None if keys is None else {"secret_key_file": str(keys.secret_key_file),
                                                     "authorized_dir": str(keys.authorized_dir)},
-                "allow_insecure": allow_insecure, "incarnation": incarnation, "incarnations": sorted(incarnations)}
+                "allow_insecure": allow_insecure, "incarnation": incarnation, "incarnations": sorted(incarnations),
+                "learner_pid": os.getpid()}
         self._spec, self._bind = spec, bind
 
     # -- processes -------------------------------------------------------------------------------------
@@ -213,7 +218,8 @@ class IngestWorkers:
         with worker.log_path.open("a") as out:
             worker.process = subprocess.Popen([sys.executable, "-m", "embodyrl.learner.ingest_worker",
                                                str(worker.spec_path)], stdout=out, stderr=subprocess.STDOUT, env=env)
-        worker.ready, worker.identity, worker.status, worker.counted, worker.cap = False, None, {}, {}, -1
+        # its last report's rows and credit stand until it reports again (the limiter counts them)
+        worker.ready, worker.identity, worker.counted, worker.cap = False, None, {}, -1
         worker.starts += 1
 
     def _tail(self, worker: Worker) -> str:
@@ -224,16 +230,27 @@ class IngestWorkers:
         return f"worker {worker.shard} ({worker.log_path}): " + (" | ".join(lines[-5:]) or "no output")
 
     def supervise(self) -> list[int]:
-        """Start again every worker whose process ended while the learner runs; the shards restarted."""
+        """Start again every worker whose process ended while the learner runs; the shards restarted.
+        One that ends :data:`MAX_RESTARTS` times within :data:`RESTART_WINDOW_S` stops the learner
+        (RuntimeError with its log): it fails the same way each time (its port taken, its shard unreadable)."""
         restarted = []
         for worker in self.workers:
             if not self.stopped and worker.process is not None and worker.process.poll() is not None:
+                now = time.monotonic()
+                worker.exits = [t for t in worker.exits if now - t < RESTART_WINDOW_S] + [now]
+                if len(worker.exits) > MAX_RESTARTS:
+                    raise RuntimeError(f"ingest worker {worker.shard} exited {len(worker.exits)} times within "
+                                       f"{RESTART_WINDOW_S:g} s: {self._tail(worker)}")
                 log.warning("ingest worker %d exited with %s; starting it again on its shard (%s)", worker.shard,
                             worker.process.returncode, self._tail(worker))
                 self._spawn(worker)
                 self.restarts += 1
                 restarted.append(worker.shard)
         return restarted
+
+    def describe(self) -> str:
+        """The workers not ready, with their logs' last lines."""
+        return "; ".join(self._tail(w) for w in self.workers if not w.ready) or "all ready"
 
     def stop(self, reason: str, restart: bool, timeout_s: float = 30.0) -> None:
         """Have every worker say goodbye to its actors, commit and exit; kill one that does not."""
@@ -301,7 +318,9 @@ class IngestWorkers:
             worker = self.workers[shard]
             worker.identity, worker.port, worker.ready, worker.status = identity, int(f["port"]), True, dict(f)
             worker.counted = {}
-            if self._weights is not None:
+            if self.stopped:  # ready after the learner began to stop: it stops too
+                self.send(worker, STOP, {"reason": "learner stopped", "restart": True})
+            elif self._weights is not None:
                 self.send(worker, WEIGHTS, *self._weights)
             return
         worker = next((w for w in self.workers if w.identity == identity and w.ready), None)

@@ -26,10 +26,9 @@ import zmq
 from ..config import TrainConfig, from_dict
 from ..hal import params as flat_params
 from ..hal.steps import PolicyVersion, Source
-from ..hal.wire.codec import DEFAULT_LIMITS, decode, encode
+from ..hal.wire.codec import DEFAULT_LIMITS, MessageError, decode, encode
 from ..hal.wire.security import ServerKeys
 from ..transport import LearnerServer
-from ..transport.credits import grant_in_turn
 from ..transport.publisher import WeightsConfig
 from ..transport.server import MAX_BATCH_ROWS, session_limits
 from . import ingest as I
@@ -56,7 +55,15 @@ class ShardData(ReplayData):
         return super().add(steps, seq, actor_id)
 
     def grant_credits(self, server) -> None:
-        grant_in_turn(server, self.config.credit_quantum, lambda rows: self.inserted + rows <= self.cap)
+        """A quantum to each session holding less than one, in the book's order, within the cap (the
+        last rows under it in a part quantum: the end of a step budget)."""
+        book, quantum = server.credits, self.config.credit_quantum
+        for session in book.order(server.sessions):
+            room = self.cap - self.inserted - book.outstanding()
+            if room <= 0:
+                return
+            if book.held(session.identity) < quantum:
+                server.grant(session, min(quantum, room))
 
     def sample_share(self, rows: int, calls: int) -> tuple[dict, dict]:
         """``calls`` batches of ``rows`` rows, stacked ``[calls, rows, ...]``, flat, with their keys."""
@@ -89,20 +96,28 @@ class WorkerService(LearnerService):
 
 
 class RemoteClaims:
-    """Index claims asked of the learner, which owns them (a key's indices are the host's, not a shard's)."""
+    """Index claims asked of the learner, which owns them (a key's indices are the host's, not a shard's);
+    a claim granted once is kept (a binding never changes while the learner runs)."""
 
     def __init__(self, worker: Worker):
         self.worker = worker
         self._requests = iter(range(1, 1 << 62))
+        self._granted: set[tuple[str, int]] = set()
 
     def claim(self, key: str, index: int) -> str | None:
+        if (key, index) in self._granted:
+            return None
         request = next(self._requests)
         self.worker.send(I.CLAIM, {"key": key, "index": index, "request": request})
         answer = self.worker.wait_for(I.CLAIMED, lambda f: f.get("request") == request, CLAIM_TIMEOUT_S)
-        if answer is None:
-            return "the learner did not answer the index claim in time"
+        if answer is None:  # the learner is busy (a first compile): unanswered, the link says HELLO again
+            raise MessageError("claim_timeout", f"the learner did not answer actor {index}'s claim in "
+                                                f"{CLAIM_TIMEOUT_S:g} s")
         reason = answer.get("reason")
-        return None if reason is None else str(reason)
+        if reason is None:
+            self._granted.add((key, index))
+            return None
+        return str(reason)
 
 
 class Worker:
@@ -122,7 +137,7 @@ class Worker:
         self.data = ShardData(I.shard_directory(run_dir, self.shard), layout.observation_spec, layout.action_spec,
                               lc, batch_size=algorithm.batch_size, discount=algorithm.discount,
                               seed=config.seed + 104729 * (self.shard + 1), pad=layout.pad_steps)
-        self.data.inserted = self.data.replay.size - self.data.replay.group_rows((Source.DEMONSTRATION,))
+        self.data.inserted = self.data.replay.store.rows_added  # ever (a ring that wrapped holds fewer)
         keys = spec.get("keys")
         keys = None if keys is None else ServerKeys(Path(keys["secret_key_file"]), Path(keys["authorized_dir"]))
         max_batch_rows = max(MAX_BATCH_ROWS, 2 * (config.actor.send_every + 2))
@@ -221,7 +236,7 @@ class Worker:
         self.send(I.READY, {"shard": self.shard, "token": self.spec["token"], "port": I.port_of(self.server.endpoint),
                             "inserted": self.data.inserted, "size": self.data.replay.size, "outstanding": 0,
                             "sessions": 0})
-        parent = os.getppid()
+        parent = int(self.spec["learner_pid"])
         while self.stop is None:
             self._poller.poll(5)
             rows = self.service.poll(0)
@@ -249,10 +264,12 @@ def _die_with_parent() -> None:
 def main(argv: list[str] | None = None) -> int:
     _die_with_parent()
     argv = sys.argv[1:] if argv is None else argv
+    spec = json.loads(Path(argv[0]).read_text())
+    if os.getppid() != spec["learner_pid"]:  # the learner died before the death signal was armed
+        return 1
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     for stop in (signal.SIGINT, signal.SIGTERM):  # the learner's to take: it stops its workers in turn
         signal.signal(stop, signal.SIG_IGN)
-    spec = json.loads(Path(argv[0]).read_text())
     worker = Worker(spec)
     log.info("ingest worker %d of %d on %s, shard of %d rows", worker.shard, worker.shards, worker.server.endpoint,
              worker.data.replay.size)

@@ -512,6 +512,8 @@ class LearnerService:
             error = err
         self._ack(self.data.durable())  # only what a commit made durable, failed or not
         self.server.bye(reason if error is None else "learner stopped: replay failed", restart=restart)
+        if self._taken_elsewhere is not None:  # ingest workers' last reports, sent as they stopped
+            self._count_elsewhere(self._taken_elsewhere())
         if self.save_policy is not None:
             self.save_policy(self.version, self.training.actor_weights())
         if self.checkpointer is not None:

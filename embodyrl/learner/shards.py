@@ -66,25 +66,28 @@ class ShardedReplay(RatioHeld):
         return self.workers.take()
 
     def grant_credits(self, granting) -> None:
-        """Each worker's cap: the rows its actors took, the credit they hold, and whole quanta of what
-        the limiter (and the budget) still admit, offered first to the worker holding least per session."""
-        workers = self.workers.ready
-        self.limiter.inserts = sum(w.inserted for w in workers)
-        outstanding = sum(w.outstanding for w in workers)
+        """Each worker's cap: the rows its actors took, the credit they hold, and quanta of what the
+        limiter (and the budget) still admit, offered first to the worker holding least per session (the
+        last of the budget in a part quantum, as :class:`~.service.WithinBudget` cuts a grant)."""
+        every = self.workers.workers  # a worker starting again keeps its last report's rows meanwhile
+        self.limiter.inserts = sum(w.inserted for w in every)
+        outstanding = sum(w.outstanding for w in every)
         free = self.limiter.insert_room() - outstanding
         room = getattr(granting, "room", None)  # a step budget (:class:`~.service.WithinBudget`)
         if room is not None:
             free = min(free, room - outstanding)
+        workers = self.workers.ready
         quantum = self.config.credit_quantum
         extra = dict.fromkeys(range(len(workers)), 0)
         wanting = [i for i, w in enumerate(workers) if w.sessions]
-        while wanting and free >= quantum:  # least held per session first, then the one served longest ago
+        while wanting and free > 0:  # least held per session first, then the one served longest ago
             i = min(wanting, key=lambda i: ((workers[i].outstanding + extra[i]) / workers[i].sessions,
                                             self._offered.get(workers[i].shard, -1)))
             if workers[i].outstanding + extra[i] >= HEADROOM_QUANTA * quantum * workers[i].sessions:
                 break  # every worker may grant each of its sessions a few quanta without asking again
-            extra[i] += quantum
-            free -= quantum
+            offer = min(quantum, free)
+            extra[i] += offer
+            free -= offer
             self._offered[workers[i].shard] = next(self._offers)
         for i, worker in enumerate(workers):
             cap = worker.inserted + worker.outstanding + extra[i]
@@ -106,14 +109,16 @@ class ShardedReplay(RatioHeld):
             self.workers.send(self.workers.workers[shard], SAMPLE,
                               {"call": call, "rows": rows, "calls": self.config.updates_per_call,
                                "priorities": beta is not None})
-        self._inflight.append((call, parts, beta))
+        starts = {shard: self.workers.workers[shard].starts for shard in parts}
+        self._inflight.append((call, parts, beta, starts))
 
-    def _collect(self, call: int, parts: dict[int, int]) -> list[tuple[int, dict, dict]] | None:
-        """The call's parts from every shard, in shard order (None: a worker was started again meanwhile)."""
-        deadline = time.monotonic() + BATCH_TIMEOUT_S
-        batches = self.workers.batches
+    def _collect(self, call: int, parts: dict[int, int], starts: dict[int, int],
+                 deadline: float) -> list[tuple[int, dict, dict]] | None:
+        """The call's parts from every shard, in shard order (None: a worker asked was started again)."""
+        batches, workers = self.workers.batches, self.workers.workers
         while not all((call, s) in batches for s in parts):
-            if self.workers.supervise() or any(not self.workers.workers[s].ready for s in parts):
+            self.workers.supervise()
+            if any(not workers[s].ready or workers[s].starts != starts[s] for s in parts):
                 return None
             if time.monotonic() > deadline:
                 raise TimeoutError(f"no batch from ingest workers {[s for s in parts if (call, s) not in batches]} "
@@ -121,19 +126,33 @@ class ShardedReplay(RatioHeld):
             self.workers.pump(5)
         return [(s, *batches.pop((call, s))) for s in sorted(parts)]
 
+    def _wait_ready(self, deadline: float) -> None:
+        """Until every worker is ready (one started again, say) and some hold rows to sample."""
+        workers = self.workers.workers
+        while not (all(w.ready for w in workers) and any(w.size > 0 for w in workers)):
+            self.workers.supervise()
+            if time.monotonic() > deadline:
+                raise TimeoutError("ingest workers not ready to sample within "
+                                   f"{BATCH_TIMEOUT_S:g} s: {self.workers.describe()}")
+            self.workers.pump(20)
+
     def batch(self) -> tuple[dict, dict]:
         self._send_priorities()
         depth = max(1, self.config.prefetch_batches)
+        deadline = time.monotonic() + BATCH_TIMEOUT_S
         while True:
+            self._wait_ready(deadline)
             while len(self._inflight) < depth:
                 self._request()
-            call, parts, beta = self._inflight.popleft()
-            got = self._collect(call, parts)
+            call, parts, beta, starts = self._inflight.popleft()
+            got = self._collect(call, parts, starts, deadline)
             if got is not None:
                 break
-            self._inflight.clear()  # a worker started again: what it was asked is lost
-            self.workers.batches.clear()
+            self._inflight.clear()  # a worker started again: what it was asked is lost, so is the rest
         self._request()
+        oldest = self._inflight[0][0]
+        for key in [k for k in self.workers.batches if k[0] < oldest]:  # parts of calls given up
+            del self.workers.batches[key]
         batch, keys = self._assemble(got, beta)
         self._sampled += np.bincount(keys["source"].reshape(-1), minlength=256)
         self.last_batch_keys = keys

@@ -199,8 +199,8 @@ class LearnerLink:
             self._hello()
             due = time.monotonic() >= self._next_hello  # HELLO not out yet: the transport is still connecting
             self._receive(timeout_ms=1 if due else int(min(remaining, 0.02) * 1000))
-            if self.bye_reason is not None:
-                self.close(send_bye=False)
+            if self.bye_reason is not None and not self.connected:  # welcomed, then told the run is over:
+                self.close(send_bye=False)  # connected, and the actor's loop ends on the goodbye
                 raise HandshakeFailed(f"learner at {self.endpoint} refused us: {self.bye_reason}")
             if watch.failure is not None:
                 self.close(send_bye=False)
