@@ -267,3 +267,12 @@ def test_what_needs_one_replay_is_refused_with_ingest_workers_by_name(tmp_path, 
         match = "learner.mix: the replay's shards hold actors' rows"
     with pytest.raises(ValueError, match=match):
         make_learner(config, tmp_path / "run")
+
+
+def test_a_worker_counts_rows_by_publication_for_the_learner_to_age():
+    from embodyrl.learner.ingest_worker import PublicationCounts
+
+    counts = PublicationCounts()
+    counts.taken(np.array([3, 3, 5]), updates=0)
+    counts.taken(np.array([5]), updates=7)
+    assert counts.take() == [(3, 2), (5, 2)] and counts.take() == []

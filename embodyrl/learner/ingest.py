@@ -21,8 +21,8 @@ its session ends (a worker started again may have another port). Placement is by
 always reaches the shard that holds its sequence numbers.
 
 The learner keeps the samples-per-insert limiter and the step budget: it hands each worker a cap on
-the rows its actors may have taken plus hold credit for, in whole credit quanta, so the ratio and the
-budget hold over the host as they do in one process. A training call's batch comes from every shard in
+the rows its actors may have taken plus hold credit for (in credit quanta, the budget's last rows in a
+part one), so the ratio and the budget hold over the host as they do in one process. A training call's batch comes from every shard in
 proportion to the rows it holds (largest remainder); with priorities, each shard draws by priority
 within itself, and the importance weights are worked out over the whole batch from each row's
 probability within its shard and the shard's rows (Schaul et al.'s weight for this two-stage draw).
@@ -57,6 +57,7 @@ from ..hal.steps import PolicyVersion
 from ..hal.wire.codec import DEFAULT_LIMITS, MessageError, decode, encode
 from ..replay.layout import META_FILE, SHARDS_FILE
 from ..transport import LearnerServer
+from ..transport.server import BYE_WAIT_S
 
 log = logging.getLogger(__name__)
 
@@ -402,7 +403,7 @@ class FrontServer(LearnerServer):
         """Each worker's port, by shard (the learner's endpoint record lists them)."""
         return [w.port for w in self.workers.workers]
 
-    def bye(self, reason: str, wait_s: float = 1.0, *, restart: bool = False) -> None:
+    def bye(self, reason: str, wait_s: float = BYE_WAIT_S, *, restart: bool = False) -> None:
         self.workers.stop(reason, restart)
         super().bye(reason, wait_s, restart=restart)
 
@@ -429,7 +430,7 @@ class FrontServer(LearnerServer):
 
 
 def ingest_spec(config) -> dict:
-    """The training config as a worker rebuilds it (JSON)."""
+    """The training config as a worker rebuilds it (written in its JSON spec)."""
     from ..config import to_dict
 
-    return json.loads(json.dumps(to_dict(config)))
+    return to_dict(config)

@@ -29,11 +29,12 @@ from ..hal.steps import PolicyVersion, Source
 from ..hal.wire.codec import DEFAULT_LIMITS, MessageError, decode, encode
 from ..hal.wire.security import ServerKeys
 from ..transport import LearnerServer
+from ..transport.credits import grant_in_turn
 from ..transport.publisher import WeightsConfig
 from ..transport.server import MAX_BATCH_ROWS, session_limits
 from . import ingest as I
 from .replay_side import ReplayData
-from .service import LearnerService
+from .service import LearnerService, PolicyAge, WithinBudget
 
 log = logging.getLogger("embodyrl.ingest_worker")
 
@@ -55,15 +56,10 @@ class ShardData(ReplayData):
         return super().add(steps, seq, actor_id)
 
     def grant_credits(self, server) -> None:
-        """A quantum to each session holding less than one, in the book's order, within the cap (the
-        last rows under it in a part quantum: the end of a step budget)."""
-        book, quantum = server.credits, self.config.credit_quantum
-        for session in book.order(server.sessions):
-            room = self.cap - self.inserted - book.outstanding()
-            if room <= 0:
-                return
-            if book.held(session.identity) < quantum:
-                server.grant(session, min(quantum, room))
+        """A quantum to each session holding less than one, in the book's order, within the cap: its
+        credit outstanding never exceeds what the cap leaves (the last rows under it in a part quantum,
+        at the end of a step budget), as a learner's within its budget (:class:`WithinBudget`)."""
+        grant_in_turn(WithinBudget(server, self.cap - self.inserted), self.config.credit_quantum, lambda rows: True)
 
     def sample_share(self, rows: int, calls: int) -> tuple[dict, dict]:
         """``calls`` batches of ``rows`` rows, stacked ``[calls, rows, ...]``, flat, with their keys."""
@@ -71,28 +67,26 @@ class ShardData(ReplayData):
                    for _ in range(calls)]
         keys = {f"keys/{k}": np.stack([b.pop(k) for b in batches]) for k in ("slot", "generation", "source",
                                                                               "probability") if k in batches[0]}
-        stacked = {name: np.stack([flat_params.flatten(b)[name] for b in batches])
-                   for name in flat_params.flatten(batches[0])}
+        flats = [flat_params.flatten(b) for b in batches]
+        stacked = {name: np.stack([flat[name] for flat in flats]) for name in flats[0]}
         return {**stacked, **keys}, {"stored": self.replay.size}
 
 
-class WorkerService(LearnerService):
-    """The learner service's intake (poll, store, commit, ack, credit), no training: it also notes the
-    publication that acted each row it takes, for the learner's policy ages."""
+class PublicationCounts(PolicyAge):
+    """A worker's policy ages: the rows each publication acted, counted as the service takes them; the
+    learner works out their ages, as only it knows its updates at each publication."""
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.policy_counts: collections.Counter = collections.Counter()
+    def __init__(self):
+        super().__init__()
+        self.counts: collections.Counter = collections.Counter()
 
-    def _take(self, batch) -> int:
-        rows = super()._take(batch)
-        if rows:
-            steps = batch.steps
-            live = ~steps.final & (steps.policy_incarnation == self.incarnation)
-            if live.any():
-                counts, n = np.unique(steps.policy_count[live], return_counts=True)
-                self.policy_counts.update(dict(zip(counts.tolist(), n.tolist(), strict=True)))
-        return rows
+    def taken_counts(self, counts, rows, updates: int) -> None:
+        self.counts.update(dict(zip(np.asarray(counts).tolist(), np.asarray(rows).tolist(), strict=True)))
+
+    def take(self) -> list[tuple[int, int]]:
+        """(publication count, rows) taken since the last call."""
+        taken, self.counts = sorted(self.counts.items()), collections.Counter()
+        return taken
 
 
 class RemoteClaims:
@@ -156,9 +150,10 @@ class Worker:
             self.server.claims = RemoteClaims(self)
         front = int(spec["front_port"])
         self.server.placement = lambda actor_id: None if actor_id % self.shards == self.shard else front
-        self.service = WorkerService(self.server, self.data, None, budget=None, batch_rows=config.actor.send_every,
-                                     incarnation=int(spec["incarnation"]), log_every_s=3600.0,
-                                     kinds=(layout.names, layout.kind_of))
+        self.service = LearnerService(self.server, self.data, None, budget=None, batch_rows=config.actor.send_every,
+                                      incarnation=int(spec["incarnation"]), log_every_s=3600.0,
+                                      kinds=(layout.names, layout.kind_of))
+        self.service.policy_age = PublicationCounts()
         self.control = zmq.Context.instance().socket(zmq.DEALER)
         self.control.setsockopt(zmq.LINGER, 1000)
         self.control.connect(spec["control"])
@@ -221,13 +216,13 @@ class Worker:
         record = {"counters": {name: getattr(counters, name) for name in I.COUNTED},
                   "finished": service._returns.take_finished_by_device(),
                   "rates": service._returns.take_intervention_rates(),
-                  "lag": service._lag, "policy_counts": sorted(service.policy_counts.items()),
+                  "lag": service._lag, "policy_counts": service.policy_age.take(),
                   "inserted": data.inserted, "size": data.replay.size, "commits": data.replay.commits,
                   "pending": data.replay.pending_rows, "outstanding": self.server.credits.outstanding(),
                   "sessions": self.server.actor_sessions(), "cpu_s": round(time.process_time(), 4),
                   "by_source": {s.name.lower(): data.replay.group_rows((s,)) for s in Source},
                   "server": self.server.metrics(now)}
-        service._lag, service.policy_counts = [], collections.Counter()
+        service._lag = []
         self.send(I.STATUS, record)
         self._reported = now
 
