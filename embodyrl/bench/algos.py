@@ -108,8 +108,6 @@ class _Phases:
     """Seconds of the loop's wall time per phase, from timers put around the service's parts."""
 
     def __init__(self, learner):
-        import jax
-
         self.spent = dict.fromkeys(PHASES, 0.0)
         server, data, training = learner.server, learner.data, learner.training
         self.bare_update = training.update  # the same jitted function, untimed
@@ -122,17 +120,20 @@ class _Phases:
             finally:  # a poll allowed to wait: the loop had no training call to make
                 self.spent["starved" if timeout_ms else "ingest"] += time.perf_counter() - started
 
-        publish = learner.publish
+        send_due = learner.send_due
 
-        def timed_publish() -> None:
+        def timed_send_due() -> None:
+            due = learner._due
+            if due is None:
+                return
             started = time.perf_counter()
-            jax.block_until_ready(training.state)  # the update's cost, met where its result is read
+            due.weights.wait()  # the update's cost, met where its result is read
             ready = time.perf_counter()
-            publish()
+            send_due()
             self.spent["update"] += ready - started
             self.spent["publish"] += time.perf_counter() - ready
 
-        server.poll, learner.publish = timed_poll, timed_publish
+        server.poll, learner.send_due = timed_poll, timed_send_due
         learner._take = self._timed(learner._take, "ingest")
         learner._ack = self._timed(learner._ack, "commit")
         learner._keep_time = self._timed(learner._keep_time, "housekeeping")

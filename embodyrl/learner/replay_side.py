@@ -255,12 +255,19 @@ class ReplayData(RatioHeld):
         """One training call's K batches, stacked (numpy arrays ready for the device), and
         their keys (slots, generations, sources) with whether the mix fell back."""
         mix, beta = self._mix_now(), self.beta
-        batches = [self.replay.sample(self._rng, self.batch_size, self.discount, self.config.n_step,
-                                      mix=mix, keys=True, importance=beta)
-                   for _ in range(self.config.updates_per_call)]
-        keys = {k: np.stack([b.pop(k) for b in batches]) for k in _KEYS if k in batches[0]}
+        calls, size = self.config.updates_per_call, self.batch_size
+        if mix is None and beta is None:
+            # K independent uniform batches are K x B independent draws: one draw, cut in K (a mix's
+            # fractions and importance weights' normalisation hold per batch, so those draw K times)
+            drawn = self.replay.sample(self._rng, calls * size, self.discount, self.config.n_step, keys=True)
+            stacked = jax.tree.map(lambda x: x.reshape(calls, size, *x.shape[1:]), drawn)
+        else:
+            batches = [self.replay.sample(self._rng, size, self.discount, self.config.n_step,
+                                          mix=mix, keys=True, importance=beta) for _ in range(calls)]
+            stacked = jax.tree.map(lambda *xs: np.stack(xs), *batches)
+        keys = {k: stacked.pop(k) for k in _KEYS if k in stacked}
         keys["fallback"] = self._mix is not None and mix is not self._mix
-        return jax.tree.map(lambda *xs: np.stack(xs), *batches), keys
+        return stacked, keys
 
     def batch(self) -> tuple[dict, dict]:
         self._write_priorities()

@@ -35,6 +35,10 @@ from ..transport.credits import grant_in_turn
 
 
 class RolloutData:
+    on_policy = True
+    """Actors act on the newest weights (synchronous: they wait for them), so each publication goes
+    out as its call ends rather than while the next call runs (:class:`~.service.DuePublication`)."""
+
     def __init__(self, config: PPOConfig, credit_quantum: int, version: PolicyVersion,
                  observation_spec: DictSpec, action_spec: ArraySpec):
         self.config, self.credit_quantum = config, credit_quantum

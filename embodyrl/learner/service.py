@@ -213,9 +213,13 @@ class SkippedSteps:
             if len(self._pending) >= 256:
                 self._pending = [self.fold()]
 
-    def fold(self) -> int:
-        """The steps skipped since the last fold."""
+    def fold(self, wait: bool = True) -> int:
+        """The steps skipped since the last fold (``wait`` False: of the calls finished by now, so that a
+        metrics record does not hold the loop until the running call ends)."""
         pending, self._pending = self._pending, []
+        if not wait:
+            done = next((i for i, x in enumerate(pending) if not x.is_ready()), len(pending))
+            pending, self._pending = pending[:done], pending[done:]
         return int(round(sum(float(np.sum(x)) for x in jax.device_get(pending)))) if pending else 0
 
 
@@ -307,6 +311,45 @@ class Training:
     def actor_weights(self) -> dict[str, np.ndarray]:
         return flat_params.flatten({"actor": jax.device_get(self.placement.local(self._actor_params(self.state)))})
 
+    def actor_weights_later(self) -> LaterWeights:
+        """The actor's weights as the last dispatched call leaves them, read later without waiting on
+        calls dispatched since: a device copy, which the next call's donation of the state leaves."""
+        return LaterWeights(_device_copy(self._actor_params(self.state)), self.placement)
+
+
+@jax.jit
+def _device_copy(tree):
+    """A copy of ``tree`` in new device buffers, in one dispatch."""
+    return jax.tree.map(jax.numpy.copy, tree)
+
+
+class LaterWeights:
+    """Actor weights copied on the device, waiting for the call that computes them."""
+
+    def __init__(self, params, placement: Placement):
+        self._params, self._placement = params, placement
+
+    def ready(self) -> bool:
+        return all(leaf.is_ready() for leaf in jax.tree.leaves(self._params))
+
+    def wait(self) -> None:
+        jax.block_until_ready(self._params)
+
+    def get(self) -> dict[str, np.ndarray]:
+        """The flat weights, waiting for them if their call is still running."""
+        return flat_params.flatten({"actor": jax.device_get(self._placement.local(self._params))})
+
+
+@dataclass
+class DuePublication:
+    """A publication due after a training call, sent once its weights are ready (while the next call
+    runs): reading them at once would leave the device idle while the loop encodes and sends."""
+
+    weights: LaterWeights
+    updates: int
+    metrics: Mapping
+    batch_metrics: dict
+
 
 class LearnerService:
     """Serve actors and train: see the module docstring for the loop.
@@ -350,6 +393,7 @@ class LearnerService:
         self.policy_age = PolicyAge()
         self._call_s: list[float] = []
         self._skipped = SkippedSteps()
+        self._due: DuePublication | None = None
         self._unacked: list[tuple] = []  # (session, seq) taken, waiting for the data side's commit
         self._received: dict[int, int] = {}  # actor id -> newest seq taken (durable or not)
         self._clock = dict.fromkeys(("start", "beat", "checkpoint", "log"), time.monotonic())
@@ -461,6 +505,8 @@ class LearnerService:
             self._ack(self.data.durable())
         self.data.grant_credits(self._granting())
         clock.lap("acks_and_credits")
+        if self._due is not None and self._due.weights.ready():  # no call came to send it
+            self.send_due()
         self._keep_time()
         clock.lap("upkeep")
         return taken
@@ -483,27 +529,39 @@ class LearnerService:
             return False
         started = time.monotonic()
         metrics, batch_metrics = train_call(self.data, self.training, self._skipped)
+        self.send_due()  # the previous call's weights, read and sent while this call runs
         k = self.training.updates_per_call
         before = self.counters.updates
         self.counters.updates += k
         if self.counters.updates // self.training.publish_every > before // self.training.publish_every:
-            self.publish()
-            self.train_metrics = {name: float(np.mean(v)) for name, v in jax.device_get(metrics).items()}
-            self.train_metrics.update(batch_metrics)
+            self._due = DuePublication(self.training.actor_weights_later(), self.counters.updates, metrics,
+                                       batch_metrics)
+            if getattr(self.data, "on_policy", False):  # its actors wait for these weights
+                self.send_due()
         self._call_s.append(time.monotonic() - started)
         return True
 
-    def publish(self) -> None:
-        """Send new weights; the data side learns that older ones aged."""
+    def send_due(self) -> None:
+        """Publish the weights a training call made due (waiting for them if need be), if any."""
+        due, self._due = self._due, None
+        if due is not None:
+            self.publish(due.weights.get(), due.updates)
+            self.train_metrics = {name: float(np.mean(v)) for name, v in jax.device_get(due.metrics).items()}
+            self.train_metrics.update(due.batch_metrics)
+
+    def publish(self, weights: Mapping[str, np.ndarray] | None = None, updates: int | None = None) -> None:
+        """Send new weights (``weights`` and ``updates``: those of a call that has run since; default
+        the state's now); the data side learns that older ones aged."""
         self.counters.publications += 1
-        self.policy_age.published(self.counters.publications, self.counters.updates)
+        self.policy_age.published(self.counters.publications, self.counters.updates if updates is None else updates)
         self.counters.discarded += self.data.published(self.version)
-        self.server.publish(self.version, self.training.actor_weights())
+        self.server.publish(self.version, self.training.actor_weights() if weights is None else weights)
 
     def shutdown(self, reason: str, restart: bool = False) -> Exception | None:
         """Log, commit and ack what is left, say goodbye (``restart``: the run goes on, see
         :meth:`LearnerServer.bye`), save, close. A failed final commit is returned (the caller raises
         it once everything is closed), never left to skip the rest."""
+        self.send_due()
         self.log(final=True)
         error = None
         try:
@@ -532,9 +590,10 @@ class LearnerService:
                 raise
         return error
 
-    def _count_skipped(self) -> int:
-        """Fold the skipped steps of the calls since the last look into the counters; return how many."""
-        skipped = self._skipped.fold()
+    def _count_skipped(self, wait: bool = True) -> int:
+        """Fold the skipped steps of the calls since the last look (``wait`` False: those finished) into
+        the counters; return how many."""
+        skipped = self._skipped.fold(wait)
         self.counters.nonfinite_updates_skipped += skipped
         if skipped:
             log.warning("skipped %d gradient steps whose loss or new state was not finite (%d in all); "
@@ -606,11 +665,12 @@ class LearnerService:
                 self.console.done(command, False, f"the learner does not {command.action}")
         if now >= self._next_status:
             self._next_status = now + 0.25
-            self.console.publish_status(self.console_status())
+            self.console.publish_status(self.console_status(wait=False))
 
-    def console_status(self) -> dict:
-        """What the console shows of the learner: progress, speed, version, replay by source, losses."""
-        self._count_skipped()
+    def console_status(self, wait: bool = True) -> dict:
+        """What the console shows of the learner: progress, speed, version, replay by source, losses
+        (``wait`` False: skipped steps counted of the calls finished by now)."""
+        self._count_skipped(wait)
         c, record = self.counters, self._last_record
         return {"env_steps": c.env_steps, "budget": self.budget, "updates": c.updates,
                 "nonfinite_updates_skipped": c.nonfinite_updates_skipped,
@@ -630,6 +690,7 @@ class LearnerService:
         self._clock["checkpoint"] = time.monotonic()
         if self.checkpointer.latest_step() == self.counters.updates:
             return
+        self.send_due()  # the publication count saved is the weights' actors have
         self._count_skipped()
         self.checkpointer.save(self.counters.updates, self.training.host_state(), {
             "counters": dataclasses.asdict(self.counters), "incarnation": self.incarnation,
@@ -657,7 +718,7 @@ class LearnerService:
         now = time.monotonic()
         elapsed = now - self._clock["start"]
         since = now - self._clock["log"]
-        self._count_skipped()
+        self._count_skipped(wait=final)
         c = self.counters
         by_device = self._returns.take_finished_by_device()
         returns = [total for _, total in by_device]
