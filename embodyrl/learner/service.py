@@ -138,7 +138,11 @@ class PolicyAge:
             del self._at[next(iter(self._at))]  # counts only grow: the first is the oldest
 
     def taken(self, policy_counts: np.ndarray, updates: int) -> None:
-        self.taken_counts(*np.unique(policy_counts, return_counts=True), updates)
+        least = policy_counts.min()
+        if least == policy_counts.max():  # the common batch: acted by one publication
+            self.taken_counts((least,), (len(policy_counts),), updates)
+        else:
+            self.taken_counts(*np.unique(policy_counts, return_counts=True), updates)
 
     def taken_counts(self, counts, rows, updates: int) -> None:
         """Rows taken by publication count (``rows[i]`` acted by publication ``counts[i]``): one batch's,
@@ -614,8 +618,9 @@ class LearnerService:
         mine = steps.policy_incarnation == self.incarnation
         c.rows_behind += int(np.sum(acted & (~mine | (steps.policy_count < c.publications))))
         if (live := acted & mine).any():
-            self._lag.append(float(np.mean(c.publications - steps.policy_count[live])))
-            self.policy_age.taken(steps.policy_count[live], c.updates)
+            counts = steps.policy_count[live]
+            self._lag.append(c.publications - float(counts.mean()))
+            self.policy_age.taken(counts, c.updates)
         c.discarded += self.data.add(steps, batch.seq, session.actor_id)
         c.episodes += self._returns.add(steps)
         return len(steps)
