@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import os
@@ -463,11 +464,27 @@ def _plot(args) -> int:
     return 0
 
 
+@contextlib.contextmanager
+def _stdout_to_stderr():
+    """Send what a benchmark and its child processes write to stdout (Ray's raylet warnings, for
+    one) to stderr, so that stdout holds the one JSON object ``--json`` promises."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
 def _bench(args) -> int:
     from .. import bench
 
     try:
-        result = bench.run(args.name, quick=args.quick)
+        with _stdout_to_stderr() if args.json else contextlib.nullcontext():
+            result = bench.run(args.name, quick=args.quick)
     except KeyError as err:
         print(f"embodyrl: {err.args[0]}", file=sys.stderr)
         return 2
