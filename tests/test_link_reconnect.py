@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from embodyrl import envs
-from embodyrl.bench.chaos_parts import free_port
+from embodyrl.bench.chaos_parts import bound_when_free, free_port
 from embodyrl.hal.steps import NO_POLICY, PolicyVersion, StepRecorder, Steps
 from embodyrl.hal.wire import protocol as P
 from embodyrl.hal.wire.client import LearnerLink, Undelivered
@@ -48,8 +48,8 @@ class Learner:
 
     def start(self) -> None:
         self.starts += 1
-        self.served = ServedLearner(self.directory, LAYOUT, endpoint=f"tcp://127.0.0.1:{self.port}",
-                                    run_id="r", incarnation=self.starts)
+        self.served = bound_when_free(lambda: ServedLearner(
+            self.directory, LAYOUT, endpoint=f"tcp://127.0.0.1:{self.port}", run_id="r", incarnation=self.starts))
 
     def read(self, question):
         return self.served.read(question)

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from embodyrl import envs
+from embodyrl.bench.chaos_parts import bound_when_free
 from embodyrl.hal.steps import PolicyVersion, StepRecorder
 from embodyrl.hal.wire import protocol as P
 from embodyrl.hal.wire import weights as W
@@ -47,19 +48,8 @@ def batch(info, actor_id: int, rows: int = 16):
 
 
 def _bound(*args, **kwargs) -> Relay:
-    """A relay on its address once the port is free: in one process, ZeroMQ releases a closed
-    socket's port in its I/O thread, a moment after ``close`` returns (a relay restarted as a new
-    process, as in a run, finds it free)."""
-    import zmq
-
-    deadline = time.monotonic() + 10
-    while True:
-        try:
-            return Relay(*args, **kwargs)
-        except zmq.ZMQError as err:
-            if err.errno != zmq.EADDRINUSE or time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)
+    """A relay on its address once the port is free (a restarted relay, in this process)."""
+    return bound_when_free(lambda: Relay(*args, **kwargs))
 
 
 class RelayThread:

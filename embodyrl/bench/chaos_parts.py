@@ -48,6 +48,22 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def bound_when_free(make, seconds: float = 10.0):
+    """``make()``, which binds a fixed port, once the port is free: in one process ZeroMQ releases a
+    closed socket's port in its I/O thread, a moment after ``close`` returns (a server restarted as
+    a new process, as in a run, finds it free)."""
+    import zmq
+
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            return make()
+        except zmq.ZMQError as err:
+            if err.errno != zmq.EADDRINUSE or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
 def ledgered(path) -> tuple[int, int]:
     """(rows, newest seq) an actor's ledger names: every batch its link took (0, 0 before any)."""
     from embodyrl.hal.ledger import read_ledger
