@@ -16,10 +16,22 @@ order (process splitting):
 * dry convective adjustment: unstable neighbouring layers mix to a common
   theta, conserving the column's heat content sum(c_p T dp / g).
 
-``ColumnConfig.truth()`` produces the analysis; ``ColumnConfig.model()`` has
-systematic errors: a stronger equator-pole heating contrast, a shorter
-relaxation time, and convection that tolerates a slightly unstable
-profile. Diagnostics per latitude band: the height of the 500 hPa surface
+Two testbeds (:data:`TESTBEDS`), each a (truth, model) pair of configurations:
+
+* ``mistuned``: ``ColumnConfig.truth()`` produces the analysis;
+  ``ColumnConfig.model()`` has systematic errors: a stronger equator-pole
+  heating contrast, a shorter relaxation time, and convection that tolerates
+  a slightly unstable profile. Its error is nearly affine in the state.
+* ``moist``: the truth gains moist convection that the model lacks entirely
+  (:meth:`ColumnModel.convective_heating`, in the spirit of Betts and
+  Miller: where a column's surface air is moist enough and a parcel lifted
+  from it is buoyant, the column relaxes toward the parcel's temperature
+  above the condensation level and its sub-cloud layer is cooled), and both
+  weather noise and nothing else otherwise differ. Each column's context
+  then also carries its surface air's potential temperature, as a learnt
+  parametrisation's inputs would.
+
+Diagnostics per latitude band: the height of the 500 hPa surface
 from hydrostatic integration (a Z500 analogue) and T at 850 hPa.
 
 Decomposition: a :class:`ColumnModel` steps a block of latitude rows
@@ -40,6 +52,8 @@ R_DRY = 287.0
 GRAVITY = 9.81
 DAY_S = 86400.0
 BANDS = 6
+LATENT_OVER_CP = 2.5e6 / 1004.0
+"""L / c_p (K per kg/kg of water vapour condensed)."""
 
 
 @dataclass(frozen=True)
@@ -66,6 +80,18 @@ class ColumnConfig:
     weather_memory_days: float = 2.0
     wave_amplitude: float = 2.0
     """Amplitude (K/day) of the travelling waves' heating."""
+    moist_convection: bool = False
+    """Moist convection (:meth:`ColumnModel.convective_heating`): the ``moist`` testbed's truth."""
+    convective_tau_hours: float = 2.0
+    """Relaxation time toward the lifted parcel's temperature where a column convects."""
+    moisture_threshold: float = 0.010
+    """Surface specific humidity (kg/kg) a column needs to convect: moist enough."""
+    subcloud_cooling: float = 6.0
+    """Cooling (K/day) of a convecting column's levels below the condensation level (downdrafts)."""
+    cloud_top_hpa: float = 150.0
+    """No convective heating above this pressure."""
+    surface_context: bool = False
+    """The context carries the surface air's potential temperature (the ``moist`` testbed's inputs)."""
 
     @classmethod
     def truth(cls, **kw) -> ColumnConfig:
@@ -76,9 +102,55 @@ class ColumnConfig:
         return replace(cls(**kw), delta_t_y=70.0, tau_surface_days=3.0, tau_free_days=30.0,
                        convective_tolerance=0.5)
 
+    @classmethod
+    def moist_truth(cls, **kw) -> ColumnConfig:
+        """The ``moist`` testbed's truth: moist convection, weak weather noise (0.2 K/day), so that
+        the model's error is the missing process more than the weather it cannot know."""
+        return cls(**{"weather_std": 0.2, "moist_convection": True, "surface_context": True, **kw})
+
+    @classmethod
+    def moist_model(cls, **kw) -> ColumnConfig:
+        """The ``moist`` testbed's model: the truth without moist convection, and nothing else."""
+        return replace(cls.moist_truth(**kw), moist_convection=False)
+
     @property
     def columns(self) -> int:
         return self.nlat * self.nlon
+
+    @property
+    def context_size(self) -> int:
+        """Per-column context of :meth:`ColumnModel.context`."""
+        return ColumnModel.CONTEXT + int(self.surface_context)
+
+
+TESTBEDS = {"mistuned": (ColumnConfig.truth, ColumnConfig.model),
+            "moist": (ColumnConfig.moist_truth, ColumnConfig.moist_model)}
+"""Testbed name -> (truth, model) configuration constructors (keyword arguments: the grid)."""
+
+
+def saturation_humidity(T: np.ndarray, p_hpa) -> np.ndarray:
+    """Saturation specific humidity (kg/kg) at temperature ``T`` (K) and pressure ``p_hpa``
+    (Bolton 1980's vapour pressure over water)."""
+    vapour = 6.112 * np.exp(17.67 * (T - 273.15) / (T - 29.65))
+    return 0.622 * vapour / np.maximum(p_hpa - 0.378 * vapour, 1e-3)
+
+
+def lifted_parcel(theta_surface: np.ndarray, humidity: np.ndarray, p_hpa: np.ndarray,
+                  exner: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(temperature [n, levels], whether saturated [n, levels]) of surface air lifted through the
+    column: dry-adiabatic below its condensation level, then on the pseudo-adiabat of its equivalent
+    potential temperature theta_e = theta exp(L q / (c_p T)), solved by Newton's method."""
+    t_surface = theta_surface * exner[0]
+    ln_theta_e = (np.log(theta_surface) + LATENT_OVER_CP * humidity / t_surface)[:, None]
+    dry = theta_surface[:, None] * exner[None, :]
+    T, ln_exner = dry.copy(), np.log(exner)[None, :]
+    for _ in range(6):
+        q = saturation_humidity(T, p_hpa[None, :])
+        residual = np.log(T) - ln_exner + LATENT_OVER_CP * q / T - ln_theta_e
+        dq = q * 4302.6 / (T - 29.65) ** 2  # dq_sat/dT (Bolton's exponent's derivative)
+        T = np.clip(T - residual / (1.0 / T + LATENT_OVER_CP * (dq * T - q) / T ** 2), 60.0, 400.0)
+    saturated = dry < T
+    return np.where(saturated, T, dry), saturated
 
 
 def row_split(nlat: int, parts: int) -> list[range]:
@@ -176,12 +248,42 @@ class ColumnModel:
         return np.maximum(T, 200.0) / g.exner
 
     def tendency(self, theta: np.ndarray, time_s: float) -> np.ndarray:
-        """Relaxation plus weather heating (K/s) for every column of the block."""
+        """Relaxation plus weather heating (K/s) for every column of the block (and moist convection,
+        where the configuration has it)."""
         cfg = self.cfg
         relax = (self.equilibrium(time_s) - theta) / self._tau
         waves = cfg.wave_amplitude / DAY_S * np.cos(3 * self.col_lon[:, None] - 2 * np.pi * time_s / (6 * DAY_S)) \
             * np.sin(2 * self.col_lat[:, None]) ** 2 * self._level_shape
-        return relax + self.weather / DAY_S + waves
+        tend = relax + self.weather / DAY_S + waves
+        if cfg.moist_convection:
+            tend = tend + self.convective_heating(theta, time_s)
+        return tend
+
+    def surface_humidity(self, theta: np.ndarray, time_s: float) -> np.ndarray:
+        """Specific humidity (kg/kg) of each column's surface air: a relative humidity that is higher in
+        the tropics and lower in the afternoon (0.45 to 0.95), times saturation at the surface."""
+        hour = 2 * np.pi * time_s / DAY_S + self.col_lon
+        relative = 0.7 + 0.15 * np.cos(2 * self.col_lat) - 0.1 * np.cos(hour - np.pi)
+        return relative * saturation_humidity(theta[:, 0] * self.grid.exner[0], self.grid.p[0])
+
+    def convective_heating(self, theta: np.ndarray, time_s: float) -> np.ndarray:
+        """Moist convection's tendency (K/s of theta) [columns, levels], zero where a column does not
+        convect. A column convects where its surface air is moist enough (``moisture_threshold``) and
+        a parcel lifted from it is warmer than its environment at some level below ``cloud_top_hpa``.
+        There, above the parcel's condensation level, the levels where the parcel is warmer relax
+        toward its temperature over ``convective_tau_hours`` (a Betts-Miller-like reference profile:
+        the pseudo-adiabat), and below it the sub-cloud layer cools by ``subcloud_cooling``
+        (downdrafts); the parcel's own level is left alone. Moisture is diagnosed, not carried: the
+        heating is the latent heat of rain that leaves the column."""
+        cfg, g = self.cfg, self.grid
+        humidity = self.surface_humidity(theta, time_s)
+        parcel, saturated = lifted_parcel(theta[:, 0], humidity, g.p, g.exner)
+        buoyancy = np.where(g.p >= cfg.cloud_top_hpa, parcel - theta * g.exner, 0.0)
+        convects = (humidity >= cfg.moisture_threshold) & (buoyancy > 0).any(axis=1)
+        heating = np.where(saturated, np.maximum(buoyancy, 0.0) / (cfg.convective_tau_hours * 3600.0),
+                           -cfg.subcloud_cooling / DAY_S)
+        heating[:, 0] = 0.0
+        return np.where(convects[:, None], heating / g.exner, 0.0)
 
     def _advance_weather(self) -> None:
         cfg = self.cfg
@@ -289,12 +391,18 @@ class ColumnModel:
         p = np.broadcast_to(self.grid.p / 1000.0, theta.shape)
         return np.stack([(theta - 300.0) / 50.0, p, relax / 5.0], axis=-1).astype(np.float32)
 
-    def context(self) -> np.ndarray:
-        """[columns, CONTEXT] float32: where and when each column is."""
+    def context(self, theta: np.ndarray | None = None) -> np.ndarray:
+        """[columns, ``cfg.context_size``] float32: where and when each column is (and, with
+        ``surface_context``, its surface air's theta from ``theta``, scaled as the features' is)."""
         hour = 2 * np.pi * self.time_s / DAY_S + self.col_lon
         season = np.full_like(hour, 2 * np.pi * self.time_s / (365.0 * DAY_S))
-        return np.stack([np.sin(self.col_lat), np.cos(self.col_lat), np.sin(hour), np.cos(hour),
-                         np.sin(season), np.cos(season)], axis=-1).astype(np.float32)
+        parts = [np.sin(self.col_lat), np.cos(self.col_lat), np.sin(hour), np.cos(hour), np.sin(season),
+                 np.cos(season)]
+        if self.cfg.surface_context:
+            if theta is None:
+                raise ValueError("this testbed's context carries the surface air: pass theta")
+            parts.append((theta[:, 0] - 300.0) / 50.0)
+        return np.stack(parts, axis=-1).astype(np.float32)
 
     def band_sums(self, field: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(sum of area * field, sum of area) per band over this block's columns, for a

@@ -36,6 +36,7 @@ from embodyrl.coupling.nwp import (
     BAND_NAMES,
     DEFAULT_VARIANT,
     FIELDS,
+    QUICK,
     VARIANTS,
     Analysis,
     ExperimentConfig,
@@ -48,6 +49,7 @@ from embodyrl.coupling.nwp import (
     train,
     train_free,
 )
+from embodyrl.envs.columns import TESTBEDS
 from embodyrl.hal import runtime
 from embodyrl.hal.coupling import CouplingConfig, CouplingLink, io_threads_cpu_s
 
@@ -164,7 +166,7 @@ def rank_main(args_path: str) -> None:
             link = eval_links[member] = CouplingLink(frozen, comm.rank, runtime.load(policy))
 
             def correct(model, theta, link=link):
-                return link.exchange(model.features(theta), {"context": model.context()})
+                return link.exchange(model.features(theta), {"context": model.context(theta)})
         cache = out / "forecasts" / f"{stem(member)}.rank{comm.rank}.npz"
         sums[member] = cached(cache, key, lambda correct=correct: forecast_errors(rank, analysis, correct), comm)
     default = f"{DEFAULT_VARIANT}/s0"
@@ -277,9 +279,10 @@ def save_atomically(out_dir: Path, name: str, graph: dict, arrays: dict) -> None
 
 
 def baselines_main(exp_args: dict, out: str, mlp_steps: int, max_s: float) -> None:
-    """Once the nudged phase is done: the ridge regression and every seed's MLP, fitted to the recorded
-    increments and exported (``policy_ridge``, ``policy_mlp-sN``); their held-out fit in ``baselines.json``
-    (fitted on every training start but the last, scored on the last)."""
+    """Once the nudged phase is done: the ridge regression, the polynomial and every seed's MLP, fitted
+    to the recorded increments and exported (``policy_ridge``, ``policy_polynomial``, ``policy_mlp-sN``);
+    their held-out fit and the gap check in ``baselines.json`` (fitted on every training start but the
+    last, scored on the last)."""
     from embodyrl.coupling import baselines
     from embodyrl.coupling.learner import CouplingLearnerConfig
     from embodyrl.hal.steps import PolicyVersion, new_incarnation
@@ -294,15 +297,22 @@ def baselines_main(exp_args: dict, out: str, mlp_steps: int, max_s: float) -> No
     last = len(exp.train_starts_days) - 1
     fit, held = data.where(data.start < last), data.where(data.start == last)
     w, b, ridge = baselines.fit_ridge_validated(fit, held, data, coupling)
+    pw, pb, poly = baselines.fit_ridge_validated(fit, held, data, coupling, degree=2)
     networks, params = baselines.fit_mlp(fit, coupling, ddpg, seed=0, steps=mlp_steps)
     report = {"rows": len(data), "level_rows": len(data) * coupling.levels,
               "heldout_start_days": exp.train_starts_days[last],
               "increment_std_kday": float(held.increment.std()),
               "ridge_r2_heldout": ridge["r2_heldout"], "ridge_l2": ridge["l2"], "ridge_r2_by_l2": ridge["r2_by_l2"],
+              "polynomial_r2_heldout": poly["r2_heldout"], "polynomial_l2": poly["l2"],
+              "polynomial_r2_by_l2": poly["r2_by_l2"],
               "mlp_r2_heldout": baselines.r2(baselines.mlp_predict(networks, params, held), held.increment)}
     report["ridge_unexplained_fraction_heldout"] = 1.0 - report["ridge_r2_heldout"]
+    report["gap"] = baselines.gap_check(report["mlp_r2_heldout"], report["ridge_r2_heldout"],
+                                        report["polynomial_r2_heldout"])
     incarnation = new_incarnation()
     save_atomically(out_dir, "policy_ridge", *baselines.ridge_policy(coupling, w, b, PolicyVersion(incarnation, 1)))
+    save_atomically(out_dir, "policy_polynomial",
+                    *baselines.ridge_policy(coupling, pw, pb, PolicyVersion(incarnation, 1), degree=2))
     for s in range(exp.seeds):
         networks, params = baselines.fit_mlp(data, coupling, ddpg, seed=s, steps=mlp_steps)
         save_atomically(out_dir, f"policy_mlp-s{s}",
@@ -341,9 +351,10 @@ def plan_of(out: Path, exp: ExperimentConfig, ranks: int) -> dict:
     for s in free_seeds:
         drop(f"free-s{s}_done", f"policy_rl_free-s{s}.*", f"policy_rl_free-s{s}_partial.*",
              f"policy_init_rl_free-s{s}.*")
-    baselines = nudged or not have("baselines.json", "policy_ridge.npz", *(f"policy_mlp-s{s}.npz" for s in seeds))
+    baselines = nudged or not have("baselines.json", "policy_ridge.npz", "policy_polynomial.npz",
+                                   *(f"policy_mlp-s{s}.npz" for s in seeds))
     if baselines:
-        drop("baselines.json", "policy_ridge*", "policy_mlp-*")
+        drop("baselines.json", "policy_ridge*", "policy_polynomial*", "policy_mlp-*")
     analysis = not have("analysis_done", "analysis.npy")
     if analysis:
         drop("analysis_done")
@@ -537,7 +548,7 @@ def overheads(reports: list[dict]) -> dict:
 
 
 LABELS = {"native": "native", "bias_corrected": "constant bias", "ridge": "ridge (offline)",
-          "mlp": "MLP (offline)", "rl_nudged": "DDPG, nudged (discount 0)", "rl_free": "DDPG, free forecasts"}
+          "polynomial": "polynomial, degree 2 (offline)", "mlp": "MLP (offline)", "rl_nudged": "DDPG, nudged (discount 0)", "rl_free": "DDPG, free forecasts"}
 
 
 def plot(res: dict, path: Path) -> None:
@@ -575,6 +586,8 @@ def main(argv=None) -> int:
     parser.add_argument("--out", required=True, type=Path, help="output directory")
     parser.add_argument("--ranks", type=int, default=4, help="MPI ranks of the model")
     parser.add_argument("--quick", action="store_true", help="a small grid and short periods (tests)")
+    parser.add_argument("--testbed", choices=sorted(TESTBEDS), default="mistuned",
+                        help="the model's error: mistuned parameters, or moist convection it lacks")
     parser.add_argument("--min-updates", type=int, default=None, help="each online learner's updates before its "
                                                                       "policy freezes")
     parser.add_argument("--mlp-steps", type=int, default=None, help="Adam steps of each offline MLP")
@@ -585,7 +598,8 @@ def main(argv=None) -> int:
     parser.add_argument("--report", action="store_true", help="run nothing: write results.json and the figure "
                                                               "again from DIR's files")
     args = parser.parse_args(argv)
-    exp = ExperimentConfig.quick() if args.quick else ExperimentConfig()
+    testbed = ExperimentConfig.moist if args.testbed == "moist" else ExperimentConfig
+    exp = testbed(**QUICK) if args.quick else testbed()
     if not 1 <= args.ranks <= exp.nlat:
         parser.error(f"--ranks must be between 1 and {exp.nlat} (one latitude row per rank at least)")
     min_updates = args.min_updates if args.min_updates is not None else (200 if args.quick else 8000)
@@ -633,10 +647,11 @@ def print_table(res: dict) -> None:
             cells += [f"{d[f]['mean']:.3f} [{d[f]['ci95'][0]:.3f},{d[f]['ci95'][1]:.3f}]" for f in FIELDS]
         print(f"{variant:>16} " + " ".join(f"{c:>22}" for c in cells))
     b, cost = res["baselines"], res["us_per_column_step"]
-    print(f"held-out increment R2: ridge {b['ridge_r2_heldout']:.3f} mlp {b['mlp_r2_heldout']:.3f}; "
+    print(f"held-out increment R2: ridge {b['ridge_r2_heldout']:.3f} polynomial "
+          f"{b.get('polynomial_r2_heldout', float('nan')):.3f} mlp {b['mlp_r2_heldout']:.3f}; "
           f"us per column-step: physics {cost['physics']:.1f} link {cost['link']:.2f} "
           f"inference {cost['inference']:.1f}")
-    goal = res["goals"]["beats_bias_and_ridge_by_20_percent"]
+    goal = res["goals"]["beats_offline_fits_by_20_percent"]
     print(f"stable={res['stable']} all_forecasts_bounded={res['goals']['all_forecasts_bounded']} "
           f"goal_met={goal['met']} (best {goal['best_learnt_variant']}) wall={res['total_wall_s']:.0f} s")
 

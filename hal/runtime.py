@@ -54,18 +54,26 @@ FORMAT = "embodyrl.policy"
 FORMAT_VERSION = 1
 
 
+def with_products(x: np.ndarray) -> np.ndarray:
+    """``x`` [..., n] with every product x_i x_j (i <= j) appended: [..., n + n (n + 1) / 2]."""
+    i, j = np.triu_indices(x.shape[-1])
+    return np.concatenate([x, x[..., i] * x[..., j]], axis=-1)
+
+
 class ExportError(ValueError):
     """An export (graph or arrays) is malformed; the message names the op or array."""
 
 
 OPS = ("concat", "dense", "relu", "tanh", "scale", "gaussian_head", "gaussian_noise", "categorical", "argmax",
-       "image", "conv2d", "flatten", "layer_norm", "append", "batch_norm")
+       "image", "conv2d", "flatten", "layer_norm", "append", "batch_norm", "products")
 # Pixels (the conv encoder of embodyrl.algos.encoders): ``image`` stacks uint8 HxWxC fields on the
 # channel axis as float32 in [0, 1]; ``conv2d`` is a VALID convolution (kernel [kh, kw, in, out],
 # ``stride``); ``flatten`` joins H, W, C; ``layer_norm`` normalises the last axis (``epsilon``,
 # ``scale``, ``bias``); ``append`` concatenates flattened state fields after the features.
 # ``batch_norm`` normalises each feature by a network's running moments (``mean``, ``var``,
 # ``epsilon``), then ``scale`` and ``bias`` (CrossQ's batch-renormalised actor, as it acts).
+# ``products`` appends every product x_i x_j (i <= j, in numpy's ``triu_indices`` order) to the
+# features: a dense op after it is a polynomial of degree 2 (an offline baseline's export).
 FIRST_OPS = ("concat", "image")
 ACTION_OPS = ("scale", "categorical", "argmax")
 """Ops that read the action spec: a graph without one (a classifier's) refuses them."""
@@ -168,6 +176,8 @@ class Graph:
                     raise ExportError(f"{op['var']}: a variance below 0, or epsilon {op['epsilon']} not above 0")
             elif op["op"] == "append":
                 width += sum(self.observation_spec[f].size for f in op["fields"])
+            elif op["op"] == "products":
+                width += width * (width + 1) // 2
             elif op["op"] == "dense":
                 kernel, bias = out[op["kernel"]], out[op["bias"]]
                 if kernel.ndim != 2 or kernel.shape[0] != width or bias.shape != (kernel.shape[1],):
@@ -235,6 +245,8 @@ class Graph:
                      + arrays[op["bias"]])
             elif kind == "append":
                 x = np.concatenate([x, *self._fields(observation, op["fields"], flat=True)], axis=-1)
+            elif kind == "products":
+                x = with_products(x)
             elif kind == "dense":
                 x = x @ arrays[op["kernel"]] + arrays[op["bias"]]
             elif kind == "relu":

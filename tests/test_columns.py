@@ -127,7 +127,66 @@ def test_block_diagnostics_add_up_to_the_grid_means(truth_state):
 
 def test_features_and_context_are_finite_and_of_order_one(truth_state):
     model, theta = truth_state
-    f, c = model.features(theta), model.context()
+    f, c = model.features(theta), model.context(theta)
     assert f.shape == (*theta.shape, ColumnModel.FEATURES) and f.dtype == np.float32
     assert c.shape == (theta.shape[0], ColumnModel.CONTEXT)
     assert np.isfinite(f).all() and np.abs(f).max() < 10 and np.abs(c).max() <= 1
+
+
+@pytest.fixture(scope="module")
+def moist_state():
+    """The moist testbed's truth after 6 days from equilibrium (convection has organised)."""
+    model = ColumnModel(ColumnConfig.moist_truth(**SMALL), seed=0)
+    return model, model.initial_state(spin_up_days=6)
+
+
+def test_a_lifted_parcel_is_dry_below_its_condensation_level_and_keeps_its_theta_e_above():
+    from embodyrl.envs.columns import LATENT_OVER_CP, lifted_parcel, saturation_humidity
+
+    g = ColumnModel(ColumnConfig.moist_truth(**SMALL)).grid
+    theta0, q = np.array([300.0, 300.0, 280.0]), np.array([0.018, 0.010, 0.004])
+    T, saturated = lifted_parcel(theta0, q, g.p, g.exner)
+    dry = theta0[:, None] * g.exner
+    np.testing.assert_allclose(T[~saturated], dry[~saturated])  # dry adiabat: theta kept
+    qs = saturation_humidity(T, g.p)
+    assert (qs[~saturated] >= 0.95 * q[:, None].repeat(g.p.size, 1)[~saturated]).all()  # unsaturated there
+    theta_e = T / g.exner * np.exp(LATENT_OVER_CP * qs / T)
+    want = theta0 * np.exp(LATENT_OVER_CP * q / (theta0 * g.exner[0]))
+    np.testing.assert_allclose(theta_e[saturated], np.broadcast_to(want[:, None], T.shape)[saturated], rtol=1e-6)
+    lcl = saturated.argmax(axis=1)
+    assert lcl[0] < lcl[1] and saturated[:2].any(axis=1).all()  # moister air condenses lower
+
+
+def test_moist_convection_heats_above_the_cloud_base_and_cools_below_where_moist_and_unstable(moist_state):
+    model, theta = moist_state
+    heating = model.convective_heating(theta, model.time_s) * DAY_S
+    humidity = model.surface_humidity(theta, model.time_s)
+    convecting = np.abs(heating).max(axis=1) > 0
+    assert 0.1 < convecting.mean() < 0.9  # some columns, not all
+    assert (humidity[convecting] >= model.cfg.moisture_threshold).all()
+    assert np.abs(model.col_lat[convecting]).mean() < np.abs(model.col_lat[~convecting]).mean()  # tropics
+    assert (heating[:, 0] == 0).all() and heating.max() > 1.0 and heating.min() < 0
+    cooled = heating < 0
+    np.testing.assert_allclose(heating[cooled] * model.grid.exner[np.nonzero(cooled)[1]],
+                               -model.cfg.subcloud_cooling)  # the sub-cloud layer's cooling, in T
+    first_heated = np.where((heating > 0).any(axis=1), (heating > 0).argmax(axis=1), 99)
+    last_cooled = np.where(cooled.any(axis=1), model.grid.p.size - 1 - cooled[:, ::-1].argmax(axis=1), -1)
+    assert (last_cooled < first_heated).all()  # cooled below, heated above
+    dry = ColumnModel(ColumnConfig.moist_model(**SMALL))  # the model: the truth less this process alone
+    assert dry.cfg == ColumnConfig(**{**vars(model.cfg), "moist_convection": False})
+    dry.weather = model.weather
+    np.testing.assert_allclose(dry.tendency(theta, model.time_s),
+                               model.tendency(theta, model.time_s) - heating / DAY_S, rtol=1e-12, atol=1e-15)
+
+
+def test_the_moist_truth_stays_physical_for_a_month_and_its_context_carries_the_surface_air(moist_state):
+    model, theta = moist_state
+    for _ in range(int(24 * DAY_S / model.cfg.dt_s)):
+        theta, _ = model.step(theta)
+    assert np.isfinite(theta).all() and theta.min() > 180 and theta.max() < 700
+    assert (np.diff(theta, axis=1) >= -1e-6).all()  # dry-stable after each step's adjustment
+    c = model.context(theta)
+    assert c.shape == (theta.shape[0], model.cfg.context_size) == (theta.shape[0], ColumnModel.CONTEXT + 1)
+    np.testing.assert_allclose(c[:, -1], (theta[:, 0] - 300.0) / 50.0, rtol=1e-6)
+    with pytest.raises(ValueError, match="pass theta"):
+        model.context()

@@ -58,3 +58,24 @@ def test_the_mlp_learns_what_ridge_cannot_and_its_export_matches_jax(tmp_path):
     link = frozen_link(tmp_path, mlp_policy(networks, params, ddpg, PolicyVersion(3, 2)))
     answer = link.exchange(test.profile, {"context": test.context})
     np.testing.assert_allclose(answer, mlp_predict(networks, params, test), atol=1e-4)
+
+
+def test_the_polynomial_recovers_a_quadratic_increment_and_its_export_answers_the_same_through_a_link(tmp_path):
+    def target(x):  # products of two inputs and a square: beyond ridge, within degree 2
+        return 0.5 * x[..., 0] * x[..., 3] - 0.3 * x[..., 2] ** 2 + 0.1 * x[..., 1] + 0.2
+
+    train, test = data(600, target), data(100, target, seed=1)
+    w, b = fit_ridge(train, CFG, l2=1e-9, degree=2)
+    fitted = ridge_predict(test, CFG, w, b, degree=2)
+    assert r2(fitted, test.increment) > 0.99 > r2(ridge_predict(test, CFG, *fit_ridge(train, CFG)), test.increment)
+    link = frozen_link(tmp_path, ridge_policy(CFG, w, b, PolicyVersion(3, 1), degree=2))
+    answer = link.exchange(test.profile, {"context": test.context})
+    np.testing.assert_allclose(answer, fitted, atol=1e-4)
+
+
+def test_the_gap_check_compares_the_mlp_with_the_better_of_ridge_and_the_polynomial():
+    from embodyrl.coupling.baselines import gap_check
+
+    gap = gap_check(0.8, 0.4, 0.6)
+    assert gap["best_fit"] == "polynomial" and abs(gap["ratio"] - 0.8 / 0.6) < 1e-12 and gap["met"]
+    assert not gap_check(0.75, 0.4, 0.6)["met"] and gap_check(0.75, 0.4, 0.6)["best_fit_r2"] == 0.6

@@ -115,7 +115,7 @@ def run(quick: bool = False) -> dict:
             s0 = (link.stats.link_s, link.stats.link_cpu_s, link.stats.inference_s, link.stats.inference_cpu_s)
             model_s = model_cpu = 0.0
             for _ in range(cycle):
-                state, context = model.features(theta), model.context()
+                state, context = model.features(theta), model.context(theta)
                 target = np.zeros((len(model.columns), grid.levels))
                 correction = link.exchange(state, {"context": context, "target": target})
                 t0, c0 = time.perf_counter(), time.thread_time()

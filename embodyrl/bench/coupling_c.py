@@ -48,7 +48,7 @@ def run(quick: bool = False) -> dict:
     theta = model.equilibrium(0.0)
     data = []
     for _ in range(records):  # the model's own states, as a rank hands them over
-        data.append((model.features(theta).astype(np.float32), model.context().astype(np.float32),
+        data.append((model.features(theta).astype(np.float32), model.context(theta).astype(np.float32),
                      np.zeros((len(model.columns), grid.levels), np.float32)))
         for _ in range(4):
             theta, _ = model.step(theta)
