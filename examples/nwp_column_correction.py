@@ -27,7 +27,7 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import numpy as np
@@ -145,6 +145,8 @@ def rank_main(args_path: str) -> None:
     bias = np.load(bias_file)
     for s in plan["free_seeds"]:  # each seed's link opens when its forecasts start: one left idle through
         member = f"rl_free/s{s}"  # the others' would sit silent past the learner's timeout
+        if not wait_for(out / f"policy_init_{stem(member)}.npz", exp.policy_wait_s, comm):  # a warm start's
+            raise RuntimeError(f"{member}: no first policy in {exp.policy_wait_s:g} s")
         link = training_link(exp.coupling(free=True), endpoints[member], out, member, comm.rank)
         phase(f"free-s{s}", [link], lambda link=link: train_free(rank, analysis, link))
         done(f"free-s{s}")
@@ -231,12 +233,18 @@ def learners_main(exp_args: dict, plan: dict, out: str, endpoint_queue, min_upda
     learners, done_file = {}, {}
     to_train = [("rl_nudged", s, "train_done") for s in range(exp.seeds) if plan["nudged"]]
     to_train += [("rl_free", s, f"free-s{s}_done") for s in plan["free_seeds"]]
+    cold = {}  # name -> the export that starts it, once written (free-forecast learners with free_start)
     for variant, seed, marker in to_train:
         name = f"{variant}/s{seed}"
-        learner = learners[name] = CouplingLearner(exp.coupling(free=variant == "rl_free"), CouplingLearnerConfig(
-            seed=seed, capacity=LEARNER_CAPACITY))
+        config = CouplingLearnerConfig(seed=seed, capacity=LEARNER_CAPACITY)
+        if variant == "rl_free":
+            config = replace(config, ddpg=replace(config.ddpg, actor_lr=exp.free_actor_lr))
+        learner = learners[name] = CouplingLearner(exp.coupling(free=variant == "rl_free"), config)
         learner.warm_up()
-        runtime.save(out_dir / f"policy_init_{stem(name)}", *learner.export())
+        if variant == "rl_free" and exp.free_start:
+            cold[name] = out_dir / f"policy_{exp.free_start}-s{seed}.npz"
+        else:
+            save_atomically(out_dir, f"policy_init_{stem(name)}", *learner.export())
         done_file[name] = out_dir / marker
     endpoint_queue.put({name: learner.endpoint for name, learner in learners.items()})
     record_file = out_dir / "learners.json"
@@ -244,6 +252,12 @@ def learners_main(exp_args: dict, plan: dict, out: str, endpoint_queue, min_upda
     start = time.monotonic()
     while learners and time.monotonic() - start < max_s:
         trained = False
+        for name, start_from in list(cold.items()):  # its ranks wait for its first policy
+            if start_from.exists():
+                with np.load(start_from, allow_pickle=False) as arrays:
+                    learners[name].warm_start(dict(arrays))
+                save_atomically(out_dir, f"policy_init_{stem(name)}", *learners[name].export())
+                del cold[name]
         for name, learner in list(learners.items()):
             learner.poll(0)
             trained = learner.train() or trained

@@ -43,6 +43,7 @@ from flax import nnx
 from ..algos import ddpg
 from ..algos.ddpg.export import export_ddpg
 from ..algos.networks import MLP, ActionScale
+from ..hal import params
 from ..hal.coupling.link import CouplingConfig
 from ..hal.steps import PolicyVersion, new_incarnation
 from ..hal.wire.security import ServerKeys
@@ -272,6 +273,21 @@ class CouplingLearner:
     @property
     def metrics(self) -> dict[str, float]:
         return self.service.train_metrics
+
+    def warm_start(self, arrays: dict[str, np.ndarray]) -> None:
+        """Start the actor (and its target) from another policy's exported weights of the same network
+        (``actor/...``: an offline fit, or a policy trained another way); the critic stays fresh, and
+        the actor's optimiser starts again. Published at once."""
+        actor = params.unflatten(params.subtree(arrays, "actor"))
+        ours = self.service.training.host_state().actor_params
+        if jax.tree.structure(actor) != jax.tree.structure(ours) or any(
+                np.shape(a) != np.shape(b) for a, b in zip(jax.tree.leaves(actor), jax.tree.leaves(ours), strict=True)):
+            raise ValueError("warm start: the weights are not this learner's actor network")
+        state = self.service.training.host_state()
+        state = ddpg.initial_state(state.key, jax.tree.map(lambda a: jnp.asarray(a, jnp.float32), actor),
+                                   state.critic_params, self.config.ddpg)
+        self.service.state = self.service.training.place(state)
+        self.publish()
 
     # -- serving ---------------------------------------------------------------------
     def poll(self, timeout_ms: int = 0) -> int:

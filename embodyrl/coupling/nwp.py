@@ -76,6 +76,12 @@ class ExperimentConfig:
     free_starts_days: tuple[float, ...] = (0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0)
     """Start dates of the free training forecasts (the same period as the nudged ones)."""
     free_days: float = 1.0
+    free_start: str = "mlp"
+    """The variant whose seed-N policy starts ``rl_free/sN`` (its actor and target; ``""``: a random
+    initialisation): training on consequences refines a policy that already corrects."""
+    free_actor_lr: float = 1e-4
+    """The free-forecast learner's actor step: a tenth of the nudged one's, so that a critic still
+    learning the consequences moves the warm-started actor slowly."""
     reward_horizon: int = 12
     """Steps over which a free-forecast correction's consequences make its reward (6 h)."""
     eval_starts_days: tuple[float, ...] = tuple(8.5 + i for i in range(12))
