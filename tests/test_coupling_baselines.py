@@ -79,3 +79,39 @@ def test_the_gap_check_compares_the_mlp_with_the_better_of_ridge_and_the_polynom
     gap = gap_check(0.8, 0.4, 0.6)
     assert gap["best_fit"] == "polynomial" and abs(gap["ratio"] - 0.8 / 0.6) < 1e-12 and gap["met"]
     assert not gap_check(0.75, 0.4, 0.6)["met"] and gap_check(0.75, 0.4, 0.6)["best_fit_r2"] == 0.6
+
+
+def test_a_coupling_learner_warm_started_from_an_offline_fit_publishes_that_fit_and_refuses_another_network():
+    import pytest
+
+    from embodyrl.coupling.learner import CouplingLearner
+
+    def target(x):
+        return 2.0 * np.maximum(x[..., 1], 0.0) - 0.8
+
+    train = data(500, target)
+    ddpg = CouplingLearnerConfig().ddpg
+    networks, params = fit_mlp(train, CFG, ddpg, seed=0, steps=200)
+    _, arrays = mlp_policy(networks, params, ddpg, PolicyVersion(3, 2))
+    learner = CouplingLearner(CFG, CouplingLearnerConfig())
+    try:
+        published = learner.published
+        learner.warm_start(arrays)
+        assert learner.published == published + 1
+        _, exported = learner.export()
+        for name in (n for n in arrays if n.startswith("actor/")):
+            np.testing.assert_array_equal(exported[name], arrays[name])
+        state = learner.state
+        for a, b in zip(jax_leaves(state.actor_params), jax_leaves(state.target_actor_params), strict=True):
+            np.testing.assert_array_equal(a, b)  # the target starts where the actor does
+        wrong = {**arrays, "actor/layers/0/kernel": arrays["actor/layers/0/kernel"][:-1]}
+        with pytest.raises(ValueError, match="not this learner's actor network"):
+            learner.warm_start(wrong)
+    finally:
+        learner.close()
+
+
+def jax_leaves(tree):
+    import jax
+
+    return [np.asarray(x) for x in jax.tree.leaves(tree)]
