@@ -34,6 +34,7 @@ import numpy as np
 
 from embodyrl.coupling.nwp import (
     BAND_NAMES,
+    CLIMATE_BINS,
     DEFAULT_VARIANT,
     FIELDS,
     QUICK,
@@ -41,6 +42,8 @@ from embodyrl.coupling.nwp import (
     Analysis,
     ExperimentConfig,
     Rank,
+    climate_run,
+    climate_statistics,
     forecast_errors,
     free_run,
     goals,
@@ -49,7 +52,7 @@ from embodyrl.coupling.nwp import (
     train,
     train_free,
 )
-from embodyrl.envs.columns import TESTBEDS
+from embodyrl.envs.columns import DAY_S, TESTBEDS, ColumnConfig
 from embodyrl.hal import runtime
 from embodyrl.hal.coupling import CouplingConfig, CouplingLink, io_threads_cpu_s
 
@@ -153,7 +156,7 @@ def rank_main(args_path: str) -> None:
 
     rank.timing = new_timing()
     frozen = CouplingConfig(**{**asdict(exp.coupling()), "explore": False})
-    sums, eval_links = {}, {}
+    sums, eval_links, corrections = {}, {}, {}
     for member in exp.members():
         variant = member.split("/")[0]
         if variant == "native":
@@ -171,6 +174,7 @@ def rank_main(args_path: str) -> None:
                 return link.exchange(model.features(theta), {"context": model.context(theta)})
         cache = out / "forecasts" / f"{stem(member)}.rank{comm.rank}.npz"
         sums[member] = cached(cache, key, lambda correct=correct: forecast_errors(rank, analysis, correct), comm)
+        corrections[member] = (correct, key)
     default = f"{DEFAULT_VARIANT}/s0"
     stability = free_run(rank, analysis, eval_links[default]) if default in eval_links else {"finite": False}
     report.update(eval_timing=dict(rank.timing), stability={
@@ -178,6 +182,19 @@ def rank_main(args_path: str) -> None:
     report["eval_link"] = {m: {k: getattr(link.stats, k) for k in (
         "link_s", "link_cpu_s", "inference_s", "inference_cpu_s", "exchanges")} for m, link in eval_links.items()}
     report["wall_s"]["eval"] = time.perf_counter() - clock
+    clock = time.perf_counter()
+    climate = {}  # the truth's climate run and each system's (first seed), paired: one start, one weather
+    for member in ("truth", *(m for m in exp.members() if "/" not in m or m.endswith("/s0"))):
+        if member == "truth":
+            cfg, correct, key = rank.truth_cfg, None, "truth"
+        elif member in corrections:
+            cfg, (correct, key) = rank.model_cfg, corrections[member]
+        else:
+            continue
+        cache = out / "climate" / f"{stem(member)}.rank{comm.rank}.npz"
+        climate[member] = cached(cache, f"{key}-{exp.climate_days:g}d", lambda cfg=cfg, correct=correct: climate_run(
+            rank, analysis, cfg, correct), comm)
+    report["wall_s"]["climate"] = time.perf_counter() - clock
     reports = comm.gather(report, root=0)
     evaluated = list(sums)
     totals = {}
@@ -186,8 +203,15 @@ def rank_main(args_path: str) -> None:
         total = np.zeros_like(local)
         comm.Reduce(local, total, op=MPI.SUM, root=0)
         totals[key] = total
+    climate_totals = {}
+    for key in ("series", "weights", "hist", "bounded"):
+        local = np.stack([climate[m][key] for m in climate])
+        total = np.zeros_like(local)
+        comm.Reduce(local, total, op=MPI.SUM, root=0)
+        climate_totals[key] = total
     if comm.rank == 0:
         np.savez(out / "forecast_sums.npz", members=np.array(evaluated), **totals)
+        np.savez(out / "climate_sums.npz", members=np.array(list(climate)), ranks=comm.size, **climate_totals)
         (out / "ranks.json").write_text(json.dumps(reports, indent=1) + "\n")
 
 
@@ -383,7 +407,7 @@ def remove(out: Path, patterns) -> None:
 
 RUN_FILES = ("analysis*", "*_done", "bias", "increments", "forecasts", "reports", "policy_*", "baselines.json",
              "learners.json", "forecast_sums.npz", "ranks.json", "ranks.log", "rank_args.json", "results.json",
-             "experiment.json", "nwp_column_correction.png")
+             "experiment.json", "nwp_column_correction.png", "climate", "climate_sums.npz", "nwp_climate.png")
 """What a run writes in its directory (``--fresh`` removes them, and nothing else)."""
 
 
@@ -476,6 +500,7 @@ def results(out: Path, ranks: int, exp: ExperimentConfig) -> dict:
                     "intervals are if anything narrow"},
         "goals": goals(by_variant, exp),
         "baselines": json.loads((out / "baselines.json").read_text()),
+        "climate": climate_of(out, exp),
         **legacy(by_variant, exp),
         **stability(reports, weights, exp),
         **overheads(reports),
@@ -485,6 +510,32 @@ def results(out: Path, ranks: int, exp: ExperimentConfig) -> dict:
         "wall_s": reports[0]["wall_s"],
         "experiment": asdict(exp),
     }
+
+
+def climate_of(out: Path, exp: ExperimentConfig) -> dict | None:
+    """Each system's climate run against the truth's (:func:`~embodyrl.coupling.nwp.climate_statistics`),
+    by band, with the T850 histograms (area fractions) for the figure; None for a run without them."""
+    path = out / "climate_sums.npz"
+    if not path.exists():
+        return None
+    sums = np.load(path, allow_pickle=False)
+    members = [str(m) for m in sums["members"]]
+    series = sums["series"] / sums["weights"][:, None, :]  # [members, samples, bands]: band-mean T850
+    truth = members.index("truth")
+    per_day = int(DAY_S / (ColumnConfig().dt_s * exp.analysis_every))
+    systems = {}
+    for i, member in enumerate(members):
+        if member == "truth":
+            continue
+        bounded = bool(sums["bounded"][i][0] == sums["ranks"])
+        systems[member] = {"bounded": bounded, **(climate_statistics(series[i], sums["hist"][i], series[truth],
+                                                                     sums["hist"][truth], per_day)
+                                                  if bounded else {})}
+    return {"days": exp.climate_days, "start_day": exp.eval_starts_days[0], "bins_k": CLIMATE_BINS.tolist(),
+            "field": "T850, band means every 3 h and the columns' distribution by band", "by_member": systems,
+            "truth_hist": (sums["hist"][truth] / sums["hist"][truth].sum(-1, keepdims=True)).tolist(),
+            "hist": {m: (sums["hist"][i] / np.maximum(sums["hist"][i].sum(-1, keepdims=True), 1e-300)).tolist()
+                     for i, m in enumerate(members) if m != "truth"}}
 
 
 def legacy(by_variant: dict, exp: ExperimentConfig) -> dict:
@@ -595,6 +646,42 @@ def plot(res: dict, path: Path) -> None:
     plt.close(fig)
 
 
+def plot_climate(res: dict, path: Path) -> None:
+    """The climate runs against the truth's: the Hellinger distance of each system's T850 distribution by
+    band, and the distributions of the tropical band that moist convection heats."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    climate = res["climate"]
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    x = np.arange(len(BAND_NAMES))
+    members = list(climate["by_member"])
+    width = 0.8 / max(len(members), 1)
+    for i, member in enumerate(members):
+        entry = climate["by_member"][member]
+        values = [b["hellinger"] for b in entry["bands"]] if entry["bounded"] else [np.nan] * len(x)
+        axes[0].bar(x + (i - len(members) / 2) * width, values, width, label=LABELS.get(member.split("/")[0], member))
+    axes[0].set_xticks(x, BAND_NAMES, fontsize=8)
+    axes[0].set_ylabel("Hellinger distance to the truth's T850 distribution")
+    axes[0].set_title(f"{climate['days']:g}-day free runs (first seed), one start, one weather", fontsize=9)
+    axes[0].legend(fontsize=6)
+    centres = 0.5 * (np.array(climate["bins_k"][1:]) + np.array(climate["bins_k"][:-1]))
+    band = BAND_NAMES.index("0-30N")
+    axes[1].plot(centres, climate["truth_hist"][band], color="black", linewidth=2, label="truth")
+    for member in members:
+        if climate["by_member"][member]["bounded"]:
+            axes[1].plot(centres, climate["hist"][member][band], label=LABELS.get(member.split("/")[0], member))
+    axes[1].set_xlabel("T850 (K), 0-30N")
+    axes[1].set_ylabel("area fraction per K")
+    support = np.flatnonzero(np.array(climate["truth_hist"][band]) > 1e-4)
+    axes[1].set_xlim(centres[support[0]] - 6, centres[support[-1]] + 6)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, type=Path, help="output directory")
@@ -623,6 +710,8 @@ def main(argv=None) -> int:
         res = {**earlier, **results(args.out, earlier["ranks"], config_of(earlier["experiment"]))}
         (args.out / "results.json").write_text(json.dumps(res, indent=1) + "\n")
         plot(res, args.out / "nwp_column_correction.png")
+        if res.get("climate"):
+            plot_climate(res, args.out / "nwp_climate.png")
         print_table(res)
         return 0
     args.out.mkdir(parents=True, exist_ok=True)
@@ -644,6 +733,8 @@ def main(argv=None) -> int:
     res["plan"] = plan
     (args.out / "results.json").write_text(json.dumps(res, indent=1) + "\n")
     plot(res, args.out / "nwp_column_correction.png")
+    if res.get("climate"):
+        plot_climate(res, args.out / "nwp_climate.png")
     if not args.keep_analysis:
         for path in (args.out / "analysis.npy", args.out / "analysis_done"):
             path.unlink(missing_ok=True)

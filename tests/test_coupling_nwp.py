@@ -136,6 +136,16 @@ def test_the_example_at_reduced_size_writes_every_key(tmp_path):
     assert gap["best_fit_r2"] == max(res["baselines"]["ridge_r2_heldout"], res["baselines"]["polynomial_r2_heldout"])
     assert isinstance(res["stable"], bool) and res["goals"]["all_forecasts_bounded"] is True
     assert 0 < res["baselines"]["ridge_r2_heldout"] < 1 and res["baselines"]["mlp_r2_heldout"] < 1
+    climate = res["climate"]
+    assert climate["days"] == quick.climate_days and set(climate["by_member"]) == {
+        "native", "bias_corrected", "ridge", "polynomial", "mlp/s0", "rl_nudged/s0", "rl_free/s0"}
+    for entry in climate["by_member"].values():
+        assert entry["bounded"] and len(entry["bands"]) == 6 and 0 <= entry["hellinger_mean"] <= 1
+        for b in entry["bands"]:
+            assert b["mean_error_ci95"][0] <= b["mean_error"] <= b["mean_error_ci95"][1]
+            assert abs(b["mean"] - b["truth_mean"] - b["mean_error"]) < 1e-9 and b["std"] >= 0
+    np.testing.assert_allclose(np.sum(climate["truth_hist"], axis=-1), 1.0)
+    assert (tmp_path / "nwp_climate.png").stat().st_size > 10_000
     cost = res["us_per_column_step"]
     assert all(cost[k] > 0 for k in ("physics", "link", "inference")) and "MLP" in cost["inference_network"]
     assert 0 < res["link_overhead_fraction"] < 10 and res["inference_fraction"] > 0

@@ -56,7 +56,8 @@ DEFAULT_VARIANT = "rl_nudged"
 
 QUICK = dict(nlat=8, nlon=16, spin_up_days=3.0, train_starts_days=(0.0, 1.0), train_days=1.0,
              free_starts_days=(0.0, 1.0), free_days=1.0, eval_starts_days=(2.25, 2.75), seeds=2,
-             lead_hours=(6, 24, 72), free_run_days=2.0, stream_fraction=0.25, stream_every=1, send_every=8)
+             lead_hours=(6, 24, 72), free_run_days=2.0, climate_days=2.0, stream_fraction=0.25, stream_every=1,
+             send_every=8)
 """A small grid and short periods (tests); a quarter of the columns every step, so that the learner
 gets enough steps to start."""
 
@@ -91,6 +92,8 @@ class ExperimentConfig:
     """Seeds of every variant in SEEDED."""
     free_run_days: float = 10.0
     """Length of the free run with the learnt correction (stability)."""
+    climate_days: float = 30.0
+    """Length of each climate run (:func:`climate_run`): the truth's and each system's, from one state."""
     nudge_tau_h: float = 3.0
     analysis_every: int = 6
     """Model steps between analysis snapshots (3 h)."""
@@ -371,6 +374,72 @@ def free_run(rank: Rank, analysis: Analysis, link: CouplingLink) -> dict:
     z1 = model.band_sums(model.grid.z500(theta))[0] if finite else np.full(BANDS, np.nan)
     return {"finite": finite, "largest_correction": largest, "z500_sum_start": z0, "z500_sum_end": z1,
             "theta_min": float(theta.min()), "theta_max": float(theta.max())}
+
+
+CLIMATE_BINS = np.arange(180.0, 320.5, 1.0)
+"""Edges (K) of the T850 histograms of the climate runs."""
+CLIMATE_SEED = 900
+"""The weather realisation of every climate run, the truth's included (paired)."""
+
+
+def climate_run(rank: Rank, analysis: Analysis, cfg: ColumnConfig, correct) -> dict[str, np.ndarray]:
+    """A free run of ``climate_days`` of ``cfg`` (the truth's, or the model's with ``correct(model, theta)``,
+    K/day or None) from the analysis at the first evaluation start date, every run with the same weather.
+    This rank's sums every ``analysis_every`` steps (3 h): ``series`` [samples, bands] of area x band-mean
+    T850, ``weights`` [bands] of area, ``hist`` [bands, bins] of area by T850 (:data:`CLIMATE_BINS`), and
+    ``bounded`` (0 where the run left :func:`bounded`; its sums stop there)."""
+    exp = rank.exp
+    model = rank.model(cfg, seed=CLIMATE_SEED)
+    k0 = analysis.step_of(exp.eval_starts_days[0])
+    model.time_s = analysis.start_s + k0 * rank.dt
+    theta = analysis.at_step(k0)
+    samples = int(exp.climate_days * DAY_S / rank.dt) // exp.analysis_every
+    out = {"series": np.zeros((samples, BANDS)), "weights": np.zeros(BANDS),
+           "hist": np.zeros((BANDS, len(CLIMATE_BINS) - 1)), "bounded": np.ones(1)}
+    ok = True
+    for k in range(1, samples * exp.analysis_every + 1):
+        correction = correct(model, theta) if ok and correct is not None else None
+        theta, _ = rank.step(model, theta, correction=None if correction is None else correction / DAY_S)
+        ok = ok and bounded(theta)
+        if k % exp.analysis_every == 0 and ok:
+            t850 = model.grid.t850(theta)
+            out["series"][k // exp.analysis_every - 1], out["weights"] = model.band_sums(t850)
+            for b in range(BANDS):
+                inside = model.band == b
+                out["hist"][b] += np.histogram(t850[inside], CLIMATE_BINS, weights=model.area[inside])[0]
+    out["bounded"][0] = float(ok)
+    return out
+
+
+def climate_statistics(series: np.ndarray, hist: np.ndarray, truth_series: np.ndarray, truth_hist: np.ndarray,
+                       samples_per_day: int, block_days: int = 5, resamples: int = 2000) -> dict:
+    """Per band, a system's climate against the truth's (band-mean T850 ``series`` [samples, bands] and the
+    columns' T850 ``hist`` [bands, bins], the truth's alike): the mean, standard deviation and lag-1-day
+    autocorrelation of the band mean, the mean error against the truth's paired run with a 95 % interval
+    from a moving-block bootstrap over days (``block_days`` blocks), and the Hellinger distance between
+    the two T850 distributions (0: the same; 1: disjoint)."""
+    def autocorrelation(x):
+        a, b = x[:-samples_per_day] - x.mean(), x[samples_per_day:] - x.mean()
+        return float(np.sum(a * b) / np.sqrt(np.sum(a * a) * np.sum(b * b))) if len(a) > 1 else float("nan")
+
+    rng = np.random.default_rng(0)
+    block = block_days * samples_per_day
+    starts = np.arange(max(len(series) - block + 1, 1))
+    n_blocks = max(len(series) // block, 1)
+    picks = rng.choice(starts, (resamples, n_blocks))
+    bands = []
+    for b in range(series.shape[1]):
+        diff = series[:, b] - truth_series[:, b]
+        means = np.array([np.mean(np.concatenate([diff[s:s + block] for s in row])) for row in picks])
+        p, q = hist[b] / max(hist[b].sum(), 1e-300), truth_hist[b] / max(truth_hist[b].sum(), 1e-300)
+        bands.append({"mean": float(series[:, b].mean()), "truth_mean": float(truth_series[:, b].mean()),
+                      "std": float(series[:, b].std()), "truth_std": float(truth_series[:, b].std()),
+                      "autocorrelation_1day": autocorrelation(series[:, b]),
+                      "truth_autocorrelation_1day": autocorrelation(truth_series[:, b]),
+                      "mean_error": float(diff.mean()),
+                      "mean_error_ci95": [float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5))],
+                      "hellinger": float(np.sqrt(max(0.0, 1.0 - np.sum(np.sqrt(p * q)))))})
+    return {"bands": bands, "hellinger_mean": float(np.mean([b["hellinger"] for b in bands]))}
 
 
 GOAL_LEADS = (24, 72)
