@@ -208,3 +208,21 @@ def test_the_goal_needs_twenty_percent_and_separate_intervals_against_both_basel
     assert not result["beats_offline_fits_by_20_percent"]["met"]
     unbounded = {**base, "rl_free": {**good, "bounded_fraction": 0.75}}
     assert not goals(unbounded, exp)["all_forecasts_bounded"]
+
+
+def test_climate_statistics_see_a_shifted_climate_and_call_a_climate_its_own_equal():
+    from embodyrl.coupling.nwp import climate_statistics
+
+    rng = np.random.default_rng(0)
+    truth = 280 + np.cumsum(rng.normal(size=(240, 6)), axis=0) * 0.1  # 30 days of 3-hourly band means
+    bins = np.arange(250.0, 311.0)
+    hist = np.stack([np.histogram(truth[:, b], bins)[0] for b in range(6)]).astype(float)
+    same = climate_statistics(truth, hist, truth, hist, samples_per_day=8)
+    assert same["hellinger_mean"] < 1e-6 and all(b["mean_error"] == 0 for b in same["bands"])
+    shifted = truth + 3.0
+    far = np.stack([np.histogram(shifted[:, b], bins)[0] for b in range(6)]).astype(float)
+    stats = climate_statistics(shifted, far, truth, hist, samples_per_day=8)
+    for b in stats["bands"]:
+        assert abs(b["mean_error"] - 3.0) < 1e-9 and b["mean_error_ci95"][0] <= 3.0 <= b["mean_error_ci95"][1]
+        assert abs(b["autocorrelation_1day"] - b["truth_autocorrelation_1day"]) < 1e-9  # a shift keeps it
+    assert stats["hellinger_mean"] > 0.5
