@@ -226,3 +226,20 @@ def test_climate_statistics_see_a_shifted_climate_and_call_a_climate_its_own_equ
         assert abs(b["mean_error"] - 3.0) < 1e-9 and b["mean_error_ci95"][0] <= 3.0 <= b["mean_error_ci95"][1]
         assert abs(b["autocorrelation_1day"] - b["truth_autocorrelation_1day"]) < 1e-9  # a shift keeps it
     assert stats["hellinger_mean"] > 0.5
+
+
+def test_the_moist_testbed_plumbs_its_truth_model_and_inputs_through_the_experiment():
+    from embodyrl.coupling.nwp import QUICK
+    from embodyrl.envs.columns import ColumnConfig
+
+    moist = ExperimentConfig.moist(**QUICK)
+    truth, model = moist.configs()
+    assert truth.moist_convection and not model.moist_convection
+    assert truth == ColumnConfig(**{**vars(model), "moist_convection": True})  # the process, and nothing else
+    assert (truth.nlat, truth.nlon) == (QUICK["nlat"], QUICK["nlon"])
+    coupling = moist.coupling(free=True)
+    assert coupling.context == model.context_size == 7 and coupling.max_correction == 10.0
+    assert moist.nudge_tau_h == 1.0 and coupling.reward_horizon == moist.reward_horizon
+    assert ExperimentConfig.quick().coupling().context == 6  # the mistuned testbed's inputs are unchanged
+    with pytest.raises(ValueError, match="testbed 'wet' is not one of"):
+        ExperimentConfig(testbed="wet")
