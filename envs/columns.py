@@ -26,8 +26,8 @@ Two testbeds (:data:`TESTBEDS`), each a (truth, model) pair of configurations:
   (:meth:`ColumnModel.convective_heating`, in the spirit of Betts and
   Miller: where a column's surface air is moist enough and a parcel lifted
   from it is buoyant, the column relaxes toward the parcel's temperature
-  above the condensation level and its sub-cloud layer is cooled), and both
-  weather noise and nothing else otherwise differ. Each column's context
+  above the condensation level and its sub-cloud layer is cooled); the
+  weather noise is weaker, and nothing else differs. Each column's context
   then also carries its surface air's potential temperature, as a learnt
   parametrisation's inputs would.
 
@@ -242,7 +242,7 @@ class ColumnModel:
         lat = self.col_lat[:, None] - season
         log_p = np.log(g.p / 1000.0)[None, :]
         T = (315.0 - cfg.delta_t_y * np.sin(lat) ** 2 - cfg.delta_theta_z * log_p * np.cos(lat) ** 2) * g.exner
-        local_hour = 2 * np.pi * (time_s / DAY_S) + self.col_lon[:, None]
+        local_hour = self.local_hour(time_s)[:, None]
         surface = np.clip((g.p - 800.0) / 195.0, 0, 1)[None, :]
         T = T + cfg.diurnal_amplitude * surface * np.cos(local_hour - np.pi) * np.cos(self.col_lat[:, None])
         return np.maximum(T, 200.0) / g.exner
@@ -259,10 +259,14 @@ class ColumnModel:
             tend = tend + self.convective_heating(theta, time_s)
         return tend
 
+    def local_hour(self, time_s: float) -> np.ndarray:
+        """Each column's local solar time as an angle (radians; noon at pi)."""
+        return 2 * np.pi * time_s / DAY_S + self.col_lon
+
     def surface_humidity(self, theta: np.ndarray, time_s: float) -> np.ndarray:
         """Specific humidity (kg/kg) of each column's surface air: a relative humidity that is higher in
         the tropics and lower in the afternoon (0.45 to 0.95), times saturation at the surface."""
-        hour = 2 * np.pi * time_s / DAY_S + self.col_lon
+        hour = self.local_hour(time_s)
         relative = 0.7 + 0.15 * np.cos(2 * self.col_lat) - 0.1 * np.cos(hour - np.pi)
         return relative * saturation_humidity(theta[:, 0] * self.grid.exner[0], self.grid.p[0])
 
@@ -394,7 +398,7 @@ class ColumnModel:
     def context(self, theta: np.ndarray | None = None) -> np.ndarray:
         """[columns, ``cfg.context_size``] float32: where and when each column is (and, with
         ``surface_context``, its surface air's theta from ``theta``, scaled as the features' is)."""
-        hour = 2 * np.pi * self.time_s / DAY_S + self.col_lon
+        hour = self.local_hour(self.time_s)
         season = np.full_like(hour, 2 * np.pi * self.time_s / (365.0 * DAY_S))
         parts = [np.sin(self.col_lat), np.cos(self.col_lat), np.sin(hour), np.cos(hour), np.sin(season),
                  np.cos(season)]

@@ -197,22 +197,24 @@ def rank_main(args_path: str) -> None:
     report["wall_s"]["climate"] = time.perf_counter() - clock
     reports = comm.gather(report, root=0)
     evaluated = list(sums)
-    totals = {}
-    for key in ("abs", "signed", "unbounded", "weights"):
-        local = np.stack([sums[m][key] for m in evaluated]) if evaluated else np.zeros(0)
-        total = np.zeros_like(local)
-        comm.Reduce(local, total, op=MPI.SUM, root=0)
-        totals[key] = total
-    climate_totals = {}
-    for key in ("series", "weights", "hist", "bounded"):
-        local = np.stack([climate[m][key] for m in climate])
-        total = np.zeros_like(local)
-        comm.Reduce(local, total, op=MPI.SUM, root=0)
-        climate_totals[key] = total
+    totals = summed_over_ranks(sums, ("abs", "signed", "unbounded", "weights"), comm)
+    climate_totals = summed_over_ranks(climate, ("series", "weights", "hist", "bounded"), comm)
     if comm.rank == 0:
         np.savez(out / "forecast_sums.npz", members=np.array(evaluated), **totals)
         np.savez(out / "climate_sums.npz", members=np.array(list(climate)), ranks=comm.size, **climate_totals)
         (out / "ranks.json").write_text(json.dumps(reports, indent=1) + "\n")
+
+
+def summed_over_ranks(by_member: dict[str, dict[str, np.ndarray]], keys, comm) -> dict[str, np.ndarray]:
+    """Each of ``keys``, stacked over the members (in their order), summed over every rank onto rank 0."""
+    from mpi4py import MPI
+
+    totals = {}
+    for key in keys:
+        local = np.stack([sums[key] for sums in by_member.values()]) if by_member else np.zeros(0)
+        totals[key] = np.zeros_like(local)
+        comm.Reduce(local, totals[key], op=MPI.SUM, root=0)
+    return totals
 
 
 def digest(data: bytes) -> str:
@@ -334,8 +336,8 @@ def baselines_main(exp_args: dict, out: str, mlp_steps: int, max_s: float) -> No
     coupling, ddpg = exp.coupling(), CouplingLearnerConfig().ddpg
     last = len(exp.train_starts_days) - 1
     fit, held = data.where(data.start < last), data.where(data.start == last)
-    w, b, ridge = baselines.fit_ridge_validated(fit, held, data, coupling)
-    pw, pb, poly = baselines.fit_ridge_validated(fit, held, data, coupling, degree=2)
+    w, b, ridge = baselines.fit_ridge_validated(fit, held, coupling)
+    pw, pb, poly = baselines.fit_ridge_validated(fit, held, coupling, degree=2)
     networks, params = baselines.fit_mlp(fit, coupling, ddpg, seed=0, steps=mlp_steps)
     report = {"rows": len(data), "level_rows": len(data) * coupling.levels,
               "heldout_start_days": exp.train_starts_days[last],
@@ -345,8 +347,8 @@ def baselines_main(exp_args: dict, out: str, mlp_steps: int, max_s: float) -> No
               "polynomial_r2_by_l2": poly["r2_by_l2"],
               "mlp_r2_heldout": baselines.r2(baselines.mlp_predict(networks, params, held), held.increment)}
     report["ridge_unexplained_fraction_heldout"] = 1.0 - report["ridge_r2_heldout"]
-    report["gap"] = baselines.gap_check(report["mlp_r2_heldout"], report["ridge_r2_heldout"],
-                                        report["polynomial_r2_heldout"])
+    report["gap"] = baselines.gap_check(report["mlp_r2_heldout"], {"ridge": ridge["r2_heldout"],
+                                                                   "polynomial": poly["r2_heldout"]})
     incarnation = new_incarnation()
     save_atomically(out_dir, "policy_ridge", *baselines.ridge_policy(coupling, w, b, PolicyVersion(incarnation, 1)))
     save_atomically(out_dir, "policy_polynomial",

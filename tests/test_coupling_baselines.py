@@ -76,9 +76,10 @@ def test_the_polynomial_recovers_a_quadratic_increment_and_its_export_answers_th
 def test_the_gap_check_compares_the_mlp_with_the_better_of_ridge_and_the_polynomial():
     from embodyrl.coupling.baselines import gap_check
 
-    gap = gap_check(0.8, 0.4, 0.6)
+    fits = {"ridge": 0.4, "polynomial": 0.6}
+    gap = gap_check(0.8, fits)
     assert gap["best_fit"] == "polynomial" and abs(gap["ratio"] - 0.8 / 0.6) < 1e-12 and gap["met"]
-    assert not gap_check(0.75, 0.4, 0.6)["met"] and gap_check(0.75, 0.4, 0.6)["best_fit_r2"] == 0.6
+    assert not gap_check(0.75, fits)["met"] and gap_check(0.75, fits)["best_fit_r2"] == 0.6
 
 
 def test_a_coupling_learner_warm_started_from_an_offline_fit_publishes_that_fit_and_refuses_another_network():

@@ -97,10 +97,10 @@ def fit_ridge(data: Increments, coupling: CouplingConfig, l2: float = 1e-3, degr
 RIDGE_PENALTIES = (1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0)
 
 
-def fit_ridge_validated(fit: Increments, held: Increments, everything: Increments, coupling: CouplingConfig,
+def fit_ridge_validated(fit: Increments, held: Increments, coupling: CouplingConfig,
                         penalties=RIDGE_PENALTIES, degree: int = 1) -> tuple[np.ndarray, float, dict]:
     """Ridge (or with ``degree`` 2 the polynomial) with the penalty that scores best on ``held`` (a later
-    period) when fitted on ``fit``, then refitted on ``everything`` (``fit`` and ``held``):
+    period) when fitted on ``fit``, then refitted on both (their normal equations summed):
     (w, b, {"l2", "r2_heldout", "r2_by_l2"})."""
     gram, cross = _normal_equations(fit, coupling, degree)
     scores = {}
@@ -108,7 +108,8 @@ def fit_ridge_validated(fit: Increments, held: Increments, everything: Increment
         w, b = _solve(gram, cross, l2)
         scores[l2] = r2(ridge_predict(held, coupling, w, b, degree), held.increment)
     best = max(scores, key=scores.get)
-    w, b = fit_ridge(everything, coupling, best, degree)
+    held_gram, held_cross = _normal_equations(held, coupling, degree)
+    w, b = _solve(gram + held_gram, cross + held_cross, best)
     return w, b, {"l2": best, "r2_heldout": scores[best], "r2_by_l2": {str(k): v for k, v in scores.items()}}
 
 
@@ -180,10 +181,12 @@ GAP_RATIO = 1.3
 (ridge or the polynomial) for a testbed to need a learnt nonlinear correction."""
 
 
-def gap_check(mlp_r2: float, ridge_r2: float, polynomial_r2: float) -> dict:
+def gap_check(mlp_r2: float, fits: dict[str, float]) -> dict:
     """Whether an MLP on the policy's inputs explains at least :data:`GAP_RATIO` times the held-out
-    variance of the best offline fit: a testbed where it does not is no test of a learnt correction."""
-    best = max(ridge_r2, polynomial_r2)
+    variance of the best offline fit (``fits``: name -> held-out R2, e.g. ridge and the polynomial): a
+    testbed where it does not is no test of a learnt correction."""
+    name = max(fits, key=fits.get)
+    best = fits[name]
     ratio = mlp_r2 / best if best > 0 else float("inf")
-    return {"mlp_r2": mlp_r2, "best_fit": "ridge" if ridge_r2 >= polynomial_r2 else "polynomial",
-            "best_fit_r2": best, "ratio": ratio, "needed": GAP_RATIO, "met": bool(ratio >= GAP_RATIO)}
+    return {"mlp_r2": mlp_r2, "best_fit": name, "best_fit_r2": best, "ratio": ratio, "needed": GAP_RATIO,
+            "met": bool(ratio >= GAP_RATIO)}

@@ -279,11 +279,11 @@ class CouplingLearner:
         (``actor/...``: an offline fit, or a policy trained another way); the critic stays fresh, and
         the actor's optimiser starts again. Published at once."""
         actor = params.unflatten(params.subtree(arrays, "actor"))
-        ours = self.service.training.host_state().actor_params
+        state = self.service.training.host_state()
+        ours = state.actor_params
         if jax.tree.structure(actor) != jax.tree.structure(ours) or any(
                 np.shape(a) != np.shape(b) for a, b in zip(jax.tree.leaves(actor), jax.tree.leaves(ours), strict=True)):
             raise ValueError("warm start: the weights are not this learner's actor network")
-        state = self.service.training.host_state()
         state = ddpg.initial_state(state.key, jax.tree.map(lambda a: jnp.asarray(a, jnp.float32), actor),
                                    state.critic_params, self.config.ddpg)
         self.service.state = self.service.training.place(state)
