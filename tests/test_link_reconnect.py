@@ -300,7 +300,8 @@ def test_a_closed_link_says_goodbye_and_a_vanished_one_costs_no_failed_reply():
 def test_an_actor_welcomed_as_its_learner_says_goodbye_ends_without_an_error():
     """A learner at its step budget keeps serving for a moment to say goodbye, and tells a session that
     begins meanwhile too: the WELCOME and the BYE reach the link together. It connected, and stops on
-    the goodbye (an actor of ``train`` that started late once failed the whole run here)."""
+    the goodbye (an actor of ``train`` that started late once failed the whole run here). The BYE may
+    follow the WELCOME in a later read, so the link polls for it as the actor's loop does."""
     server = LearnerServer("tcp://127.0.0.1:*", run_id="r", incarnation=1)
     early = LearnerLink(server.endpoint, actor_name="early", actor_id=1, devices=[INFO], handshake_timeout_s=10)
     answering = threading.Thread(target=early.connect)
@@ -314,6 +315,9 @@ def test_an_actor_welcomed_as_its_learner_says_goodbye_ends_without_an_error():
     link = LearnerLink(server.endpoint, actor_name="late", actor_id=0, devices=[INFO], handshake_timeout_s=10)
     try:
         link.connect()
+        deadline = time.monotonic() + 5
+        while link.bye_reason is None and time.monotonic() < deadline:
+            link.poll(20)
         assert link.bye_reason == "training complete"
     finally:
         link.close()
