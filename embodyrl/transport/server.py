@@ -133,6 +133,24 @@ class ActorSession:
     """Its last batch's array descriptors, checked against :attr:`limits`."""
 
 
+@dataclass
+class _Run:
+    """A session's consecutive batches of one device, with the same array descriptors, received in
+    one poll: decoded, not yet checked."""
+    session: ActorSession
+    device_id: int
+    descriptors: list
+    seqs: list[int] = field(default_factory=list)
+    arrays: list[dict[str, np.ndarray]] = field(default_factory=list)
+    nbytes: int = 0
+
+
+JOINED_BYTES_MAX = 256 << 10
+"""The most a run's joined batches take: small batches' fixed costs (a dozen checks, the replay's
+append, the bookkeeping) are paid once for the run; a larger batch's are small beside its bytes,
+which joining would copy once more."""
+
+
 @dataclass(frozen=True)
 class ReceivedSteps:
     session: ActorSession
@@ -274,11 +292,13 @@ class LearnerServer:
 
     # -- receiving -------------------------------------------------------
     def poll(self, timeout_ms: int = 0, max_messages: int = 256) -> list[ReceivedSteps]:
-        """Handle up to ``max_messages`` arrivals; return the new step batches."""
+        """Handle up to ``max_messages`` arrivals; return the new step batches. A session's consecutive
+        batches of one device are checked and returned as one (:class:`_Run`)."""
         received: list[ReceivedSteps] = []
         if not self._socket.poll(timeout_ms, zmq.POLLIN):
             self._expire_sessions()
             return received
+        runs: dict[bytes, _Run] = {}
         for _ in range(max_messages):
             try:
                 frames = self._socket.recv_multipart(zmq.NOBLOCK, copy=False)
@@ -288,30 +308,36 @@ class LearnerServer:
             self.stats.bytes_in += sum(len(f) for f in frames)
             identity, body = frames[0].bytes, frames[1:]
             try:
-                batch = self._handle(identity, body)
+                self._handle(identity, body, runs, received)
             except MessageError as err:
-                self.stats.reject(err.reason, err.detail)
-                self._log_refusal(err)
-                continue
-            if batch is not None:
-                received.append(batch)
+                self._refused(err)
+        for run in runs.values():
+            self._take_run(run, received)
         self._expire_sessions()
         return received
 
-    def _handle(self, identity: bytes, body: list) -> ReceivedSteps | None:
+    def _refused(self, err: MessageError) -> None:
+        self.stats.reject(err.reason, err.detail)
+        self._log_refusal(err)
+
+    def _handle(self, identity: bytes, body: list, runs: dict[bytes, _Run], received: list) -> None:
         session = self.sessions.get(identity)
         header = parse_header(body, self.limits) if session is None else \
             parse_header(body, session.limits, session.headers)
+        if session is not None and header.kind == P.STEPS:
+            session.last_heard = time.monotonic()
+            self._steps(session, header, body, runs, received)
+            return
+        if identity in runs:  # its batches before what follows them
+            self._take_run(runs.pop(identity), received)
         if header.kind == P.HELLO:
             if header.arrays:
                 raise MessageError("header_malformed", "HELLO carries no arrays")
             self._hello(identity, peer_key(body[0]), header.fields, header.protocol)
-            return None
+            return
         if session is None:
             raise MessageError("unknown_peer", f"{header.kind} before HELLO")
         session.last_heard = time.monotonic()
-        if header.kind == P.STEPS:
-            return self._steps(session, header, body)
         if header.kind == P.BYE:
             self._end_session(identity)
         elif header.kind == P.HEARTBEAT:
@@ -320,7 +346,6 @@ class LearnerServer:
                 self._maybe_send_weights(session)
         else:
             raise MessageError("kind", f"unexpected {header.kind!r} from an actor")
-        return None
 
     def _hello(self, identity: bytes, key: str | None, f: dict, written_in: int) -> None:
         # the rate first, by key (or, without keys, by connection): a flood spends a dict lookup each
@@ -445,40 +470,77 @@ class LearnerServer:
         """The newest count this learner published under its own incarnation (0: its initial policy)."""
         return self._own_published
 
-    def _steps(self, session: ActorSession, header: Header, body: list) -> ReceivedSteps | None:
+    def _steps(self, session: ActorSession, header: Header, body: list, runs: dict[bytes, _Run],
+               received: list) -> None:
+        """Admit one batch to its session's run (after the batches before it), or drop a resend."""
         seq = P.field(header.fields, "seq", int)
         device_id = P.field(header.fields, "device_id", int)
         session.follower.note_held(self._held(header.fields))
         self._maybe_send_weights(session)
-        check = session.checks.get(device_id)
-        if check is None:
+        if device_id not in session.checks:
             raise MessageError("device", f"device {device_id} was not declared in HELLO")
         # the actor spent credit on every batch it sent, whatever becomes of it here (a resend, a refusal)
         rows = next((shape[0] for name, _, shape, _ in header.arrays if name == "reward" and shape), 0)
         self.credits.spent(session.identity, rows)
+        run = runs.get(session.identity)
+        if run is not None and not 0 < seq - run.seqs[-1] <= MAX_SEQ_JUMP:  # not its run's next batch:
+            self._take_run(runs.pop(session.identity), received)  # settle the run, then judge this one
+            run = None
+        newest = run.seqs[-1] if run is not None else session.received_seq
         if seq <= session.committed_seq:  # a resend after a reconnect: acknowledged, never decoded
             self.stats.duplicates += 1
             self.ack(session, seq)
-            return None
-        if seq <= session.received_seq:  # on its way to the replay already
+            return
+        if seq <= newest:  # on its way to the replay already
             self.stats.duplicates += 1
-            return None
-        if seq - session.received_seq > MAX_SEQ_JUMP:  # never acknowledged: later honest seqs would be "resends"
-            raise MessageError("seq_jump", f"seq {seq} of actor {session.actor_id} is {seq - session.received_seq} "
-                                           f"past its newest, {session.received_seq}; a link skips only what its "
+            return
+        if seq - newest > MAX_SEQ_JUMP:  # never acknowledged: later honest seqs would be "resends"
+            raise MessageError("seq_jump", f"seq {seq} of actor {session.actor_id} is {seq - newest} "
+                                           f"past its newest, {newest}; a link skips only what its "
                                            f"spool dropped, at most {MAX_SEQ_JUMP}")
-        msg = decode_arrays(header, body)
+        arrays = decode_arrays(header, body).arrays
+        if run is not None and (run.device_id != device_id or run.descriptors != header.arrays
+                                or run.nbytes + header.declared_bytes > JOINED_BYTES_MAX):
+            self._take_run(runs.pop(session.identity), received)
+            run = None
+        if run is None:
+            runs[session.identity] = run = _Run(session, device_id, header.arrays)
+        run.seqs.append(seq)
+        run.arrays.append(arrays)
+        run.nbytes += header.declared_bytes
+
+    def _take_run(self, run: _Run, received: list) -> None:
+        """Check a run's batches as one (their columns joined: the checks' and the replay's fixed costs
+        paid once); if that fails, each on its own, refusing only those at fault."""
+        if len(run.seqs) > 1:
+            joined = {name: np.concatenate([arrays[name] for arrays in run.arrays]) for name in run.arrays[0]}
+            try:
+                received.append(self._checked(run.session, run.device_id, run.seqs, joined))
+                return
+            except MessageError:
+                pass  # each on its own, below
+        for seq, arrays in zip(run.seqs, run.arrays, strict=True):
+            try:
+                received.append(self._checked(run.session, run.device_id, [seq], arrays))
+            except MessageError as err:
+                self._refused(err)
+
+    def _checked(self, session: ActorSession, device_id: int, seqs: list[int],
+                 arrays: dict[str, np.ndarray]) -> ReceivedSteps:
+        """The batches ``seqs`` of a session's device (their arrays joined), checked and handed on."""
         try:
-            steps = check.steps(msg.arrays, reward_bound=self.reward_bound(device_id))
+            steps = session.checks[device_id].steps(arrays, reward_bound=self.reward_bound(device_id))
         except SpecError as err:
             raise MessageError("steps_invalid", str(err)) from None
         if extremes(steps.actor_id) != (session.actor_id,) * 2 or extremes(steps.device_id) != (device_id,) * 2:
             raise MessageError("steps_invalid", "actor or device ids differ from the session's")
         self._check_versions(steps)
-        if seq > session.received_seq + 1:  # its spool dropped batches (drop_oldest): counted, not refused
-            self.stats.seq_gaps += 1
-        session.received_seq = seq
-        return ReceivedSteps(session, seq, device_id, steps)
+        previous = session.received_seq
+        for seq in seqs:  # its spool dropped batches (drop_oldest): counted, not refused
+            self.stats.seq_gaps += seq > previous + 1
+            previous = seq
+        session.received_seq = previous
+        return ReceivedSteps(session, previous, device_id, steps)
 
     def _check_versions(self, steps: Steps) -> None:
         """Every row acted under no policy, or one of this run's learners: none of its own versions
