@@ -28,6 +28,12 @@ neither this learner's nor an earlier one of its run (``incarnations``:
 spool could have dropped (:data:`MAX_SEQ_JUMP`: ``seq_jump``). Each refusal is
 counted by reason, and its message (column, row, value) is kept
 (``stats.last_refusal``) and logged.
+
+Runs: a session's consecutive small batches of one device that one poll finds
+queued are checked and handed on as one batch, their columns joined, so a
+batch's fixed costs (the checks, the replay's append, the bookkeeping) are
+paid once a run; a run whose check fails is checked batch by batch, so only a
+bad batch is refused.
 """
 
 from __future__ import annotations
