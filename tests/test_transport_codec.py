@@ -6,7 +6,15 @@ import pytest
 import zmq
 
 from embodyrl.hal.wire import protocol as P
-from embodyrl.hal.wire.codec import PACKED, PROTOCOL_VERSION, MessageError, decode, encode
+from embodyrl.hal.wire.codec import (
+    PACKED,
+    PROTOCOL_VERSION,
+    MessageError,
+    decode,
+    decode_joined,
+    encode,
+    parse_header,
+)
 
 
 def _columns() -> dict[str, np.ndarray]:
@@ -85,3 +93,22 @@ def test_a_packed_array_larger_than_the_frame_limit_is_refused_before_any_alloca
     with pytest.raises(MessageError) as info:
         decode([header, b"\0" * 16], Limits(max_frame_bytes=1 << 20))
     assert info.value.reason == "frame_size"
+
+
+def test_packed_messages_join_row_wise_as_decoding_each_would_and_a_short_frame_is_left_to_each():
+    rng = np.random.default_rng(1)
+    messages = [encode(P.STEPS, {"seq": k}, {
+        "observation/state": rng.normal(size=(5, 3, 2)).astype(np.float32),
+        "final": rng.random(5) < 0.5,  # 5 bytes: the next one starts padded
+        "episode_id": rng.integers(0, 1 << 40, 5),
+        "reward": rng.normal(size=5)}) for k in range(3)]
+    header = parse_header(messages[0])
+    joined = decode_joined(header, messages)
+    for name, column in joined.items():
+        each = np.concatenate([decode(m).arrays[name] for m in messages])
+        assert column.dtype == each.dtype and column.shape == each.shape
+        np.testing.assert_array_equal(column, each, err_msg=name)
+    short = [*messages[:2], [messages[2][0], bytes(messages[2][1])[:-8]]]
+    assert decode_joined(header, short) is None  # decoding each names the message at fault
+    camera = encode(P.STEPS, {"seq": 1}, _columns())
+    assert decode_joined(parse_header(camera), [camera, camera]) is None  # an array in its own frame

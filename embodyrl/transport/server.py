@@ -67,6 +67,7 @@ from ..hal.wire.codec import (
     Limits,
     MessageError,
     decode_arrays,
+    decode_joined,
     encode,
     parse_header,
 )
@@ -142,12 +143,13 @@ class ActorSession:
 @dataclass
 class _Run:
     """A session's consecutive batches of one device, with the same array descriptors, received in
-    one poll: decoded, not yet checked."""
+    one poll: admitted, not yet decoded."""
     session: ActorSession
     device_id: int
-    descriptors: list
+    header: Header
+    """The first batch's: every batch of the run declares the same arrays."""
     seqs: list[int] = field(default_factory=list)
-    arrays: list[dict[str, np.ndarray]] = field(default_factory=list)
+    bodies: list[list] = field(default_factory=list)
     nbytes: int = 0
 
 
@@ -504,29 +506,28 @@ class LearnerServer:
             raise MessageError("seq_jump", f"seq {seq} of actor {session.actor_id} is {seq - newest} "
                                            f"past its newest, {newest}; a link skips only what its "
                                            f"spool dropped, at most {MAX_SEQ_JUMP}")
-        arrays = decode_arrays(header, body).arrays
-        if run is not None and (run.device_id != device_id or run.descriptors != header.arrays
+        if run is not None and (run.device_id != device_id or run.header.arrays != header.arrays
                                 or run.nbytes + header.declared_bytes > JOINED_BYTES_MAX):
             self._take_run(runs.pop(session.identity), received)
             run = None
         if run is None:
-            runs[session.identity] = run = _Run(session, device_id, header.arrays)
+            runs[session.identity] = run = _Run(session, device_id, header)
         run.seqs.append(seq)
-        run.arrays.append(arrays)
+        run.bodies.append(body)
         run.nbytes += header.declared_bytes
 
     def _take_run(self, run: _Run, received: list) -> None:
-        """Check a run's batches as one (their columns joined: the checks' and the replay's fixed costs
-        paid once); if that fails, each on its own, refusing only those at fault."""
-        if len(run.seqs) > 1:
-            joined = {name: np.concatenate([arrays[name] for arrays in run.arrays]) for name in run.arrays[0]}
+        """Decode and check a run's batches as one (their columns joined: the checks' and the replay's
+        fixed costs paid once); if that fails, each on its own, refusing only those at fault."""
+        if len(run.seqs) > 1 and (joined := decode_joined(run.header, run.bodies)) is not None:
             try:
                 received.append(self._checked(run.session, run.device_id, run.seqs, joined))
                 return
             except MessageError:
                 pass  # each on its own, below
-        for seq, arrays in zip(run.seqs, run.arrays, strict=True):
+        for seq, body in zip(run.seqs, run.bodies, strict=True):
             try:
+                arrays = decode_arrays(run.header, body).arrays
                 received.append(self._checked(run.session, run.device_id, [seq], arrays))
             except MessageError as err:
                 self._refused(err)

@@ -288,6 +288,37 @@ def decode_arrays(header: Header, frames: list) -> Message:
     return Message(header.kind, header.fields, arrays, header.protocol)
 
 
+def _row_major_strides(shape: tuple, itemsize: int) -> tuple:
+    strides, step = [], itemsize
+    for dim in reversed(shape):
+        strides.append(step)
+        step *= dim
+    return tuple(reversed(strides))
+
+
+def decode_joined(header: Header, bodies: list[list]) -> dict[str, np.ndarray] | None:
+    """The arrays of several messages that share ``header``'s descriptors, every array packed, joined
+    row-wise in message order: one copy of the frames, then one strided copy per array (not a view
+    per array per message). None where an array is not packed or a message's packed frame is not the
+    size its header declares: decode each then, to refuse the one at fault by name."""
+    starts, end = [], 0
+    for _, dtype, shape, codec in header.arrays:
+        if codec != PACKED:
+            return None
+        starts.append(_aligned(end))
+        end = starts[-1] + math.prod(shape) * dtype.itemsize
+    frames = [_buffer(body[-1]) for body in bodies]
+    if any(frame.nbytes != end or len(body) != 2 for frame, body in zip(frames, bodies, strict=True)):
+        return None
+    joined = b"".join(frames)
+    arrays = {}
+    for (name, dtype, shape, _), start in zip(header.arrays, starts, strict=True):
+        each = np.ndarray((len(frames), *shape), dtype, buffer=joined, offset=start,
+                          strides=(end, *_row_major_strides(shape, dtype.itemsize)))
+        arrays[name] = each.reshape(len(frames) * shape[0], *shape[1:])
+    return arrays
+
+
 def decode(frames: list, limits: Limits = DEFAULT_LIMITS) -> Message:
     """Parse and validate one multipart message; raise :class:`MessageError`."""
     return decode_arrays(parse_header(frames, limits), frames)
