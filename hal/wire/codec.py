@@ -25,6 +25,7 @@ rejected batches.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 
@@ -288,12 +289,21 @@ def decode_arrays(header: Header, frames: list) -> Message:
     return Message(header.kind, header.fields, arrays, header.protocol)
 
 
-def _row_major_strides(shape: tuple, itemsize: int) -> tuple:
-    strides, step = [], itemsize
-    for dim in reversed(shape):
-        strides.append(step)
-        step *= dim
-    return tuple(reversed(strides))
+@functools.lru_cache(maxsize=256)
+def _packed_layout(descriptors: tuple) -> tuple[tuple, int] | None:
+    """Each packed array's (offset, row-major strides) in the frame, and the frame's size; None where
+    an array is not packed. Worked out once per descriptors (a peer sends batches of one shape)."""
+    layout, end = [], 0
+    for _, dtype, shape, codec in descriptors:
+        if codec != PACKED:
+            return None
+        strides, step = [], dtype.itemsize
+        for dim in reversed(shape):
+            strides.append(step)
+            step *= dim
+        layout.append((_aligned(end), tuple(reversed(strides))))
+        end = layout[-1][0] + math.prod(shape) * dtype.itemsize
+    return tuple(layout), end
 
 
 def decode_joined(header: Header, bodies: list[list]) -> dict[str, np.ndarray] | None:
@@ -301,21 +311,18 @@ def decode_joined(header: Header, bodies: list[list]) -> dict[str, np.ndarray] |
     row-wise in message order: one copy of the frames, then one strided copy per array (not a view
     per array per message). None where an array is not packed or a message's packed frame is not the
     size its header declares: decode each then, to refuse the one at fault by name."""
-    starts, end = [], 0
-    for _, dtype, shape, codec in header.arrays:
-        if codec != PACKED:
-            return None
-        starts.append(_aligned(end))
-        end = starts[-1] + math.prod(shape) * dtype.itemsize
+    packed = _packed_layout(header.arrays)
+    if packed is None:
+        return None
+    layout, end = packed
     frames = [_buffer(body[-1]) for body in bodies]
     if any(frame.nbytes != end or len(body) != 2 for frame, body in zip(frames, bodies, strict=True)):
         return None
-    joined = b"".join(frames)
+    joined, n = b"".join(frames), len(frames)
     arrays = {}
-    for (name, dtype, shape, _), start in zip(header.arrays, starts, strict=True):
-        each = np.ndarray((len(frames), *shape), dtype, buffer=joined, offset=start,
-                          strides=(end, *_row_major_strides(shape, dtype.itemsize)))
-        arrays[name] = each.reshape(len(frames) * shape[0], *shape[1:])
+    for (name, dtype, shape, _), (start, strides) in zip(header.arrays, layout, strict=True):
+        each = np.ndarray((n, *shape), dtype, buffer=joined, offset=start, strides=(end, *strides))
+        arrays[name] = each.reshape(n * shape[0], *shape[1:])
     return arrays
 
 
