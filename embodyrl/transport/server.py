@@ -153,6 +153,9 @@ class _Run:
     nbytes: int = 0
 
 
+GATHER_S = 0.001
+"""How long a poll that waited lets arrivals gather once the first is in: far below a group commit's
+interval (acks wait for that anyway), and a few batches of a fast actor, checked as one run."""
 JOINED_BYTES_MAX = 256 << 10
 """The most a run's joined batches take: small batches' fixed costs (a dozen checks, the replay's
 append, the bookkeeping) are paid once for the run; a larger batch's are small beside its bytes,
@@ -306,6 +309,8 @@ class LearnerServer:
         if not self._socket.poll(timeout_ms, zmq.POLLIN):
             self._expire_sessions()
             return received
+        if timeout_ms > 0:  # woken by an arrival: let the batches sent with it arrive too (one run)
+            time.sleep(GATHER_S)
         runs: dict[bytes, _Run] = {}
         for _ in range(max_messages):
             try:
