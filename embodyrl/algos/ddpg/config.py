@@ -38,12 +38,19 @@ class DDPGConfig:
     False: after every critic step (SBX)."""
     actor_q: str = "min"
     """What the actor ascends: the ``first`` critic (DDPG, Fujimoto's TD3) or the ``min`` over them (SBX)."""
+    bc_weight: float = 0.0
+    """Behaviour cloning in the actor's loss (TD3+BC, Fujimoto & Gu 2021): Q divided by its batch's
+    mean magnitude, plus this weight times the mean squared distance (in half ranges) to the batch's
+    actions; 0: plain DDPG. It holds a policy near what acted (demonstrations, or the policy a
+    run started from) while its critic is still unsure; TD3+BC's alpha of 2.5 is 0.4 here."""
     encoder: EncoderConfig = field(default_factory=EncoderConfig)
     """The convolutional encoder used when the observation has camera images (DrQ)."""
 
     def __post_init__(self):
         if self.num_critics < 1 or self.policy_delay < 1:
             raise ValueError("num_critics and policy_delay must be at least 1")
+        if not self.bc_weight >= 0:
+            raise ValueError(f"bc_weight must be 0 or more, got {self.bc_weight}")
         if self.actor_q not in ("first", "min"):
             raise ValueError(f"actor_q must be 'first' or 'min', got {self.actor_q!r}")
 

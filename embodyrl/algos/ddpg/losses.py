@@ -52,11 +52,20 @@ def make_losses(networks: DDPGNetworks, config: DDPGConfig):
         return jnp.mean(sample_weights(batch) * per_sample), aux
 
     def actor_loss(actor_params, critic_params, batch):
-        """-Q_1(o, mu(o)) (or -min_i Q_i): the deterministic policy gradient (the encoder's features detached)."""
+        """-Q_1(o, mu(o)) (or -min_i Q_i): the deterministic policy gradient (the encoder's features
+        detached); with ``bc_weight``, TD3+BC's: that Q normalised, plus the weighted squared distance
+        to the batch's actions."""
         if networks.encoder is not None:
             actor_params = detach(actor_params)
         action = networks.policy(actor_params, batch["observation"])
         qs = networks.q_values(critic_params, batch["observation"], action)
-        return -jnp.mean(qs[0] if config.actor_q == "first" else jnp.min(qs, axis=0))
+        q = qs[0] if config.actor_q == "first" else jnp.min(qs, axis=0)
+        if config.bc_weight == 0:
+            return -jnp.mean(q)
+        # TD3+BC (Fujimoto & Gu 2021, eq. 3): Q in units of its mean magnitude, so that the weight
+        # means the same whatever the rewards' scale; the distance in half ranges of the action
+        distance = ((action - batch["action"]) / networks.scale.half_range) ** 2
+        return -jnp.mean(q) / jax.lax.stop_gradient(jnp.mean(jnp.abs(q)) + 1e-6) + \
+            config.bc_weight * jnp.mean(distance)
 
     return critic_loss, actor_loss
