@@ -180,3 +180,31 @@ def test_undelayed_targets_move_every_step_and_the_actor_can_ascend_the_smaller_
                                    rtol=1e-5)
     with pytest.raises(ValueError, match="actor_q"):
         replace(config, actor_q="mean")
+
+
+def test_behaviour_cloning_adds_the_distance_to_the_batch_actions_and_pulls_the_actor_to_them(setup):
+    """TD3+BC (Fujimoto & Gu 2021): -Q / mean|Q| plus bc_weight times the mean squared distance, in
+    half ranges, to the batch's actions; a strong weight makes the actor imitate them."""
+    from embodyrl.algos.ddpg.losses import make_losses
+
+    networks, state = setup
+    batch = make_batch(jax.random.key(4))
+    obs = batch["observation"]
+    config = replace(CONFIG, bc_weight=0.4)
+    action = networks.policy(state.actor_params, obs)
+    q = networks.q_values(state.critic_params, obs, action)[0]
+    distance = ((action - batch["action"]) / networks.scale.half_range) ** 2
+    expected = -np.mean(q) / np.mean(np.abs(q)) + 0.4 * np.mean(distance)
+    actor_loss = make_losses(networks, config)[1]
+    np.testing.assert_allclose(actor_loss(state.actor_params, state.critic_params, batch), expected, rtol=1e-5)
+
+    imitate = replace(CONFIG, bc_weight=100.0)
+    update = jax.jit(ddpg.make_update(networks, imitate))
+    target = dict(batch, action=jnp.broadcast_to(jnp.asarray([1.0, 0.25]), batch["action"].shape))
+    before = float(jnp.mean(jnp.abs(action - target["action"])))
+    for _ in range(300):
+        state, _ = update(state, target)
+    after = float(jnp.mean(jnp.abs(networks.policy(state.actor_params, obs) - target["action"])))
+    assert after < 0.2 * before
+    with pytest.raises(ValueError, match="bc_weight"):
+        replace(CONFIG, bc_weight=-1.0)
