@@ -154,8 +154,9 @@ class _Run:
 
 
 GATHER_S = 0.001
-"""How long a poll that waited lets arrivals gather once the first is in: far below a group commit's
-interval (acks wait for that anyway), and a few batches of a fast actor, checked as one run."""
+"""How long a poll that waited, and found a run that could take more batches, lets them arrive: far
+below a group commit's interval (acks wait for that anyway), and a few batches of a fast actor,
+checked as one run. A large batch is never waited after."""
 JOINED_BYTES_MAX = 256 << 10
 """The most a run's joined batches take: small batches' fixed costs (a dozen checks, the replay's
 append, the bookkeeping) are paid once for the run; a larger batch's are small beside its bytes,
@@ -309,14 +310,17 @@ class LearnerServer:
         if not self._socket.poll(timeout_ms, zmq.POLLIN):
             self._expire_sessions()
             return received
-        if timeout_ms > 0:  # woken by an arrival: let the batches sent with it arrive too (one run)
-            time.sleep(GATHER_S)
         runs: dict[bytes, _Run] = {}
+        gather = timeout_ms > 0  # woken by an arrival: small batches sent with it may be on their way
         for _ in range(max_messages):
             try:
                 frames = self._socket.recv_multipart(zmq.NOBLOCK, copy=False)
             except zmq.Again:
-                break
+                if not (gather and any(run.nbytes < JOINED_BYTES_MAX for run in runs.values())):
+                    break
+                gather = False  # once: let them arrive, to join their run
+                time.sleep(GATHER_S)
+                continue
             self.stats.messages_in += 1
             self.stats.bytes_in += sum(len(f) for f in frames)
             identity, body = frames[0].bytes, frames[1:]
