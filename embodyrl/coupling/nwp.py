@@ -83,10 +83,12 @@ class ExperimentConfig:
     free_actor_lr: float = 1e-4
     """The free-forecast learner's actor step: a tenth of the nudged one's, so that a critic still
     learning the consequences moves the warm-started actor slowly."""
-    free_bc_weight: float = 0.4
-    """Behaviour cloning in the free-forecast learner's actor loss (``ddpg.bc_weight``, TD3+BC's
-    alpha of 2.5): the actions that acted, the warm start's plus exploration, hold the actor near the
-    policy it started from while its critic learns what the corrections lead to."""
+    free_bc_weight: float = 25.0
+    """Behaviour cloning in the free-forecast learner's actor loss (``ddpg.bc_weight``): the actions
+    that acted, the warm start's plus exploration, hold the actor near the policy it started from
+    while its critic learns what the corrections lead to. TD3+BC's 0.4 made the moist testbed's
+    forecasts worse than none (the normalised Q's gradient outweighs it); 2.5 and 25 less so
+    (docs/coupling.md)."""
     reward_horizon: int = 12
     """Steps over which a free-forecast correction's consequences make its reward (6 h)."""
     eval_starts_days: tuple[float, ...] = tuple(8.5 + i for i in range(12))
