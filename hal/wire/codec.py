@@ -310,13 +310,14 @@ def decode_joined(header: Header, bodies: list[list]) -> dict[str, np.ndarray] |
     """The arrays of several messages that share ``header``'s descriptors, every array packed, joined
     row-wise in message order: one copy of the frames, then one strided copy per array (not a view
     per array per message). None where an array is not packed or a message's packed frame is not the
-    size its header declares: decode each then, to refuse the one at fault by name."""
+    size its header declares: decode each then, to refuse the one at fault by name. Each message's
+    header was accepted by :func:`parse_header` (so its frame count fits: one packed frame)."""
     packed = _packed_layout(header.arrays)
     if packed is None:
         return None
     layout, end = packed
     frames = [_buffer(body[-1]) for body in bodies]
-    if any(frame.nbytes != end or len(body) != 2 for frame, body in zip(frames, bodies, strict=True)):
+    if any(frame.nbytes != end for frame in frames):
         return None
     joined, n = b"".join(frames), len(frames)
     arrays = {}
