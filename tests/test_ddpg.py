@@ -156,6 +156,22 @@ def test_delayed_policy_updates_move_actor_and_targets_every_other_step():
     assert not same(s3.actor_params, s2.actor_params)
 
 
+def test_the_actor_waits_for_the_critic_for_actor_starts_after_steps():
+    config = replace(CONFIG, actor_starts_after=3)
+    networks, state = ddpg.init(jax.random.key(3), OBS, ACT, config)
+    update = jax.jit(ddpg.make_update(networks, config))
+    batch = make_batch(jax.random.key(9))
+    start = state
+    for _ in range(3):
+        state, metrics = update(state, batch)
+        assert np.isfinite(metrics["actor_loss"])
+    assert same(state.actor_params, start.actor_params) and not same(state.critic_params, start.critic_params)
+    moved, _ = update(state, batch)  # step 3: the actor's first
+    assert not same(moved.actor_params, start.actor_params)
+    with pytest.raises(ValueError, match="actor_starts_after"):
+        replace(CONFIG, actor_starts_after=-1)
+
+
 def test_undelayed_targets_move_every_step_and_the_actor_can_ascend_the_smaller_critic():
     """SBX's TD3 (the default): the targets move after every critic step while the actor still
     waits, and the actor ascends min(Q1, Q2) instead of Q1."""

@@ -55,11 +55,11 @@ DEFAULT_VARIANT = "rl_nudged"
 
 
 QUICK = dict(nlat=8, nlon=16, spin_up_days=3.0, train_starts_days=(0.0, 1.0), train_days=1.0,
-             free_starts_days=(0.0, 1.0), free_days=1.0, eval_starts_days=(2.25, 2.75), seeds=2,
+             free_starts_days=(0.0, 1.0), free_days=1.0, reward_horizon=4, eval_starts_days=(2.25, 2.75), seeds=2,
              lead_hours=(6, 24, 72), free_run_days=2.0, climate_days=2.0, stream_fraction=0.25, stream_every=1,
              send_every=8)
-"""A small grid and short periods (tests); a quarter of the columns every step, so that the learner
-gets enough steps to start."""
+"""A small grid and short periods (tests); a quarter of the columns every step and free-forecast
+rewards over 2 h, so that the learners get enough steps to start."""
 
 
 @dataclass(frozen=True)
@@ -91,6 +91,13 @@ class ExperimentConfig:
     (docs/coupling.md)."""
     reward_horizon: int = 12
     """Steps over which a free-forecast correction's consequences make its reward (6 h)."""
+    free_held_exploration: bool = True
+    """Free-forecast training holds each column's exploration offset over the whole reward horizon
+    (``CouplingConfig.explore_hold``) and streams every column at the start of each hold only: a
+    row's action is then the correction its reward scores on every step of the horizon. With noise
+    drawn afresh every step, one step's correction is credited with all the steps' consequences, so
+    the critic's best action over-corrects the policy's own error by the horizon's length
+    (docs/coupling.md)."""
     eval_starts_days: tuple[float, ...] = tuple(8.5 + i for i in range(12))
     """Start dates of the evaluation forecasts: after the training period, never trained on."""
     lead_hours: tuple[int, ...] = (6, 12, 24, 72, 120)
@@ -144,9 +151,11 @@ class ExperimentConfig:
     def coupling(self, free: bool = False) -> CouplingConfig:
         """The links' configuration; ``free``: training on free forecasts (horizon rewards)."""
         _, cfg = self.configs()
+        held = self.reward_horizon if free and self.free_held_exploration else 1
         return CouplingConfig(levels=cfg.levels, features=ColumnModel.FEATURES, context=cfg.context_size,
                               radius=self.radius, max_correction=self.max_correction,
-                              stream_fraction=self.stream_fraction, stream_every=self.stream_every,
+                              stream_fraction=1.0 if held > 1 else self.stream_fraction,
+                              stream_every=held if held > 1 else self.stream_every, explore_hold=held,
                               send_every=self.send_every, reward_horizon=self.reward_horizon if free else 0,
                               compression=self.compression)
 

@@ -43,12 +43,17 @@ class DDPGConfig:
     mean magnitude, plus this weight times the mean squared distance (in half ranges) to the batch's
     actions; 0: plain DDPG. It holds a policy near what acted (demonstrations, or the policy a
     run started from) while its critic is still unsure; TD3+BC's alpha of 2.5 is 0.4 here."""
+    actor_starts_after: int = 0
+    """Critic steps before the actor's first step: a policy that starts from one that already acts
+    well (a warm start) is not moved by a critic fitted to its first few batches."""
     encoder: EncoderConfig = field(default_factory=EncoderConfig)
     """The convolutional encoder used when the observation has camera images (DrQ)."""
 
     def __post_init__(self):
         if self.num_critics < 1 or self.policy_delay < 1:
             raise ValueError("num_critics and policy_delay must be at least 1")
+        if self.actor_starts_after < 0:
+            raise ValueError(f"actor_starts_after must be 0 or more, got {self.actor_starts_after}")
         if not self.bc_weight >= 0:
             raise ValueError(f"bc_weight must be 0 or more, got {self.bc_weight}")
         if self.actor_q not in ("first", "min"):

@@ -56,7 +56,7 @@ def _select(flag, new, old):
 
 def make_update(networks: DDPGNetworks, config: DDPGConfig):
     """``update(state, batch) -> (state, metrics)``: a critic step, and every
-    ``policy_delay`` steps an actor step and a target update."""
+    ``policy_delay`` steps (from step ``actor_starts_after``) an actor step and a target update."""
     actor_opt, critic_opt = _optimizers(config)
     critic_loss, actor_loss = make_losses(networks, config)
 
@@ -72,7 +72,7 @@ def make_update(networks: DDPGNetworks, config: DDPGConfig):
         actor_before = state.actor_params
         if networks.encoder is not None:  # the actor reads the encoder the critic just trained
             actor_before = share(actor_before, critic_params)
-        move = (state.steps % config.policy_delay) == 0
+        move = ((state.steps % config.policy_delay) == 0) & (state.steps >= config.actor_starts_after)
 
         def actor_step(_):
             a_loss, a_grads = jax.value_and_grad(actor_loss)(actor_before, critic_params, batch)
