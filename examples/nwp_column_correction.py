@@ -265,7 +265,8 @@ def learners_main(exp_args: dict, plan: dict, out: str, endpoint_queue, min_upda
         config = CouplingLearnerConfig(seed=seed, capacity=LEARNER_CAPACITY)
         if variant == "rl_free":
             config = replace(config, ddpg=replace(config.ddpg, actor_lr=exp.free_actor_lr,
-                                                  bc_weight=exp.free_bc_weight))
+                                                  bc_weight=exp.free_bc_weight,
+                                                  actor_starts_after=exp.free_actor_starts_after))
         learner = learners[name] = CouplingLearner(exp.coupling(free=variant == "rl_free"), config)
         learner.warm_up()
         if variant == "rl_free" and exp.free_start:

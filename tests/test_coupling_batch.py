@@ -231,7 +231,7 @@ def test_stream_every_streams_all_columns_on_every_nth_exchange_only(tmp_path):
 
 def test_counts_below_one_are_refused(tmp_path):
     path = random_export(tmp_path, PolicyVersion(7, 0), cfg=CFG)
-    for name in ("stream_every", "send_every", "explore_hold"):
+    for name in ("stream_every", "send_every"):
         with pytest.raises(CouplingError, match=name):
             CouplingLink(replace(CFG, **{name: 0}), rank=0, policy=runtime.load(path))
 
@@ -246,35 +246,3 @@ def test_inference_in_blocks_of_columns_gives_the_same_corrections(tmp_path):
     for answer in answers[1:]:
         np.testing.assert_allclose(answer, answers[0], rtol=1e-6, atol=1e-7)
     assert np.abs(answers[0]).max() > 0  # a real policy answered
-
-
-def test_held_exploration_is_one_offset_per_column_and_level_for_a_whole_hold(tmp_path):
-    path = random_export(tmp_path, PolicyVersion(7, 0), cfg=CFG)
-    policy = runtime.load(path)
-    frozen = CouplingLink(replace(CFG, explore=False), rank=0, policy=runtime.load(path))
-    link = CouplingLink(replace(CFG, explore_hold=4), rank=0, policy=policy, seed=3)
-    rng = np.random.default_rng(1)
-    answers, offsets = [], []
-    for k in range(10):
-        if k == 6:
-            link.restart()  # a new forecast: a fresh draw, whatever the phase
-        state = rng.normal(size=(300, CFG.levels, CFG.features))  # another state every exchange
-        info = {"context": rng.normal(size=(300, CFG.context))}
-        answers.append(link.exchange(state, info))
-        offsets.append(answers[-1] - frozen.exchange(state, info))
-    assert np.abs(np.array(answers)).max() <= CFG.max_correction  # clipped to the bound
-
-    def same(j, k):  # where neither answer was clipped, the offsets are one draw or two
-        whole = (np.abs(answers[j]) < CFG.max_correction) & (np.abs(answers[k]) < CFG.max_correction)
-        return np.allclose(offsets[j][whole], offsets[k][whole], atol=1e-5)
-
-    assert same(0, 1) and same(0, 2) and same(0, 3)  # the first hold: one offset on every exchange
-    assert not same(3, 4) and same(4, 5)  # the 5th exchange draws anew
-    assert not same(5, 6)  # and so does the first after the restart
-    std = policy.exploration_std * CFG.max_correction  # the policy's own scale, in half ranges
-    assert np.std(offsets[0][np.abs(answers[0]) < CFG.max_correction]) == pytest.approx(std, rel=0.15)
-
-
-def test_held_exploration_needs_the_ranks_own_policy():
-    with pytest.raises(CouplingError, match="explore_hold needs"):
-        CouplingLink(replace(CFG, explore_hold=4, inference="tcp://127.0.0.1:1"), rank=0)

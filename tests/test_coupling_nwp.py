@@ -20,7 +20,7 @@ pytest.importorskip("mpi4py")
 pytestmark = pytest.mark.skipif(MPIEXEC is None, reason="no mpiexec (pip install mpich)")
 
 TINY = ExperimentConfig(nlat=6, nlon=8, spin_up_days=0.5, train_starts_days=(0.0,), train_days=0.25,
-                        free_starts_days=(0.0,), free_days=0.25, reward_horizon=4, eval_starts_days=(0.5,),
+                        free_starts_days=(0.0,), free_days=0.25, free_window=4, eval_starts_days=(0.5,),
                         lead_hours=(3, 6), seeds=1, free_run_days=0.25, stream_fraction=0.5, stream_every=2,
                         send_every=2, policy_wait_s=30.0)
 
@@ -53,13 +53,12 @@ def test_tiny_run_on_two_ranks_streams_both_trainings_and_scores_every_forecast_
     for r, rows in enumerate(blocks):  # every rank streamed its own half of its columns, every 2nd step
         per_step = round(0.5 * len(rows) * TINY.nlon)
         assert learners["rl_nudged/s0"].rows()[(r, r)] == (steps // 2) * per_step
-        # free forecasts: every column at the start of each held exploration offset; the rows of
-        # steps 0 and 4 saw their 4 steps, those of step 8 were cut
-        assert learners["rl_free/s0"].rows()[(r, r)] == 2 * len(rows) * TINY.nlon
+        # free forecasts: every column once per window of 4 steps, 3 windows in the 12 steps
+        assert learners["rl_free/s0"].rows()[(r, r)] == 3 * len(rows) * TINY.nlon
         recorded = np.load(tmp_path / "increments" / f"rank{r}.npz")
         assert recorded["increment"].shape == ((steps // 2) * per_step, 70) and np.isfinite(recorded["increment"]).all()
     free_rewards = np.concatenate([t.steps.reward for t in learners["rl_free/s0"].taken])
-    assert (free_rewards < 0).all() and np.isfinite(free_rewards).all()  # minus squared errors
+    assert (free_rewards <= 0).all() and np.isfinite(free_rewards).all()  # minus squared errors
     for name in ("analysis_done", "train_done", "free-s0_done"):
         assert (tmp_path / name).exists()
     sums = np.load(tmp_path / "forecast_sums.npz")
@@ -240,7 +239,49 @@ def test_the_moist_testbed_plumbs_its_truth_model_and_inputs_through_the_experim
     assert (truth.nlat, truth.nlon) == (QUICK["nlat"], QUICK["nlon"])
     coupling = moist.coupling(free=True)
     assert coupling.context == model.context_size == 7 and coupling.max_correction == 10.0
-    assert moist.nudge_tau_h == 1.0 and coupling.reward_horizon == moist.reward_horizon
+    assert moist.nudge_tau_h == 1.0 and coupling.reward_horizon == 0 and coupling.stream_every == 1
     assert ExperimentConfig.quick().coupling().context == 6  # the mistuned testbed's inputs are unchanged
     with pytest.raises(ValueError, match="testbed 'wet' is not one of"):
         ExperimentConfig(testbed="wet")
+
+
+class _RecordingLink:
+    """A link that answers one constant correction and keeps each window's target."""
+
+    def __init__(self, answer: float):
+        self.answer, self.targets = answer, []
+
+    def exchange(self, state, info):
+        if "target" in info:
+            self.targets.append(info["target"])
+        return np.full(state.shape[:2], self.answer)
+
+
+def test_a_free_windows_target_is_the_tendency_its_forecast_lacked_whatever_the_policy_answered(tmp_path):
+    """An analysis made by the model itself plus 2 K/day everywhere: every window's target is those
+    2 K/day, whether the policy corrected by nothing or by too much (5 K/day)."""
+    from mpi4py import MPI
+
+    from embodyrl.coupling.nwp import Analysis, Rank, train_free
+    from embodyrl.envs.columns import DAY_S
+
+    exp = replace(TINY, free_starts_days=(0.0,), free_days=0.5, free_window=6)
+    rank = Rank(exp, MPI.COMM_SELF)
+    missing = 2.0  # K/day
+    model = rank.model(rank.model_cfg, seed=300)  # train_free's first forecast's weather
+    model.time_s = exp.spin_up_days * DAY_S
+    theta = model.equilibrium(model.time_s)
+    snapshots = [theta]
+    for k in range(1, int(exp.free_days * 48) + 1):
+        theta, _ = model.step(theta, correction=np.full_like(theta, missing / DAY_S))
+        if k % exp.analysis_every == 0:
+            snapshots.append(theta)
+    np.save(tmp_path / "analysis.npy", np.array(snapshots, np.float32))
+    analysis = Analysis(rank, tmp_path / "analysis.npy")
+    for answer in (0.0, 5.0):
+        link = _RecordingLink(answer)
+        train_free(rank, analysis, link)
+        assert len(link.targets) == 4  # windows of 3 h in 12 h
+        for target in link.targets:
+            off = np.abs(target - missing)  # not 0: the error built up changes the model's own tendencies
+            assert off.mean() < 0.03 * missing and off.max() < 0.1 * missing

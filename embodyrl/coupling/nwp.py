@@ -17,8 +17,9 @@ own :class:`~embodyrl.hal.coupling.CouplingLink` per learner. In order:
    baselines (ridge regression, a supervised MLP).
 3. **Training on consequences** (:func:`train_free`): free forecasts from the
    analysis over the same period with the exploring policy's corrections
-   applied; each column's reward is its score (minus the mean squared
-   temperature error against the analysis) over the next ``reward_horizon`` steps.
+   applied, in windows of 3 h; each column's target is the tendency that would
+   have kept its error from growing over the window, and its reward the policy's
+   answer scored against it.
 4. **Evaluation** (:func:`forecast_errors`): from start dates after the
    training period, free forecasts of every variant with the same stochastic
    forcing per start date; per start date, band sums of |error| of Z500 and
@@ -55,11 +56,11 @@ DEFAULT_VARIANT = "rl_nudged"
 
 
 QUICK = dict(nlat=8, nlon=16, spin_up_days=3.0, train_starts_days=(0.0, 1.0), train_days=1.0,
-             free_starts_days=(0.0, 1.0), free_days=1.0, reward_horizon=4, eval_starts_days=(2.25, 2.75), seeds=2,
+             free_starts_days=(0.0, 1.0), free_days=1.0, eval_starts_days=(2.25, 2.75), seeds=2,
              lead_hours=(6, 24, 72), free_run_days=2.0, climate_days=2.0, stream_fraction=0.25, stream_every=1,
              send_every=8)
-"""A small grid and short periods (tests); a quarter of the columns every step and free-forecast
-rewards over 2 h, so that the learners get enough steps to start."""
+"""A small grid and short periods (tests); a quarter of the columns every step, so that the learner
+gets enough steps to start."""
 
 
 @dataclass(frozen=True)
@@ -89,15 +90,12 @@ class ExperimentConfig:
     while its critic learns what the corrections lead to. TD3+BC's 0.4 made the moist testbed's
     forecasts worse than none (the normalised Q's gradient outweighs it); 2.5 and 25 less so
     (docs/coupling.md)."""
-    reward_horizon: int = 12
-    """Steps over which a free-forecast correction's consequences make its reward (6 h)."""
-    free_held_exploration: bool = True
-    """Free-forecast training holds each column's exploration offset over the whole reward horizon
-    (``CouplingConfig.explore_hold``) and streams every column at the start of each hold only: a
-    row's action is then the correction its reward scores on every step of the horizon. With noise
-    drawn afresh every step, one step's correction is credited with all the steps' consequences, so
-    the critic's best action over-corrects the policy's own error by the horizon's length
-    (docs/coupling.md)."""
+    free_window: int = 6
+    """Steps of one consequence window (3 h, one analysis interval): each window of a free forecast
+    gives every column the target :func:`train_free` computes from the window's error growth."""
+    free_actor_starts_after: int = 1000
+    """Critic steps before the free-forecast learner's actor moves (``ddpg.actor_starts_after``): the
+    warm start is not moved by a critic fitted to the first window's rows."""
     eval_starts_days: tuple[float, ...] = tuple(8.5 + i for i in range(12))
     """Start dates of the evaluation forecasts: after the training period, never trained on."""
     lead_hours: tuple[int, ...] = (6, 12, 24, 72, 120)
@@ -149,14 +147,13 @@ class ExperimentConfig:
         return truth(nlat=self.nlat, nlon=self.nlon), model(nlat=self.nlat, nlon=self.nlon)
 
     def coupling(self, free: bool = False) -> CouplingConfig:
-        """The links' configuration; ``free``: training on free forecasts (horizon rewards)."""
+        """The links' configuration; ``free``: training on free forecasts, where only the exchanges
+        that carry a window's targets stream, every column of them."""
         _, cfg = self.configs()
-        held = self.reward_horizon if free and self.free_held_exploration else 1
         return CouplingConfig(levels=cfg.levels, features=ColumnModel.FEATURES, context=cfg.context_size,
                               radius=self.radius, max_correction=self.max_correction,
-                              stream_fraction=1.0 if held > 1 else self.stream_fraction,
-                              stream_every=held if held > 1 else self.stream_every, explore_hold=held,
-                              send_every=self.send_every, reward_horizon=self.reward_horizon if free else 0,
+                              stream_fraction=1.0 if free else self.stream_fraction,
+                              stream_every=1 if free else self.stream_every, send_every=self.send_every,
                               compression=self.compression)
 
     def members(self) -> list[str]:
@@ -281,10 +278,7 @@ def train(rank: Rank, analysis: Analysis, links: list[CouplingLink], record: Pat
         for k in range(int(exp.train_days * DAY_S / rank.dt)):
             reference = analysis.at_step(k0 + k)
             increment = (reference - theta) / tau * DAY_S
-            t0, c0 = time.perf_counter(), time.thread_time()
-            state, context = model.features(theta), model.context(theta)
-            rank.timing["feature_s"] += time.perf_counter() - t0
-            rank.timing["feature_cpu_s"] += time.thread_time() - c0
+            state, context = features_of(rank, model, theta)
             for link in links:
                 link.exchange(state, {"context": context, "target": increment})
             if record is not None and k % exp.stream_every == 0:
@@ -302,33 +296,46 @@ def train(rank: Rank, analysis: Analysis, links: list[CouplingLink], record: Pat
     return total / count
 
 
-def score(model: ColumnModel, theta: np.ndarray, reference: np.ndarray) -> np.ndarray:
-    """Per column, minus the mean over levels of the squared temperature error (K^2) against the
-    analysis: the free-forecast reward's ingredient (temperature, not theta, so that the upper
-    levels' large theta values do not dominate)."""
-    return -np.mean(((theta - reference) * model.grid.exner) ** 2, axis=1)
-
-
 def train_free(rank: Rank, analysis: Analysis, link: CouplingLink) -> None:
     """Free forecasts from the analysis at every free training start, the exploring policy's corrections
-    applied; the link rewards each streamed column by its mean score (:func:`score`) over the next
-    ``reward_horizon`` steps. Rows whose horizon passes the forecast's end are dropped."""
+    applied, in windows of ``free_window`` steps. At each window's end every column gets the target of
+    its consequences: the mean correction applied over the window, less the growth of its error
+    against the analysis over the window per day,
+
+        target = mean_j a_j - ((x_end - x_end^a) - (x_start - x_start^a)) / window,
+
+    the tendency that would have kept the window's error where it started (the model error of the
+    states this policy's own forecasts visit, corrections included). The link then scores its
+    policy's answer on the window's first state against that target, as the nudged phase scores one
+    against the nudging increment; that exchange streams and is not applied. Growth, not the error
+    itself: a window is not asked to undo the error that earlier windows left."""
     exp = rank.exp
+    window, window_days = exp.free_window, exp.free_window * rank.dt / DAY_S
     for i, day in enumerate(exp.free_starts_days):
         model = rank.model(rank.model_cfg, seed=300 + i)
         k0 = analysis.step_of(day)
         model.time_s = analysis.start_s + k0 * rank.dt
         theta = analysis.at_step(k0)
-        link.restart()
-        for k in range(int(exp.free_days * DAY_S / rank.dt)):
-            reference = analysis.at_step(k0 + k)
-            t0, c0 = time.perf_counter(), time.thread_time()
-            state, context = model.features(theta), model.context(theta)
-            rank.timing["feature_s"] += time.perf_counter() - t0
-            rank.timing["feature_cpu_s"] += time.thread_time() - c0
-            correction = link.exchange(state, {"context": context, "score": score(model, theta, reference)})
-            theta, _ = rank.step(model, theta, correction=correction / DAY_S)
-    link.restart()
+        for w0 in range(0, int(exp.free_days * DAY_S / rank.dt) - window + 1, window):
+            first = features_of(rank, model, theta)
+            error = theta - analysis.at_step(k0 + w0)
+            applied = np.zeros_like(theta)
+            for _ in range(window):
+                state, context = features_of(rank, model, theta)
+                correction = link.exchange(state, {"context": context})
+                applied += correction
+                theta, _ = rank.step(model, theta, correction=correction / DAY_S)
+            growth = theta - analysis.at_step(k0 + w0 + window) - error
+            link.exchange(first[0], {"context": first[1], "target": applied / window - growth / window_days})
+
+
+def features_of(rank: Rank, model: ColumnModel, theta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(profile features, context) of the state, timed as the rank's feature work."""
+    t0, c0 = time.perf_counter(), time.thread_time()
+    out = model.features(theta), model.context(theta)
+    rank.timing["feature_s"] += time.perf_counter() - t0
+    rank.timing["feature_cpu_s"] += time.thread_time() - c0
+    return out
 
 
 def bounded(theta: np.ndarray) -> bool:

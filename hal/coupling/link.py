@@ -90,13 +90,6 @@ class CouplingConfig:
     """The learner's public ``.key``."""
     explore: bool = True
     """Add the policy's exploration noise (training)."""
-    explore_hold: int = 1
-    """Exchanges over which each column's exploration noise is held. 1: the policy draws it afresh
-    every exchange. n > 1: one draw per column and level (the policy's noise scale) is added to the
-    policy's deterministic answer for n exchanges, redrawn on every n-th exchange. With
-    ``stream_every`` n and ``reward_horizon`` n, each streamed row's action is then a persistent
-    offset over the whole horizon its reward scores; a draw per exchange perturbs one step of that
-    horizon, and the reward credits it with the consequences of all the steps after it."""
     stream_fraction: float = 1.0
     """Fraction of the rank's columns streamed per exchange (a random subset)."""
     stream_every: int = 1
@@ -232,13 +225,11 @@ class CouplingLink:
 
     def __init__(self, config: CouplingConfig, rank: int, policy: NumpyPolicy | None = None,
                  seed: int | None = None):
-        for name in ("stream_every", "send_every", "explore_hold"):
+        for name in ("stream_every", "send_every"):
             if getattr(config, name) < 1:
                 raise CouplingError(f"{name}: {getattr(config, name)}; expected a count of at least 1")
         if (policy is None) == (config.inference is None):
             raise CouplingError("give either a policy replica or an inference endpoint, not both or neither")
-        if config.explore_hold > 1 and config.explore and policy is None:
-            raise CouplingError("explore_hold needs the rank's own policy replica (the noise is drawn here)")
         if policy is not None:
             want = config.level_observation_spec()
             if policy.observation_spec != want:
@@ -252,8 +243,6 @@ class CouplingLink:
         self.observation_spec = config.observation_spec()
         self.action_spec = config.action_spec()
         self._rng = np.random.default_rng(seed)
-        self._held_noise: np.ndarray | None = None
-        """The exploration offsets held over ``explore_hold`` exchanges [columns, levels]."""
         self._episodes: np.ndarray | None = None
         self._order = np.empty(0, np.int64)
         """This round's permutation of the columns; ``_picked`` of them have been streamed."""
@@ -339,7 +328,7 @@ class CouplingLink:
         """The model starts a new run (another start date): rows still waiting for their horizon's
         scores are dropped (their consequences will not be seen), and the columns get new episode
         ids. Returns the rows dropped."""
-        self._episodes = self._held_noise = None
+        self._episodes = None
         return self._horizon.drop() if self._horizon is not None else 0
 
     def close(self, flush_s: float = 5.0) -> None:
@@ -418,31 +407,18 @@ class CouplingLink:
                 return None
             return answer
         cfg = self.config
-        held = cfg.explore and cfg.explore_hold > 1
-        explore = cfg.explore and not held
         n = profile.shape[0]
         block = max(1, cfg.inference_rows // cfg.levels) if cfg.inference_rows > 0 else n
         if n <= block:
-            action, _ = self.policy.act({"window": level_inputs(profile, context, cfg.radius)}, explore=explore)
-            answer = action[..., 0]
-        else:
-            answer = np.empty(profile.shape[:2], np.float32)
-            for lo in range(0, n, block):  # blocks of columns: the activations stay in the cache
-                windows = level_inputs(profile[lo:lo + block], None if context is None else context[lo:lo + block],
-                                       cfg.radius)
-                action, _ = self.policy.act({"window": windows}, explore=explore)
-                answer[lo:lo + block] = action[..., 0]
-        return self._with_held_noise(answer) if held else answer
-
-    def _with_held_noise(self, answer: np.ndarray) -> np.ndarray:
-        """The answer plus this hold's exploration offsets (drawn on every ``explore_hold``-th
-        exchange, after a restart, or when the column count changes), clipped to the bound."""
-        cfg = self.config
-        if (self._held_noise is None or self._held_noise.shape != answer.shape
-                or self.stats.exchanges % cfg.explore_hold == 0):
-            std = self.policy.exploration_std * cfg.max_correction  # in half ranges, as the policy's own
-            self._held_noise = self._rng.normal(0.0, std, answer.shape).astype(np.float32)
-        return np.clip(answer + self._held_noise, -cfg.max_correction, cfg.max_correction)
+            action, _ = self.policy.act({"window": level_inputs(profile, context, cfg.radius)}, explore=cfg.explore)
+            return action[..., 0]
+        answer = np.empty(profile.shape[:2], np.float32)
+        for lo in range(0, n, block):  # blocks of columns: the activations stay in the cache
+            windows = level_inputs(profile[lo:lo + block], None if context is None else context[lo:lo + block],
+                                   cfg.radius)
+            action, _ = self.policy.act({"window": windows}, explore=cfg.explore)
+            answer[lo:lo + block] = action[..., 0]
+        return answer
 
     def _connect(self, timeout_s: float) -> None:
         cfg = self.config
