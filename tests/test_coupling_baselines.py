@@ -1,5 +1,6 @@
 """The offline baselines of the column experiment: fitted on recorded increments, run by the numpy runtime."""
 
+import jax.numpy as jnp
 import numpy as np
 
 from embodyrl.coupling.baselines import (
@@ -105,6 +106,12 @@ def test_a_coupling_learner_warm_started_from_an_offline_fit_publishes_that_fit_
         state = learner.state
         for a, b in zip(jax_leaves(state.actor_params), jax_leaves(state.target_actor_params), strict=True):
             np.testing.assert_array_equal(a, b)  # the target starts where the actor does
+        obs = {"profile": train.profile[:50], "context": train.context[:50]}
+        policy = learner.networks.policy(state.actor_params, obs)
+        best = learner.networks.q_values(state.critic_params, obs, policy)
+        for step in (-0.3, 0.3):  # the critic's best action is where the warm start acts
+            other = jnp.clip(policy + step, -CFG.max_correction, CFG.max_correction)
+            assert (learner.networks.q_values(state.critic_params, obs, other) < best).all()
         wrong = {**arrays, "actor/layers/0/kernel": arrays["actor/layers/0/kernel"][:-1]}
         with pytest.raises(ValueError, match="not this learner's actor network"):
             learner.warm_start(wrong)

@@ -115,6 +115,23 @@ def init(key: jax.Array, coupling: CouplingConfig, config: ddpg.DDPGConfig) -> t
     return networks, ddpg.initial_state(state_key, actor, critic, config)
 
 
+def critic_centred_on(critic_params, actor_params):
+    """The critics (stacked) with their hidden layers and their centre head ``m`` (output 0) copied
+    from the actor, so that ``tanh(m(w))`` is the actor's unit action for every window; the
+    curvature and value heads (outputs 1 and 2) keep their own weights. The two networks have the
+    same input and hidden sizes (:func:`init`)."""
+    layers = dict(critic_params["layers"])
+    last = max(layers)
+    for i, layer in actor_params["layers"].items():
+        stacked = layers[i]
+        critics = stacked["kernel"].shape[0]
+        if i != last:
+            layers[i] = {k: jnp.broadcast_to(v, (critics, *v.shape)) for k, v in layer.items()}
+        else:
+            layers[i] = {k: stacked[k].at[:, ..., 0].set(layer[k][..., 0]) for k in ("kernel", "bias")}
+    return {**critic_params, "layers": layers}
+
+
 def export_policy(networks: ColumnNetworks, actor_params, config: ddpg.DDPGConfig,
                   version: PolicyVersion) -> tuple[dict, dict[str, np.ndarray]]:
     """(graph, arrays) of the per-level actor for :class:`~embodyrl.hal.runtime.NumpyPolicy`."""
@@ -276,16 +293,19 @@ class CouplingLearner:
 
     def warm_start(self, arrays: dict[str, np.ndarray]) -> None:
         """Start the actor (and its target) from another policy's exported weights of the same network
-        (``actor/...``: an offline fit, or a policy trained another way); the critic stays fresh, and
-        the actor's optimiser starts again. Published at once."""
+        (``actor/...``: an offline fit, or a policy trained another way), and every critic's centre
+        ``m(w)`` from it too (:func:`critic_centred_on`): the critic starts out believing that the
+        policy it starts from acts best, and only its data move it from there. The critic's value and
+        curvature heads stay fresh, and the optimisers start again. Published at once."""
         actor = params.unflatten(params.subtree(arrays, "actor"))
         state = self.service.training.host_state()
         ours = state.actor_params
         if jax.tree.structure(actor) != jax.tree.structure(ours) or any(
                 np.shape(a) != np.shape(b) for a, b in zip(jax.tree.leaves(actor), jax.tree.leaves(ours), strict=True)):
             raise ValueError("warm start: the weights are not this learner's actor network")
-        state = ddpg.initial_state(state.key, jax.tree.map(lambda a: jnp.asarray(a, jnp.float32), actor),
-                                   state.critic_params, self.config.ddpg)
+        actor = jax.tree.map(lambda a: jnp.asarray(a, jnp.float32), actor)
+        state = ddpg.initial_state(state.key, actor, critic_centred_on(state.critic_params, actor),
+                                   self.config.ddpg)
         self.service.state = self.service.training.place(state)
         self.publish()
 
