@@ -97,8 +97,9 @@ def test_actor_process_streams_steps_and_follows_weights(server, spawn):
     assert np.all(np.diff(steps_counts) >= 0), "versions in the stream never go backwards"
     assert steps_counts[0] <= 1 and steps_counts[-1] == 4
     assert {int(a) for b in received for a in b.steps.actor_id} == {4}
-    seqs = [b.seq for b in received]
-    assert seqs == list(range(1, len(seqs) + 1))
+    seqs = [b.seq for b in received]  # a run of batches a poll finds queued arrives as one, at its last seq
+    assert seqs == sorted(set(seqs)) and seqs[0] >= 1
+    assert server.stats.seq_gaps == 0  # none lost between them
     # the stream is consecutive within each episode, with one final row per finished episode
     episodes = np.concatenate([b.steps.episode_id for b in received])
     index = np.concatenate([b.steps.step_index for b in received])
