@@ -317,11 +317,12 @@ def train_free(rank: Rank, analysis: Analysis, link: CouplingLink) -> None:
         model.time_s = analysis.start_s + k0 * rank.dt
         theta = analysis.at_step(k0)
         for w0 in range(0, int(exp.free_days * DAY_S / rank.dt) - window + 1, window):
-            first = features_of(rank, model, theta)
             error = theta - analysis.at_step(k0 + w0)
             applied = np.zeros_like(theta)
-            for _ in range(window):
+            for j in range(window):
                 state, context = features_of(rank, model, theta)
+                if j == 0:
+                    first = state, context  # the window's first state: its target's row
                 correction = link.exchange(state, {"context": context})
                 applied += correction
                 theta, _ = rank.step(model, theta, correction=correction / DAY_S)
