@@ -263,6 +263,7 @@ class LearnerSide:
                                     peer_timeout_s=self.peer_timeout_s, keys=self.keys)
         self._received = self.replay.committed_seqs  # actor id -> newest seq taken
         self._unacked: list = []
+        self._cut: list = []  # sessions whose batches were lost in flight, from the first lost on
         self._beat = self._published = time.monotonic()
         self.publications = 0
         if self.publish_every_s is not None:
@@ -288,15 +289,20 @@ class LearnerSide:
 
     def step(self, accept: bool = True, timeout_ms: int = 20) -> None:
         """One turn of the loop; ``accept=False`` drops what arrives (as if lost in flight): it
-        stays in the actor's spool."""
+        stays in the actor's spool. A connection loses a suffix of its stream, never a middle, so
+        every later batch of a session that lost one is dropped too: taking one would make the
+        learner's cumulative acknowledgement cover the batches dropped before it."""
         from embodyrl.transport.credits import grant_in_turn
 
         cpu0 = time.thread_time()
         batches = self.server.poll(timeout_ms)
         self.poll_cpu_s += time.thread_time() - cpu0
         self.max_backlog = max(self.max_backlog, len(batches))
-        for batch in batches if accept else ():
-            self._take(batch)
+        for batch in batches:
+            if not accept and not self._lost(batch.session):
+                self._cut.append(batch.session)
+            if not self._lost(batch.session):
+                self._take(batch)
         if self.replay.maybe_commit(self.commit_interval_s):
             self._ack()
         grant_in_turn(self.server, CREDIT_QUANTUM, lambda outstanding: True)
@@ -306,6 +312,9 @@ class LearnerSide:
             self._beat = now
         if self.publish_every_s is not None and now - self._published >= self.publish_every_s:
             self.publish()
+
+    def _lost(self, session) -> bool:
+        return any(cut is session for cut in self._cut)
 
     def _take(self, batch) -> None:
         session, actor = batch.session, batch.session.actor_id
