@@ -151,7 +151,8 @@ def rank_main(args_path: str) -> None:
         if not wait_for(out / f"policy_init_{stem(member)}.npz", exp.policy_wait_s, comm):  # a warm start's
             raise RuntimeError(f"{member}: no first policy in {exp.policy_wait_s:g} s")
         link = training_link(exp.coupling(free=True), endpoints[member], out, member, comm.rank)
-        phase(f"free-s{s}", [link], lambda link=link: train_free(rank, analysis, link))
+        offset = bias if exp.free_start == "bias" else 0.0
+        phase(f"free-s{s}", [link], lambda link=link, offset=offset: train_free(rank, analysis, link, offset))
         done(f"free-s{s}")
 
     rank.timing = new_timing()
@@ -169,9 +170,12 @@ def rank_main(args_path: str) -> None:
                 continue
             key = digest(policy.with_suffix(".npz").read_bytes())
             link = eval_links[member] = CouplingLink(frozen, comm.rank, runtime.load(policy))
+            offset = bias if variant == "rl_free" and exp.free_start == "bias" else 0.0  # a residual on it
+            if variant == "rl_free" and exp.free_start == "bias":
+                key += "+" + digest(bias.tobytes())
 
-            def correct(model, theta, link=link):
-                return link.exchange(model.features(theta), {"context": model.context(theta)})
+            def correct(model, theta, link=link, offset=offset):
+                return offset + link.exchange(model.features(theta), {"context": model.context(theta)})
         cache = out / "forecasts" / f"{stem(member)}.rank{comm.rank}.npz"
         sums[member] = cached(cache, key, lambda correct=correct: forecast_errors(rank, analysis, correct), comm)
         corrections[member] = (correct, key)
@@ -269,7 +273,10 @@ def learners_main(exp_args: dict, plan: dict, out: str, endpoint_queue, min_upda
                                                   actor_starts_after=exp.free_actor_starts_after))
         learner = learners[name] = CouplingLearner(exp.coupling(free=variant == "rl_free"), config)
         learner.warm_up()
-        if variant == "rl_free" and exp.free_start:
+        if variant == "rl_free" and exp.free_start == "bias":  # a residual on the bias correction
+            learner.start_at_zero()
+            save_atomically(out_dir, f"policy_init_{stem(name)}", *learner.export())
+        elif variant == "rl_free" and exp.free_start:
             cold[name] = out_dir / f"policy_{exp.free_start}-s{seed}.npz"
         else:
             save_atomically(out_dir, f"policy_init_{stem(name)}", *learner.export())

@@ -119,6 +119,28 @@ def test_a_coupling_learner_warm_started_from_an_offline_fit_publishes_that_fit_
         learner.close()
 
 
+def test_a_coupling_learner_started_at_zero_answers_nothing_and_its_critic_agrees(tmp_path):
+    """A residual on another correction starts as nothing: its exported policy answers 0 for every
+    row, and its critic's best action is there."""
+    from embodyrl.coupling.learner import CouplingLearner
+
+    train = data(50, lambda x: x[..., 1])
+    learner = CouplingLearner(CFG, CouplingLearnerConfig())
+    try:
+        learner.start_at_zero()
+        obs = {"profile": train.profile, "context": train.context}
+        state = learner.state
+        policy = learner.networks.policy(state.actor_params, obs)
+        np.testing.assert_array_equal(np.asarray(policy), 0.0)
+        link = frozen_link(tmp_path, learner.export())
+        np.testing.assert_array_equal(link.exchange(train.profile, {"context": train.context}), 0.0)
+        best = learner.networks.q_values(state.critic_params, obs, policy)
+        for step in (-0.3, 0.3):
+            assert (learner.networks.q_values(state.critic_params, obs, policy + step) < best).all()
+    finally:
+        learner.close()
+
+
 def jax_leaves(tree):
     import jax
 

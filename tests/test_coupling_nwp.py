@@ -259,7 +259,8 @@ class _RecordingLink:
 
 def test_a_free_windows_target_is_the_tendency_its_forecast_lacked_whatever_the_policy_answered(tmp_path):
     """An analysis made by the model itself plus 2 K/day everywhere: every window's target is those
-    2 K/day, whether the policy corrected by nothing or by too much (5 K/day)."""
+    2 K/day, whether the policy corrected by nothing or by too much (5 K/day); on top of an offset
+    of 1.5 K/day, it is the 0.5 K/day the offset lacks, whatever the policy adds (to 5 K/day)."""
     from mpi4py import MPI
 
     from embodyrl.coupling.nwp import Analysis, Rank, train_free
@@ -278,10 +279,10 @@ def test_a_free_windows_target_is_the_tendency_its_forecast_lacked_whatever_the_
             snapshots.append(theta)
     np.save(tmp_path / "analysis.npy", np.array(snapshots, np.float32))
     analysis = Analysis(rank, tmp_path / "analysis.npy")
-    for answer in (0.0, 5.0):
+    for answer, offset in ((0.0, 0.0), (5.0, 0.0), (0.0, 1.5), (3.5, 1.5)):
         link = _RecordingLink(answer)
-        train_free(rank, analysis, link)
+        train_free(rank, analysis, link, offset=np.full_like(theta, offset))
         assert len(link.targets) == 4  # windows of 3 h in 12 h
         for target in link.targets:
-            off = np.abs(target - missing)  # not 0: the error built up changes the model's own tendencies
+            off = np.abs(target - (missing - offset))  # not 0: the error built up changes the model's own tendencies
             assert off.mean() < 0.03 * missing and off.max() < 0.1 * missing

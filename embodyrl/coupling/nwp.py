@@ -80,7 +80,10 @@ class ExperimentConfig:
     free_days: float = 1.0
     free_start: str = "mlp"
     """The variant whose seed-N policy starts ``rl_free/sN`` (its actor and target; ``""``: a random
-    initialisation): training on consequences refines a policy that already corrects."""
+    initialisation): training on consequences refines a policy that already corrects. ``"bias"``:
+    ``rl_free`` corrects on top of the constant bias correction (the mean nudging increment per
+    column and level), and its policy, the learnt residual, starts at zero: learning from
+    consequences starts from the best offline fit past a day and learns only what it lacks."""
     free_actor_lr: float = 1e-4
     """The free-forecast learner's actor step: a tenth of the nudged one's, so that a critic still
     learning the consequences moves the warm-started actor slowly."""
@@ -296,7 +299,7 @@ def train(rank: Rank, analysis: Analysis, links: list[CouplingLink], record: Pat
     return total / count
 
 
-def train_free(rank: Rank, analysis: Analysis, link: CouplingLink) -> None:
+def train_free(rank: Rank, analysis: Analysis, link: CouplingLink, offset: np.ndarray | float = 0.0) -> None:
     """Free forecasts from the analysis at every free training start, the exploring policy's corrections
     applied, in windows of ``free_window`` steps. At each window's end every column gets the target of
     its consequences: the mean correction applied over the window, less the growth of its error
@@ -308,7 +311,10 @@ def train_free(rank: Rank, analysis: Analysis, link: CouplingLink) -> None:
     states this policy's own forecasts visit, corrections included). The link then scores its
     policy's answer on the window's first state against that target, as the nudged phase scores one
     against the nudging increment; that exchange streams and is not applied. Growth, not the error
-    itself: a window is not asked to undo the error that earlier windows left."""
+    itself: a window is not asked to undo the error that earlier windows left.
+
+    ``offset`` (K/day, per column and level) is added to every answer applied: the policy is then a
+    residual on top of it, and its target the tendency the window lacked beyond the offset."""
     exp = rank.exp
     window, window_days = exp.free_window, exp.free_window * rank.dt / DAY_S
     for i, day in enumerate(exp.free_starts_days):
@@ -323,9 +329,9 @@ def train_free(rank: Rank, analysis: Analysis, link: CouplingLink) -> None:
                 state, context = features_of(rank, model, theta)
                 if j == 0:
                     first = state, context  # the window's first state: its target's row
-                correction = link.exchange(state, {"context": context})
-                applied += correction
-                theta, _ = rank.step(model, theta, correction=correction / DAY_S)
+                answer = link.exchange(state, {"context": context})
+                applied += answer
+                theta, _ = rank.step(model, theta, correction=(answer + offset) / DAY_S)
             growth = theta - analysis.at_step(k0 + w0 + window) - error
             link.exchange(first[0], {"context": first[1], "target": applied / window - growth / window_days})
 
