@@ -170,8 +170,9 @@ def rank_main(args_path: str) -> None:
                 continue
             key = digest(policy.with_suffix(".npz").read_bytes())
             link = eval_links[member] = CouplingLink(frozen, comm.rank, runtime.load(policy))
-            offset = bias if variant == "rl_free" and exp.free_start == "bias" else 0.0  # a residual on it
-            if variant == "rl_free" and exp.free_start == "bias":
+            on_bias = variant == "rl_free" and exp.free_start == "bias"  # a residual on the bias correction
+            offset = bias if on_bias else 0.0
+            if on_bias:
                 key += "+" + digest(bias.tobytes())
 
             def correct(model, theta, link=link, offset=offset):

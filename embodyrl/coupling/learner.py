@@ -313,7 +313,7 @@ class CouplingLearner:
         """Warm-start from this learner's own actor with its output layer zeroed: the policy answers 0
         everywhere and the critic's centre is there (a residual on top of another correction starts
         as nothing and learns only what that correction lacks)."""
-        graph, arrays = self.export()
+        _, arrays = self.export()
         last = max(int(name.split("/")[2]) for name in arrays if name.startswith("actor/layers/"))
         self.warm_start({name: np.zeros_like(a) if name.startswith(f"actor/layers/{last}/") else a
                          for name, a in arrays.items()})
