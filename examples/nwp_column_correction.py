@@ -272,7 +272,10 @@ def learners_main(exp_args: dict, plan: dict, out: str, endpoint_queue, min_upda
             config = replace(config, ddpg=replace(config.ddpg, actor_lr=exp.free_actor_lr,
                                                   bc_weight=exp.free_bc_weight,
                                                   actor_starts_after=exp.free_actor_starts_after))
-        learner = learners[name] = CouplingLearner(exp.coupling(free=variant == "rl_free"), config)
+        metrics = out_dir / "metrics" / stem(name)
+        shutil.rmtree(metrics, ignore_errors=True)  # trained afresh: an earlier training's curve goes
+        learner = learners[name] = CouplingLearner(exp.coupling(free=variant == "rl_free"), config,
+                                                   metrics_dir=metrics)
         learner.warm_up()
         if variant == "rl_free" and exp.free_start == "bias":  # a residual on the bias correction
             learner.start_at_zero()
@@ -419,7 +422,8 @@ def remove(out: Path, patterns) -> None:
 
 RUN_FILES = ("analysis*", "*_done", "bias", "increments", "forecasts", "reports", "policy_*", "baselines.json",
              "learners.json", "forecast_sums.npz", "ranks.json", "ranks.log", "rank_args.json", "results.json",
-             "experiment.json", "nwp_column_correction.png", "climate", "climate_sums.npz", "nwp_climate.png")
+             "experiment.json", "nwp_column_correction.png", "climate", "climate_sums.npz", "nwp_climate.png",
+             "metrics")
 """What a run writes in its directory (``--fresh`` removes them, and nothing else)."""
 
 

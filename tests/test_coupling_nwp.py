@@ -102,6 +102,15 @@ def _serial_native_sums(analysis):
     return out
 
 
+def learning_curve(run_dir: Path, member: str) -> list[dict]:
+    """A learner's metrics records, checked to be one training's (updates never going back)."""
+    records = [json.loads(line) for line in (run_dir / "metrics" / member.replace("/", "-") / "metrics.jsonl")
+               .read_text().splitlines()]
+    updates = [r["updates"] for r in records]
+    assert len(records) >= 2 and updates == sorted(updates), updates
+    return records
+
+
 def test_the_example_at_reduced_size_writes_every_key(tmp_path):
     script = Path(__file__).parent.parent / "examples" / "nwp_column_correction.py"
     command = [sys.executable, str(script), "--out", str(tmp_path), "--quick", "--ranks", "2", "--keep-analysis"]
@@ -152,6 +161,8 @@ def test_the_example_at_reduced_size_writes_every_key(tmp_path):
     for member in ("rl_nudged/s0", "rl_free/s1"):
         learner = res["learners"][member]
         assert learner["updates"] >= 200 and set(learner["steps_by_rank"]) == {"0", "1"}
+        curve = learning_curve(tmp_path, member)  # each learner's metrics.jsonl, as every learner writes
+        assert curve[-1]["updates"] == learner["updates"] and np.isfinite(curve[-1]["critic_loss"])
     assert (tmp_path / "nwp_column_correction.png").stat().st_size > 10_000
 
     # the same command resumes: a run that lost one seed's free-forecast policy trains that seed again,
@@ -166,6 +177,7 @@ def test_the_example_at_reduced_size_writes_every_key(tmp_path):
     assert again["learners"]["rl_nudged/s0"] == res["learners"]["rl_nudged/s0"]
     assert again["learners"]["rl_free/s1"]["updates"] >= 200
     assert again["learners"]["rl_free/s1"]["wall_s"] != res["learners"]["rl_free/s1"]["wall_s"]
+    assert learning_curve(tmp_path, "rl_free/s1")[-1]["updates"] == again["learners"]["rl_free/s1"]["updates"]
     assert again["us_per_column_step"] == res["us_per_column_step"]  # the nudged phase's, from its saved report
 
     # another configuration in the same directory is refused, and the run's files stay

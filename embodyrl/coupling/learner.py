@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -47,6 +48,7 @@ from ..hal import params
 from ..hal.coupling.link import CouplingConfig
 from ..hal.steps import PolicyVersion, new_incarnation
 from ..hal.wire.security import ServerKeys
+from ..learner.metrics import MetricsLog
 from ..learner.service import LearnerService, Training
 from ..transport.server import LearnerServer
 
@@ -247,9 +249,12 @@ class CouplingLearner:
     """Receives column steps from every rank, trains, publishes (one process), on the learner service."""
 
     def __init__(self, coupling: CouplingConfig, config: CouplingLearnerConfig = CouplingLearnerConfig(),
-                 bind: str = "tcp://127.0.0.1:*", keys: ServerKeys | None = None, allow_insecure: bool = False):
+                 bind: str = "tcp://127.0.0.1:*", keys: ServerKeys | None = None, allow_insecure: bool = False,
+                 metrics_dir: str | Path | None = None):
         """``keys``: CurveZMQ (the learner's secret key and the ranks' public keys); a ``bind`` off this
-        machine needs them, or ``allow_insecure``."""
+        machine needs them, or ``allow_insecure``. ``metrics_dir``: where the service writes its
+        ``metrics.jsonl`` (a record a second, as every learner's: updates, losses, column steps),
+        TensorBoard beside it."""
         if config.ddpg.discount != 0.0:
             raise ValueError("coupled-model steps carry no successor: ddpg.discount must be 0")
         self.coupling = coupling
@@ -262,7 +267,11 @@ class CouplingLearner:
                             publish_every=config.publish_every)
         server = LearnerServer(bind, run_id=f"coupling-{incarnation:x}", incarnation=incarnation, keys=keys,
                                allow_insecure=allow_insecure)
-        self.service = LearnerService(server, self.ring, training, incarnation=incarnation)
+        sink = None
+        if metrics_dir is not None:
+            Path(metrics_dir).mkdir(parents=True, exist_ok=True)
+            sink = MetricsLog(Path(metrics_dir))
+        self.service = LearnerService(server, self.ring, training, incarnation=incarnation, metrics_sink=sink)
         self.server = server
         self.endpoint = server.endpoint
 
