@@ -322,6 +322,8 @@ def test_the_fortran_model_trains_under_mpi_survives_its_learner_and_matches_pyt
     learner.send_signal(signal.SIGINT)
     counters = json.loads(learner.communicate(timeout=60)[0].strip().splitlines()[-1])
     assert counters["steps_by_rank"] == {str(r): 400 * 8 for r in range(4)} and counters["updates"] > 0
+    curve = [json.loads(line) for line in (tmp_path / "learner" / "metrics.jsonl").read_text().splitlines()]
+    assert curve[-1]["updates"] == counters["updates"] and "critic_loss" in curve[-1]  # its learning curve
     assert "zero answers on rank 0 0" in out.strip().splitlines()[-1]
     # 2. its corrections equal the Python link's for the same weights and inputs (frozen, no noise)
     trained = tmp_path / "learner" / "policy.msgpack"

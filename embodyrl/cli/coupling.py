@@ -80,7 +80,7 @@ def run_learner(args) -> int:
     run_dir = Path(args.run_dir or f"runs/coupling-{time.strftime('%Y%m%d-%H%M%S')}")
     run_dir.mkdir(parents=True, exist_ok=True)
     should_stop = stop_on_signals()
-    learner = CouplingLearner(coupling, config, bind, keys=keys, allow_insecure=args.insecure)
+    learner = CouplingLearner(coupling, config, bind, keys=keys, allow_insecure=args.insecure, metrics_dir=run_dir)
     learner.warm_up()
     runtime.save(run_dir / "policy_init", *learner.export(), packed=True)
     (run_dir / "learner.json").write_text(json.dumps({"endpoint": learner.endpoint}) + "\n")
