@@ -151,7 +151,7 @@ def rank_main(args_path: str) -> None:
         if not wait_for(out / f"policy_init_{stem(member)}.npz", exp.policy_wait_s, comm):  # a warm start's
             raise RuntimeError(f"{member}: no first policy in {exp.policy_wait_s:g} s")
         link = training_link(exp.coupling(free=True), endpoints[member], out, member, comm.rank)
-        offset = bias if exp.free_start == "bias" else 0.0
+        offset = bias if exp.free_on_bias else 0.0
         phase(f"free-s{s}", [link], lambda link=link, offset=offset: train_free(rank, analysis, link, offset))
         done(f"free-s{s}")
 
@@ -170,13 +170,13 @@ def rank_main(args_path: str) -> None:
                 continue
             key = digest(policy.with_suffix(".npz").read_bytes())
             link = eval_links[member] = CouplingLink(frozen, comm.rank, runtime.load(policy))
-            on_bias = variant == "rl_free" and exp.free_start == "bias"  # a residual on the bias correction
-            offset = bias if on_bias else 0.0
-            if on_bias:
+            offset = bias if variant == "rl_free" and exp.free_on_bias else None  # a residual on the bias
+            if offset is not None:
                 key += "+" + digest(bias.tobytes())
 
             def correct(model, theta, link=link, offset=offset):
-                return offset + link.exchange(model.features(theta), {"context": model.context(theta)})
+                answer = link.exchange(model.features(theta), {"context": model.context(theta)})
+                return answer if offset is None else offset + answer
         cache = out / "forecasts" / f"{stem(member)}.rank{comm.rank}.npz"
         sums[member] = cached(cache, key, lambda correct=correct: forecast_errors(rank, analysis, correct), comm)
         corrections[member] = (correct, key)
@@ -272,12 +272,10 @@ def learners_main(exp_args: dict, plan: dict, out: str, endpoint_queue, min_upda
             config = replace(config, ddpg=replace(config.ddpg, actor_lr=exp.free_actor_lr,
                                                   bc_weight=exp.free_bc_weight,
                                                   actor_starts_after=exp.free_actor_starts_after))
-        metrics = out_dir / "metrics" / stem(name)
-        shutil.rmtree(metrics, ignore_errors=True)  # trained afresh: an earlier training's curve goes
         learner = learners[name] = CouplingLearner(exp.coupling(free=variant == "rl_free"), config,
-                                                   metrics_dir=metrics)
+                                                   metrics_dir=out_dir / "metrics" / stem(name))
         learner.warm_up()
-        if variant == "rl_free" and exp.free_start == "bias":  # a residual on the bias correction
+        if variant == "rl_free" and exp.free_on_bias:  # a residual on the bias correction
             learner.start_at_zero()
             save_atomically(out_dir, f"policy_init_{stem(name)}", *learner.export())
         elif variant == "rl_free" and exp.free_start:

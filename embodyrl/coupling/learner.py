@@ -32,6 +32,7 @@ arrive ``terminated`` and carry no successor.
 
 from __future__ import annotations
 
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -254,7 +255,8 @@ class CouplingLearner:
         """``keys``: CurveZMQ (the learner's secret key and the ranks' public keys); a ``bind`` off this
         machine needs them, or ``allow_insecure``. ``metrics_dir``: where the service writes its
         ``metrics.jsonl`` (a record a second, as every learner's: updates, losses, column steps),
-        TensorBoard beside it."""
+        TensorBoard beside it; a coupling learner keeps no checkpoint, so each one is a new training
+        and replaces the curve an earlier one left there."""
         if config.ddpg.discount != 0.0:
             raise ValueError("coupled-model steps carry no successor: ddpg.discount must be 0")
         self.coupling = coupling
@@ -269,8 +271,11 @@ class CouplingLearner:
                                allow_insecure=allow_insecure)
         sink = None
         if metrics_dir is not None:
-            Path(metrics_dir).mkdir(parents=True, exist_ok=True)
-            sink = MetricsLog(Path(metrics_dir))
+            metrics_dir = Path(metrics_dir)
+            metrics_dir.mkdir(parents=True, exist_ok=True)
+            (metrics_dir / "metrics.jsonl").unlink(missing_ok=True)
+            shutil.rmtree(metrics_dir / "tb", ignore_errors=True)
+            sink = MetricsLog(metrics_dir)
         self.service = LearnerService(server, self.ring, training, incarnation=incarnation, metrics_sink=sink)
         self.server = server
         self.endpoint = server.endpoint

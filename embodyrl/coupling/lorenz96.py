@@ -28,7 +28,6 @@ versus lead time, for every variant. :func:`run` writes
 from __future__ import annotations
 
 import json
-import shutil
 import threading
 import time
 from dataclasses import asdict, dataclass, replace
@@ -160,7 +159,6 @@ def run(exp: L96Experiment, out: Path) -> dict:
     truth, _ = L.truth_trajectory(x0[:n_train], y0[:n_train], cfg, train_steps)
 
     coupling = exp.coupling()
-    shutil.rmtree(out / "metrics", ignore_errors=True)  # a run writes its results afresh, its curve too
     learner = CouplingLearner(coupling, CouplingLearnerConfig(
         ddpg=replace(CouplingLearnerConfig().ddpg, batch_size=256), min_steps=1000, seed=exp.seed),
         metrics_dir=out / "metrics")

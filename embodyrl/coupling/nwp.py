@@ -149,6 +149,11 @@ class ExperimentConfig:
         truth, model = TESTBEDS[self.testbed]
         return truth(nlat=self.nlat, nlon=self.nlon), model(nlat=self.nlat, nlon=self.nlon)
 
+    @property
+    def free_on_bias(self) -> bool:
+        """``rl_free`` is a residual on the constant bias correction (``free_start`` ``"bias"``)."""
+        return self.free_start == "bias"
+
     def coupling(self, free: bool = False) -> CouplingConfig:
         """The links' configuration; ``free``: training on free forecasts, where only the exchanges
         that carry a window's targets stream, every column of them."""
